@@ -1,0 +1,78 @@
+"""What a robot asks the planner for: one task, independent of ROS messages.
+
+A :class:`TaskSpec` is the core's view of a ``timely_llm_ros/msg/Task`` (the ROS adapter converts
+between the two) and of one entry of an LRTrace workload. Fields that only a simulation needs
+(reference plan text, recorded per-skill execution times, trace id) are optional: a real robot
+sends none of them, and the real engines ignore them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from timely_llm_ros.core.tuf import TUF
+
+
+class TaskRejected(ValueError):
+    """A task that cannot be planned; ``reason`` is meant for the robot's TaskStatus."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class TaskSpec:
+    """One planning request from one agent.
+
+    ``arrival`` is the time (seconds, on the clock of whoever runs the planner) at which the task
+    reached the planner; response time W(s_0) is measured from it.
+    """
+
+    task_id: str
+    agent_id: str
+    robot_type: str
+    skill_set: str
+    instruction: str
+    tuf: TUF
+    arrival: float = 0.0
+    scene: str = ""
+    max_tokens: int = 256
+    # Class label used to group metrics ("normal", "urgent", "arm", ...). Derived from the TUF
+    # when empty: see :func:`task_class`.
+    task_class: str = ""
+    # Simulation-only inputs (LRTrace): the plan the simulated engine emits, the recorded
+    # per-skill execution times [(skill token, seconds), ...], and the benchmark trace id.
+    reference_plan: str | None = None
+    exec_times: list[tuple[str, float]] = field(default_factory=list)
+    trace_id: int | None = None
+
+    def validate(self) -> None:
+        """Reject malformed tasks with a reason (never a crash later in the scheduler)."""
+        if not isinstance(self.agent_id, str) or not self.agent_id.strip():
+            raise TaskRejected("agent_id is empty")
+        if not isinstance(self.skill_set, str) or not self.skill_set.strip():
+            raise TaskRejected("skill_set is empty")
+        if not isinstance(self.instruction, str) or not self.instruction.strip():
+            raise TaskRejected("instruction is empty")
+        if not isinstance(self.tuf, TUF):
+            raise TaskRejected("tuf is missing")
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens <= 0:
+            raise TaskRejected(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
+        if not isinstance(self.arrival, (int, float)) or not math.isfinite(self.arrival):
+            raise TaskRejected(f"arrival time must be finite, got {self.arrival!r}")
+
+    @property
+    def prompt_text(self) -> str:
+        """The task-specific part of the prompt (the skill set's fixed prompt is a shared prefix)."""
+        if self.scene:
+            return f"Scene: {self.scene}\nTask: {self.instruction}"
+        return f"Task: {self.instruction}"
+
+
+def task_class(spec: TaskSpec) -> str:
+    """Metric group of a task: its explicit class, else 'urgent' for ERT < 1 s, else 'normal'."""
+    if spec.task_class:
+        return spec.task_class
+    return "urgent" if spec.tuf.ert < 1.0 else "normal"

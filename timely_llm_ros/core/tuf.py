@@ -1,0 +1,82 @@
+"""Time-utility functions (TimelyLLM paper §2.3, Eq. 1, and §4.2 for segment TUFs).
+
+A TUF maps a response time ``t`` (seconds) to the utility a robot gets from an answer:
+
+    TUF(t) = min(beta, alpha * (t - ERT) + beta)                      (Eq. 1)
+
+``ERT`` is the expected response time (the soft deadline), ``alpha <= 0`` the slope of the
+decline after it and ``beta > 0`` the initial utility. The first segment of a plan uses the
+agent's TUF as given (TUF_0). Later segments use TUF_1, which inherits alpha and beta but has
+ERT = 0, because the robot is already waiting once its previous action has finished:
+
+    TUF_1(t) = min(beta, alpha * max(t, 0) + beta)
+
+The public TimelyLLM workloads write a TUF as ``[Umax, ERT, t_zero]`` (utility reaches zero at
+``t_zero``); :meth:`TUF.from_public` converts that form.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+class InvalidTUF(ValueError):
+    """Raised when TUF parameters cannot describe a non-increasing utility."""
+
+
+@dataclass(frozen=True, slots=True)
+class TUF:
+    """One time-utility function. Times are seconds, utilities are unitless."""
+
+    ert: float
+    alpha: float
+    beta: float
+
+    def __post_init__(self) -> None:
+        for name in ("ert", "alpha", "beta"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise InvalidTUF(f"{name} must be a number, got {value!r}")
+            if not math.isfinite(value):
+                raise InvalidTUF(f"{name} must be finite, got {value!r}")
+        if self.ert < 0:
+            raise InvalidTUF(f"ERT must be >= 0 s, got {self.ert}")
+        if self.alpha > 0:
+            raise InvalidTUF(f"alpha must be <= 0 (utility may not grow with delay), got {self.alpha}")
+        if self.beta <= 0:
+            raise InvalidTUF(f"beta must be > 0, got {self.beta}")
+
+    def __call__(self, t: float) -> float:
+        """Utility of a response after ``t`` seconds (Eq. 1, unclamped below)."""
+        return min(self.beta, self.alpha * (t - self.ert) + self.beta)
+
+    def segment_tuf(self) -> TUF:
+        """TUF_1 of §4.2: same alpha and beta, ERT = 0 (a waiting robot is already late)."""
+        return TUF(ert=0.0, alpha=self.alpha, beta=self.beta)
+
+    def segment_utility(self, t: float) -> float:
+        """TUF_1(t) = min(beta, alpha * max(t, 0) + beta)."""
+        return min(self.beta, self.alpha * max(t, 0.0) + self.beta)
+
+    @property
+    def zero_time(self) -> float:
+        """Response time at which utility reaches 0 (``inf`` for a flat TUF)."""
+        if self.alpha == 0:
+            return math.inf
+        return self.ert + self.beta / -self.alpha
+
+    @classmethod
+    def from_public(cls, umax: float, ert: float, t_zero: float) -> TUF:
+        """Build from the public TimelyLLM form ``[Umax, ERT, t_zero]``: alpha = -Umax / (t_zero - ERT)."""
+        if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (umax, ert, t_zero)):
+            raise InvalidTUF(f"TUF [Umax, ERT, t_zero] must be finite numbers, got {[umax, ert, t_zero]!r}")
+        if t_zero <= ert:
+            raise InvalidTUF(f"t_zero ({t_zero}) must be greater than ERT ({ert})")
+        return cls(ert=float(ert), alpha=-float(umax) / (float(t_zero) - float(ert)), beta=float(umax))
+
+
+# TUF classes used throughout the paper's evaluation (§2.3, §7.1; public code [1, 1, 1.5] and
+# [2, 0.2, 0.5]): normal requests tolerate ~1 s (HCI), urgent ones need ~200 ms (drone at 2 m/s).
+NORMAL_TUF = TUF(ert=1.0, alpha=-2.0, beta=1.0)
+URGENT_TUF = TUF.from_public(2.0, 0.2, 0.5)
