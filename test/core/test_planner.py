@@ -1,0 +1,199 @@
+"""PlannerCore: validation with reasons, segmentation/dispatch, parse failures, feedback, completion."""
+
+import math
+
+import pytest
+
+from timely_llm_ros.core import events as ev
+from timely_llm_ros.core.planner import PlannerCore
+from timely_llm_ros.core.profile import EngineProfile
+from timely_llm_ros.core.task import TaskRejected, TaskSpec
+from timely_llm_ros.core.tuf import NORMAL_TUF, TUF
+from timely_llm_ros.engines.sim import SimEngine
+
+PROFILE = EngineProfile(name="t", prefill_b=0.0001, prefill_c=0.01, decode_q=0.02, decode_r=0.0)
+
+
+def spec(task_id="a", plan="mu(40);tp;", **kw):
+    base = dict(task_id=task_id, agent_id="ag", robot_type="drone", skill_set="tello_minispec",
+                instruction="[A] look around", tuf=NORMAL_TUF, reference_plan=plan)
+    return TaskSpec(**{**base, **kw})
+
+
+def make(policy="timely", **kw):
+    sent, trace, states = [], [], []
+    p = PlannerCore(SimEngine(PROFILE), policy, dispatch=sent.append, sink=trace.append,
+                    on_state=lambda *a: states.append(a), **kw)
+    return p, sent, trace, states
+
+
+def run(p):
+    while p.has_work():
+        p.step()
+
+
+def bad_tuf(**vals):
+    t = TUF(1.0, -2.0, 1.0)
+    for k, v in vals.items():  # a TUF built around its own validation (e.g. unpickled, mutated)
+        object.__setattr__(t, k, v)
+    return t
+
+
+@pytest.mark.parametrize("kw,word", [
+    ({"instruction": "   "}, "instruction is empty"),
+    ({"skill_set": "no_such_set"}, "unknown skill set"),
+    ({"tuf": bad_tuf(ert=math.nan)}, "ert must be finite"),
+    ({"tuf": bad_tuf(ert=-1.0)}, "ERT must be >= 0"),
+    ({"tuf": bad_tuf(alpha=0.5)}, "alpha must be <= 0"),
+    ({"tuf": bad_tuf(beta=0.0)}, "beta must be > 0"),
+    ({"tuf": None}, "tuf is missing"),
+    ({"reference_plan": None}, "reference_plan"),
+    ({"max_tokens": 0}, "max_tokens"),
+    ({"arrival": math.inf}, "arrival"),
+    ({"instruction": "go " * 9000}, "does not fit the engine context"),
+])
+def test_bad_input_rejected_with_reason_and_others_unaffected(kw, word):
+    p, sent, trace, states = make()
+    good1 = p.submit(spec("g1"))
+    with pytest.raises(TaskRejected, match=word):
+        p.submit(spec("bad", **kw))
+    good2 = p.submit(spec("g2"))
+    bad = [r for r in p.records if r.task_id == "bad"][0]
+    assert bad.state == ev.REJECTED and word.split()[0] in bad.reason
+    assert [e.kind for e in trace if e.task_id == "bad"] == [ev.ARRIVAL, ev.REJECT]
+    run(p)
+    assert [d.task_id for d in sent].count("g1") == [d.task_id for d in sent].count("g2") == 2
+    assert len(good1.segments) == len(good2.segments) == 2 and good2.segments[-1].final
+
+
+def test_duplicate_and_non_taskspec_rejected():
+    p, *_ = make()
+    p.submit(spec("x"))
+    with pytest.raises(TaskRejected, match="duplicate"):
+        p.submit(spec("x"))
+    with pytest.raises(TaskRejected, match="TaskSpec"):
+        p.submit({"task_id": "y"})  # type: ignore[arg-type]
+
+
+def test_segments_dispatched_in_order_with_suspension():
+    p, sent, trace, _ = make("timely")
+    rec = p.submit(spec(plan="mu(40);?iv('book')==True{tp;->True}->False"))
+    run(p)
+    assert [d.text for d in sent] == ["mu(40)", ";?iv('book')==True{", "tp;"]
+    assert [d.seg for d in sent] == [0, 1, 2]
+    assert rec.n_suspensions == 3  # after every segment: "->True}->False" was still to come
+    kinds = [e.kind for e in trace]
+    assert kinds.count(ev.SUSPEND) == 3 and kinds.count(ev.RESUME) == 3
+    assert rec.segments[-1].final and rec.gen_end > rec.segments[-1].gen_end
+    s0 = rec.segments[0]
+    assert s0.min_exec == pytest.approx(8e-7 * 40**3 - 3e-4 * 40**2 + 0.0388 * 40 + 1.3195, rel=1e-6)
+    assert rec.state == ev.SUSPENDED or rec.state == ev.GENERATING  # waiting for robot feedback
+
+
+def test_segment_that_does_not_parse_is_never_dispatched():
+    p, sent, trace, _ = make()
+    rec = p.submit(spec(plan="mf(100);mf(9999);tp;"))  # 9999 cm is outside 20..500
+    run(p)
+    assert [d.text for d in sent] == ["mf(100)"]
+    assert rec.state == ev.FAILED and "segment 1 does not parse" in rec.reason
+    assert trace[-1].kind in (ev.FAIL, ev.GEN_STOP) and any(e.kind == ev.FAIL for e in trace)
+    assert not p.has_work()
+
+
+def test_plan_without_skills_fails():
+    p, sent, _, _ = make()
+    rec = p.submit(spec(plan="->False"))
+    run(p)
+    assert sent == [] and rec.state == ev.FAILED and "no executable skill" in rec.reason
+
+
+def test_feedback_moves_the_reference_point_and_completes():
+    p, sent, trace, _ = make("fcfs-seg")
+    rec = p.submit(spec(plan="mu(40);tp;"))
+    gen = p._tasks["a"]
+    while not sent:
+        p.step()
+    d0 = sent[0]
+    # est_end(0) = dispatch + net + min_exec (not started yet)
+    assert gen.ref == pytest.approx(d0.t + 0.008 + d0.min_exec)
+    assert p.on_feedback("a", 0, ev.STARTED, d0.t + 0.05)
+    assert gen.ref == pytest.approx(d0.t + 0.05 + d0.min_exec)
+    run(p)  # generates the last segment "tp" and stops
+    assert [d.text for d in sent] == ["mu(40)", ";tp;"] and rec.segments[1].final
+    p.on_feedback("a", 0, ev.DONE, 3.0)
+    assert rec.state != ev.COMPLETED
+    p.on_feedback("a", 1, ev.STARTED, 3.0)
+    p.on_feedback("a", 1, ev.DONE, 3.001)
+    assert rec.state == ev.COMPLETED and trace[-1].kind == ev.COMPLETE
+    assert rec.response_time == pytest.approx(d0.t + 0.05)
+    assert rec.waiting_times() == pytest.approx([d0.t + 0.05, 0.0])
+    assert rec.completion_time == pytest.approx(3.001)
+
+
+def test_done_feedback_sets_the_suspended_generations_reference_in_the_queue():
+    p, sent, trace, _ = make("timely")
+    p.submit(spec(plan="mu(40);mu(40);tp;"))
+    gen = p._tasks["a"]
+    while not sent:
+        p.step()
+    assert gen in p.scheduler  # suspended and queued for its next segment
+    t0 = sent[0].t
+    p.on_feedback("a", 0, ev.STARTED, t0 + 0.01)
+    p.on_feedback("a", 0, ev.DONE, t0 + 0.02)
+    assert gen.ref == t0 + 0.02
+    assert p.scheduler._q.cols["ref"][gen.slot] == gen.ref
+    stop = [e for e in trace if e.kind == ev.GEN_STOP][0]
+    assert (stop.seg, stop.detail, stop.value) == (0, "segment", 4)  # mu ( 40 ) then ");" cut at ")"
+    start = [e for e in trace if e.kind == ev.EXEC_START][0]
+    assert start.value == pytest.approx(t0 + 0.01)  # response time W(s_0); arrival 0
+
+
+def test_robot_failure_and_unknown_feedback():
+    p, sent, _, _ = make()
+    rec = p.submit(spec(plan="mu(40);tp;"))
+    while not sent:
+        p.step()
+    assert not p.on_feedback("nope", 0, ev.DONE, 1.0)
+    assert not p.on_feedback("a", 5, ev.DONE, 1.0)
+    with pytest.raises(ValueError, match="feedback state"):
+        p.on_feedback("a", 0, "EXPLODED", 1.0)
+    p.on_feedback("a", 0, ev.FEEDBACK_FAILED, 1.0, reason="motor stalled")
+    assert rec.state == ev.FAILED and rec.reason == "motor stalled"
+    assert not p.has_work() and p.engine.memory().suspended_device == 0
+
+
+def test_vllm_dispatches_the_whole_plan_once():
+    p, sent, _, _ = make("vllm")
+    rec = p.submit(spec(plan="mu(40);?iv('book')==True{tp;->True}->False"))
+    run(p)
+    assert len(sent) == 1 and sent[0].text == "mu(40);?iv('book')==True{tp;->True}->False"
+    assert [c.name for c in sent[0].calls] == ["mu", "iv", "tp"]
+    assert rec.segments[0].final and rec.n_suspensions == 0
+
+
+def test_vllm_stream_dispatches_without_suspending():
+    p, sent, trace, _ = make("vllm-stream")
+    rec = p.submit(spec(plan="mu(40);?iv('book')==True{tp;->True}->False"))
+    run(p)
+    assert len(sent) == 3 and rec.n_suspensions == 0
+    assert not any(e.kind == ev.SUSPEND for e in trace)
+
+
+def test_engine_out_of_memory_fails_one_task_not_the_planner():
+    import dataclasses
+
+    # KV capacity for the prompt (~1150 tokens) but not for a 200-token plan: the generation
+    # outgrows the memory mid-plan -> that task fails with the reason, the planner keeps running
+    tight = dataclasses.replace(PROFILE, kv_capacity_tokens=1200)
+    sent = []
+    p = PlannerCore(SimEngine(tight), "vllm", dispatch=sent.append)
+    p.submit(spec("a", plan="mu(40);" * 30, max_tokens=200))
+    run(p)
+    rec = p.records[0]
+    assert rec.state == ev.FAILED and "KV memory exhausted" in rec.reason
+    assert not p.has_work()
+
+
+def test_bad_network_latency():
+    with pytest.raises(ValueError, match="network_latency"):
+        PlannerCore(SimEngine(PROFILE), network_latency=-1)

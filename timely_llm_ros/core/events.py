@@ -1,0 +1,79 @@
+"""Trace events, task states and segment feedback states.
+
+The names are shared with the ROS messages (``msg/TraceEvent.msg`` constants, ``TaskStatus``) so a
+trace recorded from the simulator and one recorded from the ROS planner node read the same.
+
+Event kinds (one :class:`TraceEvent` each):
+
+* ``ARRIVAL`` task reached the planner; ``ADMIT`` it passed validation and was queued;
+  ``REJECT`` it failed validation (``info`` = reason).
+* ``GEN_START`` a generation (re)started on the engine for the task's current segment (admission
+  or resumption; a resumption is followed by ``RESUME``); ``GEN_STOP`` it stopped (``detail``:
+  "segment" when suspended after a segment, "eos" or "length" at its end).
+* ``SEGMENT_READY`` the stop checker found an executable segment (``seg`` = its index);
+  ``DISPATCH`` the segment went to the robot; ``SUSPEND`` the generation was suspended after it.
+* ``EXEC_START`` / ``EXEC_END`` robot feedback for a segment.
+* ``COMPLETE`` the last segment finished executing; ``FAIL`` the task failed (``info`` = reason:
+  unparsable segment, robot failure, engine error); ``DROP`` / ``EXPIRE`` reserved for policies
+  that give up on work (issue 8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ARRIVAL = "ARRIVAL"
+ADMIT = "ADMIT"
+REJECT = "REJECT"
+GEN_START = "GEN_START"
+GEN_STOP = "GEN_STOP"
+SEGMENT_READY = "SEGMENT_READY"
+DISPATCH = "DISPATCH"
+EXEC_START = "EXEC_START"
+EXEC_END = "EXEC_END"
+SUSPEND = "SUSPEND"
+RESUME = "RESUME"
+COMPLETE = "COMPLETE"
+DROP = "DROP"
+EXPIRE = "EXPIRE"
+FAIL = "FAIL"
+EVENT_KINDS = (ARRIVAL, ADMIT, REJECT, GEN_START, GEN_STOP, SEGMENT_READY, DISPATCH, EXEC_START,
+               EXEC_END, SUSPEND, RESUME, COMPLETE, DROP, EXPIRE, FAIL)
+
+# Task states (TaskStatus)
+ACCEPTED = "ACCEPTED"
+REJECTED = "REJECTED"
+QUEUED = "QUEUED"
+GENERATING = "GENERATING"
+SUSPENDED = "SUSPENDED"
+COMPLETED = "COMPLETED"
+FAILED = "FAILED"
+EXPIRED = "EXPIRED"
+TASK_STATES = (ACCEPTED, REJECTED, QUEUED, GENERATING, SUSPENDED, COMPLETED, FAILED, EXPIRED)
+TERMINAL_STATES = frozenset((REJECTED, COMPLETED, FAILED, EXPIRED))
+
+# Segment feedback states (robot -> planner)
+STARTED = "STARTED"
+DONE = "DONE"
+FEEDBACK_FAILED = "FAILED"
+FEEDBACK_STATES = (STARTED, DONE, FEEDBACK_FAILED)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceEvent:
+    """One timestamped planner event (fields as in ``msg/TraceEvent.msg``).
+
+    ``seg`` is the segment index or -1; ``value`` a kind-specific number (GEN_STOP: tokens generated
+    since the generation (re)started; DISPATCH: the segment's minimum execution-time estimate;
+    EXEC_START of segment 0: the response time W(s_0); COMPLETE: the utility TUF_0(W(s_0))), else 0;
+    ``detail`` free text (REJECT / FAIL reason, GEN_STOP reason "segment" / "eos" / "length",
+    the segment text for SEGMENT_READY).
+    """
+
+    t: float
+    kind: str
+    task_id: str
+    agent_id: str = ""
+    seg: int = -1
+    value: float = 0.0
+    detail: str = ""

@@ -1,0 +1,324 @@
+"""PlannerCore: TimelyLLM's segmented-generation loop (paper §3, §4.1–4.4), shared by the simulator,
+the real engines and the ROS planner node.
+
+One :meth:`PlannerCore.step` = one scheduling point + one engine iteration:
+
+1. the scheduler picks generations to admit (new) or resume (suspended) — priorities recomputed at
+   the current time, batch size, KV memory and the policy's admission check (:mod:`.scheduler`);
+2. ``engine.step()`` advances every running generation by one token;
+3. each token's text goes to that generation's :class:`SegmentChecker`. When it reports an
+   executable segment, the segment is parsed and validated — a segment that does not parse is never
+   dispatched: the task FAILs with the parser's reason — then (segmented policies) the generation is
+   suspended (token ids + KV handle kept) and re-queued with its next segment's parameters, and the
+   segment is dispatched to the robot through the ``dispatch`` callback;
+4. at EOS / token limit the remaining text is the final segment if it holds skills (``vllm``: the
+   whole plan is one segment), and the generation is released.
+
+Robot feedback (:meth:`on_feedback`: STARTED / DONE / FAILED of a segment) refines the estimated end
+of the robot's current action, which is the reference point ``ref`` of the suspended generation's
+waiting time: ``est_end(k) = max(dispatch_k + net, est_end(k−1)) + min_exec_k`` until the action
+starts (§4.3: the *minimum* execution time), ``exec_start_k + min_exec_k`` once it started, and
+``exec_end_k`` once done. A task COMPLETEs when its generation has finished and every dispatched
+segment is DONE; its completion time is the last action's end.
+
+The planner is clock-agnostic: ``clock()`` (default: the engine's) gives "now". Events go to ``sink``
+(:class:`TraceEvent`) and state changes to ``on_state(task_id, state, reason)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from timely_llm_ros.core import events as ev
+from timely_llm_ros.core.exectime import ExecTimeModel, load_exec_time_model
+from timely_llm_ros.core.generation import Dispatch, Generation, Segment, TaskRecord, estimated_action_end
+from timely_llm_ros.core.intake import Intake
+from timely_llm_ros.core.scheduler import Policy, Scheduler
+from timely_llm_ros.core.skills import SkillParseError
+from timely_llm_ros.core.task import TaskRejected, TaskSpec
+from timely_llm_ros.engines.base import Engine, EngineError, EngineOutOfMemory, TokenOut
+
+
+class PlannerCore:
+    """Segmented generation + scheduling over one :class:`Engine` (see module docstring)."""
+
+    def __init__(self, engine: Engine, policy: str | Policy = "timely", *,
+                 clock: Callable[[], float] | None = None,
+                 dispatch: Callable[[Dispatch], None] | None = None,
+                 sink: Callable[[ev.TraceEvent], None] | None = None,
+                 on_state: Callable[[str, str, str], None] | None = None,
+                 exec_model: ExecTimeModel | None = None,
+                 network_latency: float = 0.008) -> None:
+        if not (isinstance(network_latency, (int, float)) and math.isfinite(network_latency)
+                and network_latency >= 0):
+            raise ValueError(f"network_latency must be a finite number >= 0, got {network_latency!r}")
+        self.engine = engine
+        self.scheduler = Scheduler(policy)
+        self.policy = self.scheduler.policy
+        self.clock = clock or engine.now
+        self._dispatch = dispatch
+        self._sink = sink
+        self._on_state = on_state
+        self.exec_model = exec_model or load_exec_time_model()
+        self.net = float(network_latency)
+        self.records: list[TaskRecord] = []
+        self._tasks: dict[str, Generation] = {}
+        self._running: dict[int, Generation] = {}
+        self.intake = Intake(engine)
+        self._next_id = 0
+        self._use_checker = self.policy.stream
+
+    # -- events ---------------------------------------------------------------------------------
+    def _emit(self, t: float, kind: str, rec: TaskRecord, seg: int = -1, detail: str = "",
+              value: float = 0.0) -> None:
+        if self._sink is not None:
+            self._sink(ev.TraceEvent(t, kind, rec.task_id, rec.agent_id, seg, value, detail))
+
+    def _state(self, rec: TaskRecord, state: str, reason: str = "") -> None:
+        rec.state = state
+        if reason:
+            rec.reason = reason
+        if self._on_state is not None:
+            self._on_state(rec.task_id, state, reason)
+
+    # -- submission -----------------------------------------------------------------------------
+    def submit(self, spec: TaskSpec) -> TaskRecord:
+        """Validate and queue a task; raises :class:`TaskRejected` (after a REJECT event) if invalid."""
+        t = self.clock()
+        rec = TaskRecord.from_spec(spec) if isinstance(spec, TaskSpec) else None
+        if rec is None:
+            raise TaskRejected(f"expected a TaskSpec, got {type(spec).__name__}")
+        self._emit(t, ev.ARRIVAL, rec)
+        try:
+            gen = self._prepare(spec, rec)
+        except TaskRejected as exc:
+            self.records.append(rec)
+            rec.terminal_time = t
+            self._state(rec, ev.REJECTED, exc.reason)
+            self._emit(t, ev.REJECT, rec, detail=exc.reason)
+            raise
+        self.records.append(rec)
+        self._tasks[spec.task_id] = gen
+        self._state(rec, ev.ACCEPTED)
+        self._emit(t, ev.ADMIT, rec)
+        self._state(rec, ev.QUEUED)
+        self.scheduler.push(gen)
+        return rec
+
+    def _prepare(self, spec: TaskSpec, rec: TaskRecord) -> Generation:
+        if not isinstance(spec.task_id, str) or not spec.task_id.strip():
+            raise TaskRejected("task_id is empty")
+        if spec.task_id in self._tasks:
+            raise TaskRejected(f"duplicate task_id {spec.task_id!r}")
+        prep = self.intake.prepare(spec)
+        gen = Generation(self._next_id, spec, rec, prep.skill_set, self.net)
+        self._next_id += 1
+        gen.robot_type = prep.skill_set.robot_type
+        gen.prompt_ids = prep.prompt_ids
+        gen.prefix_len = prep.prefix_len
+        gen.script = prep.script
+        gen.max_tokens = prep.max_tokens
+        # KV tokens the admission takes: the private prompt part plus room for one segment
+        gen.mem_need = len(prep.prompt_ids) - prep.prefix_len + gen.max_seg_tokens
+        gen.checker = prep.skill_set.new_checker() if self._use_checker else None
+        return gen
+
+    # -- the loop -------------------------------------------------------------------------------
+    def has_work(self) -> bool:
+        """True while a generation is queued or running."""
+        return bool(self._running) or len(self.scheduler) > 0
+
+    def step(self) -> bool:
+        """One scheduling point + one engine iteration; False if nothing could run."""
+        t = self.clock()
+        picked = self.scheduler.select(t, list(self._running.values()), self.engine.speed(),
+                                       self.engine.memory().free)
+        for gen in picked:
+            try:
+                self._start(gen, t)
+            except EngineError as exc:  # a real engine refused the sequence: that task fails, not all
+                self._fail(gen, t, f"engine refused the generation: {exc}")
+        if not self._running:
+            return bool(picked)
+        try:
+            outs = self.engine.step()
+        except EngineOutOfMemory as exc:
+            # The admission check keeps room for every running generation's next segment, so this
+            # needs a profile/engine whose memory is nearly full; shed the newest generation, keep going.
+            newest = max(self._running.values(), key=lambda g: g.gen_id)
+            self._fail(newest, self.clock(), f"engine KV memory exhausted: {exc}")
+            return True
+        except EngineError as exc:
+            for gen in list(self._running.values()):
+                self._fail(gen, self.clock(), f"engine error: {exc}")
+            return True
+        for out in outs:
+            self._token(out)
+        return True
+
+    def _start(self, gen: Generation, t: float) -> None:
+        rec = gen.record
+        if gen.context is None:
+            self.engine.admit(gen.gen_id, gen.prompt_ids, max_tokens=gen.max_tokens,
+                              prefix_key=gen.skill_set.name, prefix_len=gen.prefix_len, script=gen.script)
+            rec.first_admit = t
+            self._emit(t, ev.GEN_START, rec, gen.k)
+        else:
+            self.engine.resume(gen.gen_id, gen.context, max_tokens=gen.max_tokens)
+            gen.context = None
+            self._emit(t, ev.GEN_START, rec, gen.k)
+            self._emit(t, ev.RESUME, rec, gen.k)
+        gen.seg_tokens = 0
+        gen.seg_start = t
+        gen.state = ev.GENERATING
+        self._state(rec, ev.GENERATING)
+        self._running[gen.gen_id] = gen
+
+    def _token(self, out: TokenOut) -> None:
+        gen = self._running.get(out.gen_id)
+        if gen is None:
+            return
+        gen.seg_tokens += 1
+        gen.record.n_tokens += 1
+        if out.text:
+            gen.text.append(out.text)
+            chk = gen.checker
+            if chk is not None and chk.feed(out.text):
+                parts = [chk.cut()]
+                while chk.ready:
+                    parts.append(chk.cut())
+                self._segment("".join(parts), gen, out.t, last=out.finished)
+        if out.finished and not gen.finished:
+            self._finish(gen, out)
+
+    def _segment(self, text: str, gen: Generation, t: float, last: bool) -> None:
+        """An executable segment is complete: parse, suspend (segmented), dispatch, re-queue."""
+        try:
+            calls = gen.skill_set.parse(text)
+        except SkillParseError as exc:
+            self._fail(gen, t, f"segment {len(gen.record.segments)} does not parse: {exc}")
+            return
+        if not calls:
+            return
+        if not self._dispatch_segment(gen, text, calls, t):
+            return
+        if self.policy.segmented and not last:
+            ctx = self.engine.suspend(gen.gen_id, resume_hint=gen.ref)
+            del self._running[gen.gen_id]
+            gen.context = ctx
+            # resuming moves the private KV (prompt suffix + generated) back among the running ones
+            gen.mem_need = len(ctx.token_ids) - gen.prefix_len + gen.max_seg_tokens
+            gen.state = ev.SUSPENDED
+            gen.record.n_suspensions += 1
+            self._state(gen.record, ev.SUSPENDED)
+            self._emit(t, ev.GEN_STOP, gen.record, gen.k - 1, "segment", gen.seg_tokens)
+            self._emit(t, ev.SUSPEND, gen.record, gen.k)
+            self.scheduler.push(gen)
+        else:
+            gen.seg_tokens = 0
+            gen.seg_start = t
+
+    def _dispatch_segment(self, gen: Generation, text: str, calls: list, t: float) -> bool:
+        rec = gen.record
+        idx = len(rec.segments)
+        try:
+            est = self.exec_model.estimate(gen.robot_type, calls)
+        except (ValueError, KeyError) as exc:
+            self._fail(gen, t, f"segment {idx} cannot be timed: {exc}")
+            return False
+        seg = Segment(idx=idx, text=text, skills=tuple(c.name for c in calls), n_tokens=gen.seg_tokens,
+                      gen_start=gen.seg_start, gen_end=t, dispatch=t, min_exec=est.minimum,
+                      expected_exec=est.expected, calls=tuple(calls))
+        rec.segments.append(seg)
+        gen.dispatched += 1
+        gen.k = idx + 1
+        gen.ert_k = 0.0
+        gen.ref = estimated_action_end(rec, self.net)
+        self._emit(t, ev.SEGMENT_READY, rec, idx, text)
+        self._emit(t, ev.DISPATCH, rec, idx, value=est.minimum)
+        if self._dispatch is not None:
+            self._dispatch(Dispatch(rec.task_id, rec.agent_id, gen.robot_type, idx, text, tuple(calls), t,
+                                    est.minimum, est.expected))
+        return True
+
+    def _finish(self, gen: Generation, out: TokenOut) -> None:
+        rec = gen.record
+        t = out.t
+        gen.finished = True
+        self._running.pop(gen.gen_id, None)
+        self.engine.release(gen.gen_id)
+        rec.gen_end = t
+        self._emit(t, ev.GEN_STOP, rec, len(rec.segments), out.reason, gen.seg_tokens)
+        if rec.state == ev.FAILED:
+            return
+        tail = "".join(gen.text) if gen.checker is None else gen.checker.finish()
+        if tail.strip():
+            try:
+                calls = gen.skill_set.parse(tail)
+            except SkillParseError as exc:
+                self._fail(gen, t, f"segment {len(rec.segments)} does not parse: {exc}")
+                return
+            if calls and not self._dispatch_segment(gen, tail, calls, t):
+                return
+        if not rec.segments:
+            self._fail(gen, t, "the plan holds no executable skill")
+            return
+        rec.segments[-1].final = True
+        self._maybe_complete(gen, t)
+
+    def _maybe_complete(self, gen: Generation, t: float) -> None:
+        rec = gen.record
+        if gen.finished and rec.state not in ev.TERMINAL_STATES and gen.done_segments == len(rec.segments):
+            rec.completion_time_abs = rec.segments[-1].exec_end
+            rec.terminal_time = t
+            self._state(rec, ev.COMPLETED)
+            self._emit(t, ev.COMPLETE, rec, len(rec.segments) - 1, value=rec.utility)
+
+    def _fail(self, gen: Generation, t: float, reason: str) -> None:
+        rec = gen.record
+        if rec.state in ev.TERMINAL_STATES:
+            return
+        gen.finished = True
+        self.scheduler.remove(gen)
+        if self._running.pop(gen.gen_id, None) is not None or gen.context is not None:
+            self.engine.release(gen.gen_id)
+            gen.context = None
+        rec.terminal_time = t
+        self._state(rec, ev.FAILED, reason)
+        self._emit(t, ev.FAIL, rec, detail=reason)
+
+    # -- robot feedback -------------------------------------------------------------------------
+    def on_feedback(self, task_id: str, seg: int, state: str, t: float, reason: str = "") -> bool:
+        """Robot feedback for segment ``seg`` of ``task_id``; False (ignored) if unknown."""
+        gen = self._tasks.get(task_id)
+        if gen is None or not 0 <= seg < len(gen.record.segments):
+            return False
+        rec = gen.record
+        s = rec.segments[seg]
+        if state == ev.STARTED:
+            s.exec_start = t
+            self._emit(t, ev.EXEC_START, rec, seg, value=t - rec.arrival if seg == 0 else 0.0)
+        elif state == ev.DONE:
+            if math.isnan(s.exec_start):
+                s.exec_start = t
+            s.exec_end = t
+            gen.done_segments += 1
+            self._emit(t, ev.EXEC_END, rec, seg)
+        elif state == ev.FEEDBACK_FAILED:
+            self._fail(gen, t, reason or f"robot failed to execute segment {seg}")
+            return True
+        else:
+            raise ValueError(f"unknown feedback state {state!r}; expected one of {ev.FEEDBACK_STATES}")
+        if not gen.finished:
+            gen.ref = estimated_action_end(rec, self.net)
+            self.scheduler.update(gen)
+        self._maybe_complete(gen, t)
+        return True
+
+    def abort_all(self, reason: str) -> None:
+        """Fail every task still queued or running (e.g. the engine stopped)."""
+        t = self.clock()
+        for gen in list(self._tasks.values()):
+            if not gen.finished:
+                self._fail(gen, t, reason)

@@ -1,0 +1,264 @@
+"""Priority queue of initial and suspended generations, admission strategies and the policies.
+
+Policies (``name`` or ``name@bN`` for a fixed maximum batch N; default N = 8, the reference model's):
+
+==============  =========  ==================================  ======================================
+policy          segmented  priority (recomputed every fetch)   admission besides batch + KV memory
+==============  =========  ==================================  ======================================
+timely-paper    yes        PUD, Eq. 4 (:mod:`.priority`)       §4.4 latency-guided check
+timely          yes        same as timely-paper for now (issue 8 replaces its strategies)
+fcfs-seg        yes        arrival (fixed)                     none
+edf-seg         yes        arrival + ERT (fixed)               none
+vllm            no         arrival                             none; whole plan dispatched at the end
+vllm-stream     no         arrival                             none; each statement dispatched at once
+==============  =========  ==================================  ======================================
+
+**§4.4 latency-guided admission as implemented** (:class:`LatencyGuidedAdmission`): before each
+admission, among the running generations (those admitted earlier in the same decision included)
+take the most urgent one ``r*`` = the one with the smallest slack ``L_r = D_r − t``, where
+``D_r = ref + ERT_k − net`` is the latest end of its current segment's generation. Its worst-case
+remaining generation time is ``WCET = max(0, M − n) / v`` with ``M`` the skill set's maximum segment
+length, ``n`` the tokens it generated in its current segment and ``v`` the engine's measured
+per-sequence decode speed (:meth:`Engine.speed`, pure decode steps only). Admit only if
+``WCET ≤ L_r``. With no generation running, or no speed measured yet, the check passes (the paper's
+"lag for one generation": the effect of an admission is measured, not predicted). Read literally this
+refuses admissions while any running generation is already late (``L_r ≤ 0``) — pitfall 1 of
+``shared/notes/scheduling-pitfalls.md``; ``timely-paper`` keeps it.
+
+Every policy also needs a free batch slot and ``mem_need ≤`` free KV memory (suspended contexts
+are evictable); a candidate that fails any check blocks the ones behind it (no overtaking), as in
+vLLM's FCFS waiting queue. There is no mid-segment preemption. Priorities are recomputed at every
+scheduling point (before every engine iteration); the clock does not move within one decision, so
+that one recomputation ranks every admission of the step.
+
+Strategies are small objects (:class:`~.priority.PriorityStrategy`, :class:`Admission`); a new
+policy is a pair of them registered with :func:`register_policy`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from timely_llm_ros.core.generation import Generation
+from timely_llm_ros.core.priority import (
+    EDFPriority,
+    FCFSPriority,
+    PriorityStrategy,
+    PUDPriority,
+    QueueColumns,
+)
+
+DEFAULT_MAX_BATCH = 8
+NUMPY_THRESHOLD = 48  # queues at least this long are scored with numpy
+
+
+class UnknownPolicy(ValueError):
+    """Policy name that is not registered (message lists the known ones)."""
+
+
+class Admission:
+    """Extra admission check (batch size and memory are checked by the scheduler itself)."""
+
+    name = "none"
+
+    def allow(self, t: float, cand: Generation, running: list[Generation], speed: float | None) -> bool:
+        return True
+
+
+class LatencyGuidedAdmission(Admission):
+    """Paper §4.4 (see module docstring for the exact rule)."""
+
+    name = "latency-guided"
+
+    def allow(self, t: float, cand: Generation, running: list[Generation], speed: float | None) -> bool:
+        if not running or speed is None or not speed > 0:
+            return True
+        urgent = running[0]
+        best = urgent.ref + urgent.ert_k - urgent.net
+        for g in running:
+            d = g.ref + g.ert_k - g.net
+            if d < best:
+                best, urgent = d, g
+        remaining = urgent.max_seg_tokens - urgent.seg_tokens
+        wcet = remaining / speed if remaining > 0 else 0.0
+        return wcet <= best - t
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A scheduling policy: what is segmented, how it is ranked, how admission is gated."""
+
+    name: str
+    base: str
+    segmented: bool  # suspend after every executable segment
+    stream: bool  # dispatch each executable segment as soon as it appears (else the whole plan at EOS)
+    priority: PriorityStrategy
+    admission: Admission
+    max_batch: int = DEFAULT_MAX_BATCH
+
+
+def _timely() -> tuple[PriorityStrategy, Admission]:
+    return PUDPriority(), LatencyGuidedAdmission()
+
+
+_REGISTRY: dict[str, tuple[bool, bool, Callable[[], tuple[PriorityStrategy, Admission]]]] = {
+    # name: (segmented, stream, strategies factory)
+    "timely-paper": (True, True, _timely),
+    "timely": (True, True, _timely),
+    "fcfs-seg": (True, True, lambda: (FCFSPriority(), Admission())),
+    "edf-seg": (True, True, lambda: (EDFPriority(), Admission())),
+    "vllm": (False, False, lambda: (FCFSPriority(), Admission())),
+    "vllm-stream": (False, True, lambda: (FCFSPriority(), Admission())),
+}
+
+
+def register_policy(name: str, segmented: bool, stream: bool,
+                    strategies: Callable[[], tuple[PriorityStrategy, Admission]]) -> None:
+    """Add (or replace) a policy: ``strategies()`` returns fresh (priority, admission) objects.
+
+    This is how variants plug in (issue 8: a robust ``timely``, ablations) without touching the
+    scheduler itself."""
+    if not _SPEC.match(name) or "@" in name:
+        raise ValueError(f"policy name {name!r} must be lower-case letters, digits and '-'")
+    _REGISTRY[name] = (segmented, stream, strategies)
+
+
+def policy_names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+POLICY_NAMES = tuple(_REGISTRY)  # the built-in ones
+_SPEC = re.compile(r"^([a-z][a-z0-9-]*)(?:@b(\d+))?$")
+
+
+def parse_policy(spec: str | Policy) -> Policy:
+    """``"timely"``, ``"edf-seg@b4"`` ... → :class:`Policy`."""
+    if isinstance(spec, Policy):
+        return spec
+    m = _SPEC.match(spec.strip()) if isinstance(spec, str) else None
+    if not m or m.group(1) not in _REGISTRY:
+        raise UnknownPolicy(f"unknown policy {spec!r}; known: {', '.join(policy_names())} "
+                            "(optionally @bN, e.g. timely@b4)")
+    base = m.group(1)
+    batch = int(m.group(2)) if m.group(2) else DEFAULT_MAX_BATCH
+    if batch < 1:
+        raise UnknownPolicy(f"{spec!r}: max batch must be >= 1")
+    segmented, stream, make = _REGISTRY[base]
+    prio, adm = make()
+    return Policy(name=spec.strip(), base=base, segmented=segmented, stream=stream, priority=prio,
+                  admission=adm, max_batch=batch)
+
+
+class Scheduler:
+    """Priority queue of generations plus the admission decision of one engine step."""
+
+    def __init__(self, policy: str | Policy) -> None:
+        self.policy = parse_policy(policy)
+        self._prio = self.policy.priority
+        self._adm = self.policy.admission
+        self._q = QueueColumns()
+        self._gens: list[Generation] = []
+        self.decisions = 0
+
+    def __len__(self) -> int:
+        return self._q.n
+
+    def __contains__(self, gen: Generation) -> bool:
+        return 0 <= gen.slot < self._q.n and self._gens[gen.slot] is gen
+
+    def _values(self, gen: Generation) -> tuple[float, ...]:
+        if not gen.g > 0:
+            raise ValueError(f"generation {gen.gen_id}: segment generation estimate G must be > 0, "
+                             f"got {gen.g}")
+        return (gen.ref, gen.ert_k, gen.alpha, gen.beta, gen.g, gen.net, gen.fixed_key, float(gen.seq))
+
+    def push(self, gen: Generation) -> None:
+        """Queue an initial or suspended generation (its fields say which segment comes next)."""
+        if gen in self:
+            raise ValueError(f"generation {gen.gen_id} is already queued")
+        gen.fixed_key = self._prio.fixed_key(gen.record.arrival, gen.ert)
+        gen.slot = self._q.append(self._values(gen))
+        self._gens.append(gen)
+
+    def update(self, gen: Generation) -> None:
+        """Re-read a queued generation's fields (e.g. after robot feedback moved ``ref``)."""
+        if gen in self:
+            self._q.set(gen.slot, self._values(gen))
+
+    def remove(self, gen: Generation) -> None:
+        if gen not in self:
+            return
+        slot = gen.slot
+        moved = self._q.remove(slot)
+        last = self._gens.pop()
+        if moved >= 0:
+            self._gens[slot] = last
+            last.slot = slot
+        gen.slot = -1
+
+    def scores(self, t: float) -> list[float] | np.ndarray:
+        """Priorities of all queued generations at time ``t`` (slot order)."""
+        q = self._q
+        if q.n >= NUMPY_THRESHOLD:
+            return self._prio.scores_np(t, q.arrs, q.n)
+        return self._prio.scores_py(t, q.cols, q.n)
+
+    def _best(self, s, excluded: set[int]) -> int:
+        """Slot with the highest score (ties: earliest submission), skipping ``excluded`` slots."""
+        seq = self._q.cols["seq"]
+        if isinstance(s, np.ndarray):
+            if excluded:
+                s = s.copy()
+                s[list(excluded)] = -np.inf
+            m = s.max()
+            ties = np.flatnonzero(s == m)
+            if len(ties) == 1:
+                return int(ties[0])
+            return min((int(i) for i in ties), key=seq.__getitem__)
+        best = -1
+        bs = 0.0
+        for i, v in enumerate(s):
+            if i in excluded:
+                continue
+            if best < 0 or v > bs or (v == bs and seq[i] < seq[best]):
+                best, bs = i, v
+        return best
+
+    def pop_best(self, t: float) -> Generation | None:
+        """One scheduling decision: recompute all priorities, remove and return the best (benchmark)."""
+        if not self._q.n:
+            return None
+        slot = self._best(self.scores(t), set())
+        gen = self._gens[slot]
+        self.remove(gen)
+        self.decisions += 1
+        return gen
+
+    def select(self, t: float, running: list[Generation], speed: float | None,
+               mem_free: int) -> list[Generation]:
+        """Generations to admit or resume before the next engine step (removed from the queue)."""
+        free = self.policy.max_batch - len(running)
+        if free <= 0 or not self._q.n:
+            return []
+        s = self.scores(t)
+        self.decisions += 1
+        picked: list[Generation] = []
+        taken: set[int] = set()
+        active = list(running)
+        while free > 0 and len(taken) < self._q.n:
+            slot = self._best(s, taken)
+            cand = self._gens[slot]
+            if cand.mem_need > mem_free or not self._adm.allow(t, cand, active, speed):
+                break
+            taken.add(slot)
+            picked.append(cand)
+            active.append(cand)
+            mem_free -= cand.mem_need
+            free -= 1
+        for gen in picked:
+            self.remove(gen)
+        return picked

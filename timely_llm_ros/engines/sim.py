@@ -1,0 +1,312 @@
+"""Simulated multi-sequence engine on a virtual clock (no sleeping, fully deterministic).
+
+Timing follows an :class:`~timely_llm_ros.core.profile.EngineProfile`. One :meth:`SimEngine.step`:
+
+1. makes room: if the running generations (+1 token each), the pinned prefix cache and the
+   suspended contexts still on the device exceed the KV capacity, suspended contexts are evicted
+   one by one — swapped to host memory (priced at device→host bandwidth) while the host budget
+   lasts, else discarded. Victim: ``eviction: furthest`` picks the context whose ``resume_hint``
+   (expected resumption time given at :meth:`suspend`) lies furthest ahead — Belady's rule, in the
+   spirit of LAMPS (paper 003) swapping requests that pause for long external calls; contexts without
+   a hint come after hinted ones, least recently suspended first. ``eviction: lru`` ignores hints.
+2. prices the iteration as up to two forward passes plus transfers:
+   * one batched prefill pass ``c + Σ (a·N_i² + b·N_i)`` over new admissions (N_i = prompt tokens
+     not covered by the shared-prefix cache; the first generation with a given ``prefix_key``
+     prefills the whole prompt and pins the prefix) and over resumed contexts that were discarded
+     (re-prefill of their private tokens — prompt suffix + generated — with the prefix cached). The
+     constant ``c`` is paid once per pass, not per sequence (:meth:`EngineProfile.prefill_batch_time`);
+     the prefill yields each of these sequences' next token (paper Table 1: token 0 costs the prefill);
+   * one decode pass ``q + p·ΣN_kv + r·B`` over the B sequences that already had their last token's
+     KV pending (running ones and resumptions from device or host memory). Prefill and decode are
+     separate passes (as in HF Transformers, paper Table 1); an engine with chunked prefill that
+     fuses them is modelled conservatively;
+   * host→device transfers of swapped-out contexts being resumed, and device→host transfers of
+     contexts evicted to make room.
+3. advances the clock by that time and emits one token per running generation: the next id of its
+   script, then EOS; ``finished`` at EOS or when ``max_tokens`` generated ids are reached.
+
+Only steps without prefill, restore or swap count for :meth:`speed` (:class:`SpeedMeter`).
+The shared prefix cache is never evicted (a deployment has a handful of skill sets).
+"""
+
+from __future__ import annotations
+
+import math
+
+from timely_llm_ros.core.profile import EngineProfile, load_profile
+from timely_llm_ros.core.tokenizer import EOS_ID, SimTokenizer
+from timely_llm_ros.engines.base import (
+    Context,
+    Engine,
+    EngineError,
+    EngineInfo,
+    EngineOutOfMemory,
+    MemoryInfo,
+    SpeedMeter,
+    TokenOut,
+)
+
+# Sequence states
+_PENDING_ADMIT, _RUNNING, _PENDING_RESUME, _SUSPENDED, _FINISHED = range(5)
+_DEVICE, _HOST, _DISCARDED = "device", "host", "discarded"
+
+
+class _Seq:
+    __slots__ = ("gen_id", "ids", "n_prompt", "prefix_key", "prefix_len", "script", "max_tokens",
+                 "n_gen", "state", "location", "private", "suspended_at", "hint", "order")
+
+    def __init__(self, gen_id: int, ids: list[int], prefix_key: str | None, prefix_len: int,
+                 script: list[int], max_tokens: int, order: int) -> None:
+        self.gen_id = gen_id
+        self.ids = ids  # prompt + generated ids
+        self.n_prompt = len(ids)
+        self.prefix_key = prefix_key
+        self.prefix_len = prefix_len
+        self.script = script
+        self.max_tokens = max_tokens
+        self.n_gen = 0
+        self.state = _PENDING_ADMIT
+        self.location = _DEVICE
+        self.private = 0  # KV tokens this sequence holds outside the shared prefix
+        self.suspended_at = 0.0
+        self.hint: float | None = None
+        self.order = order
+
+
+class SimEngine(Engine):
+    """Deterministic simulated engine; see the module docstring for the timing model."""
+
+    needs_script = True
+
+    def __init__(self, profile: EngineProfile | str = "llama3-8b-fp16-rtx4090",
+                 tokenizer: SimTokenizer | None = None, start_time: float = 0.0) -> None:
+        self.profile = load_profile(profile) if isinstance(profile, str) else profile
+        self.tokenizer = tokenizer or SimTokenizer()
+        self.info = EngineInfo(name=f"sim:{self.profile.name}", context_limit=self.profile.context_limit,
+                               eos_id=EOS_ID)
+        self._now = float(start_time)
+        self._seqs: dict[int, _Seq] = {}
+        self._active: dict[int, _Seq] = {}  # pending admissions/resumes + running, in admission order
+        self._prefix: dict[str, int] = {}  # prefix key -> cached length
+        self._prefix_tokens = 0
+        self._mem_running = 0
+        self._mem_susp_dev = 0
+        self._mem_host = 0
+        self._order = 0
+        self._meter = SpeedMeter(self.profile.speed_window)
+        self.stats = {"steps": 0, "prefill_tokens": 0, "swap_out": 0, "swap_in": 0, "discard": 0,
+                      "reprefill": 0, "busy_time": 0.0}
+
+    # -- Engine API -----------------------------------------------------------------------------
+    def tokenize(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text)
+
+    def now(self) -> float:
+        return self._now
+
+    def advance_to(self, t: float) -> None:
+        """Jump the virtual clock forward (the simulator does this while the engine is idle)."""
+        if not math.isfinite(t):
+            raise EngineError(f"cannot advance the clock to {t!r}")
+        if t > self._now:
+            self._now = t
+
+    def running(self) -> int:
+        return len(self._active)
+
+    def speed(self) -> float | None:
+        return self._meter.speed()
+
+    def memory(self) -> MemoryInfo:
+        return MemoryInfo(capacity=self.profile.kv_capacity_tokens, running=self._mem_running,
+                          prefix=self._prefix_tokens, suspended_device=self._mem_susp_dev,
+                          suspended_host=self._mem_host)
+
+    def admit(self, gen_id: int, prompt_ids: list[int], *, max_tokens: int, prefix_key: str | None = None,
+              prefix_len: int = 0, script: list[int] | None = None) -> None:
+        if gen_id in self._seqs:
+            raise EngineError(f"generation {gen_id} already admitted")
+        if not prompt_ids:
+            raise EngineError("empty prompt")
+        if len(prompt_ids) >= self.profile.context_limit:
+            raise EngineError(f"prompt of {len(prompt_ids)} tokens does not fit the context "
+                              f"({self.profile.context_limit})")
+        if max_tokens <= 0:
+            raise EngineError("max_tokens must be positive")
+        if not 0 <= prefix_len <= len(prompt_ids):
+            raise EngineError("prefix_len outside the prompt")
+        if prefix_key is None:
+            prefix_len = 0
+        self._order += 1
+        seq = _Seq(gen_id, list(prompt_ids), prefix_key, prefix_len, list(script or ()), max_tokens,
+                   self._order)
+        self._seqs[gen_id] = seq
+        self._active[gen_id] = seq
+
+    def resume(self, gen_id: int, context: Context, *, max_tokens: int) -> None:
+        seq = self._get(gen_id)
+        if seq.state != _SUSPENDED:
+            raise EngineError(f"generation {gen_id} is not suspended")
+        if len(context.token_ids) != len(seq.ids) or context.n_prompt != seq.n_prompt or (
+                context.token_ids and context.token_ids[-1] != seq.ids[-1]):
+            raise EngineError(f"context of generation {gen_id} does not match the engine's copy")
+        seq.max_tokens = max_tokens
+        seq.state = _PENDING_RESUME
+        self._active[gen_id] = seq
+
+    def suspend(self, gen_id: int, resume_hint: float | None = None) -> Context:
+        seq = self._get(gen_id)
+        if seq.state != _RUNNING:
+            raise EngineError(f"generation {gen_id} is not running (cannot suspend)")
+        del self._active[gen_id]
+        seq.state = _SUSPENDED
+        seq.location = _DEVICE
+        seq.suspended_at = self._now
+        seq.hint = resume_hint
+        self._mem_running -= seq.private
+        self._mem_susp_dev += seq.private
+        return Context(gen_id=gen_id, token_ids=list(seq.ids), n_prompt=seq.n_prompt, kv=gen_id,
+                       location=_DEVICE)
+
+    def release(self, gen_id: int) -> None:
+        seq = self._seqs.pop(gen_id, None)
+        if seq is None:
+            return
+        self._active.pop(gen_id, None)
+        if seq.state == _RUNNING:
+            self._mem_running -= seq.private
+        elif seq.state in (_SUSPENDED, _PENDING_RESUME):
+            if seq.location == _DEVICE:
+                self._mem_susp_dev -= seq.private
+            elif seq.location == _HOST:
+                self._mem_host -= seq.private
+        seq.state = _FINISHED
+
+    def step(self) -> list[TokenOut]:
+        if not self._active:
+            return []
+        prof = self.profile
+        # 1. memory after this step: running + admissions + resumptions + one new token each
+        need = self._mem_running + len(self._active) + self._prefix_tokens
+        susp_dev = self._mem_susp_dev
+        new_prefix: set[str] = set()
+        for seq in self._active.values():
+            if seq.state == _PENDING_ADMIT:
+                key = seq.prefix_key
+                cached = key is not None and (key in self._prefix or key in new_prefix)
+                need += seq.n_prompt - seq.prefix_len if cached else seq.n_prompt
+                if key is not None and not cached and seq.prefix_len > 0:
+                    new_prefix.add(key)
+            elif seq.state == _PENDING_RESUME:
+                need += seq.private
+                if seq.location == _DEVICE:
+                    susp_dev -= seq.private
+        dt = self._make_room(need, susp_dev)
+        pure = dt == 0.0
+        # 2. price the iteration
+        decode_b = 0
+        decode_kv = 0
+        prefill_ns: list[int] = []
+        for seq in self._active.values():
+            st = seq.state
+            if st == _RUNNING:
+                decode_b += 1
+                decode_kv += len(seq.ids)
+                continue
+            if st == _PENDING_ADMIT or seq.location != _DEVICE:
+                pure = False
+            if st == _PENDING_ADMIT:
+                key = seq.prefix_key
+                if key is not None and key in self._prefix:
+                    n = seq.n_prompt - seq.prefix_len
+                else:
+                    n = seq.n_prompt
+                    if key is not None and seq.prefix_len > 0:
+                        self._prefix[key] = seq.prefix_len
+                        self._prefix_tokens += seq.prefix_len
+                seq.private = seq.n_prompt - seq.prefix_len
+                prefill_ns.append(n)
+                self.stats["prefill_tokens"] += n
+            elif seq.location == _DEVICE:  # resumed from device memory: free, joins the decode batch
+                self._mem_susp_dev -= seq.private
+                decode_b += 1
+                decode_kv += len(seq.ids)
+            elif seq.location == _HOST:  # restore from host, then decode
+                self._mem_host -= seq.private
+                dt += prof.swap_in_time(seq.private)
+                self.stats["swap_in"] += 1
+                decode_b += 1
+                decode_kv += len(seq.ids)
+            else:  # discarded: re-prefill the private tokens (the shared prefix is still cached)
+                prefill_ns.append(seq.private)
+                self.stats["reprefill"] += 1
+                self.stats["prefill_tokens"] += seq.private
+            self._mem_running += seq.private
+            seq.location = _DEVICE
+            seq.state = _RUNNING
+        dt += prof.prefill_batch_time(prefill_ns) + prof.decode_time(decode_b, decode_kv)
+        self._now += dt
+        self.stats["steps"] += 1
+        self.stats["busy_time"] += dt
+        self._meter.record(dt, pure)
+        now = self._now
+        text_of = self.tokenizer.token_text
+        out: list[TokenOut] = []
+        done: list[int] = []
+        for seq in self._active.values():
+            k = seq.n_gen
+            tok = seq.script[k] if k < len(seq.script) else EOS_ID
+            seq.ids.append(tok)
+            seq.n_gen = k + 1
+            seq.private += 1
+            self._mem_running += 1
+            if tok == EOS_ID:
+                out.append(TokenOut(seq.gen_id, tok, "", now, True, "eos"))
+                done.append(seq.gen_id)
+            elif seq.n_gen >= seq.max_tokens:
+                out.append(TokenOut(seq.gen_id, tok, text_of(tok), now, True, "length"))
+                done.append(seq.gen_id)
+            else:
+                out.append(TokenOut(seq.gen_id, tok, text_of(tok), now, False))
+        for gid in done:  # a finished sequence stops running and frees its KV
+            seq = self._active.pop(gid)
+            self._mem_running -= seq.private
+            seq.private = 0
+            seq.state = _FINISHED
+        return out
+
+    # -- internals ------------------------------------------------------------------------------
+    def _get(self, gen_id: int) -> _Seq:
+        try:
+            return self._seqs[gen_id]
+        except KeyError:
+            raise EngineError(f"unknown generation {gen_id}") from None
+
+    def _make_room(self, need_running: int, susp_dev: int) -> float:
+        """Evict suspended contexts until running + prefix + suspended fit; return the swap time."""
+        cap = self.profile.kv_capacity_tokens
+        if need_running > cap:
+            raise EngineOutOfMemory(f"running generations need {need_running} KV tokens, capacity {cap}")
+        if need_running + susp_dev <= cap:
+            return 0.0
+        victims = [s for s in self._seqs.values() if s.state == _SUSPENDED and s.location == _DEVICE]
+        if self.profile.eviction == "furthest":
+            victims.sort(key=lambda s: (s.hint is None, -(s.hint or 0.0), s.suspended_at, s.order))
+        else:
+            victims.sort(key=lambda s: (s.suspended_at, s.order))
+        dt = 0.0
+        host_cap = self.profile.host_kv_capacity_tokens
+        for seq in victims:
+            if need_running + susp_dev <= cap:
+                break
+            susp_dev -= seq.private
+            self._mem_susp_dev -= seq.private
+            if self._mem_host + seq.private <= host_cap:
+                seq.location = _HOST
+                self._mem_host += seq.private
+                dt += self.profile.swap_out_time(seq.private)
+                self.stats["swap_out"] += 1
+            else:
+                seq.location = _DISCARDED
+                self.stats["discard"] += 1
+        return dt
