@@ -1,0 +1,105 @@
+"""Test-wide set-up: import the SOURCE tree, and keep every ROS 2 process on loopback.
+
+Imports: the repository root goes first on ``sys.path`` (and ``PYTHONPATH`` for subprocesses), so
+tests exercise the working tree, not a stale installed copy. The generated ``timely_llm_ros.msg``
+/ ``.srv`` modules exist only in the install prefix (the venv, built by ``make``);
+``timely_llm_ros/__init__.py`` extends the package ``__path__`` over every ``timely_llm_ros``
+directory on ``sys.path``, so both halves import as one package.
+
+DDS: set before any test (and inherited by every subprocess): loopback-only discovery and
+transports (config/fastdds_localhost.xml), and a random ROS_DOMAIN_ID per test session so that
+parallel runs on one machine do not see each other. ``TIMELY_TEST_DOMAIN_ID`` pins the domain.
+
+Tests marked ``ros`` need rclpy and the generated interfaces. Outside the project venv they are
+skipped with the reason; with ``TIMELY_REQUIRE_ROS=1`` (set by the Makefile, so `make test` and
+CI) they fail instead, so a broken interface build can never pass as "skipped".
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import random
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _prepend_env_path(var: str, entry: str) -> None:
+    parts = [p for p in os.environ.get(var, "").split(os.pathsep) if p and p != entry]
+    os.environ[var] = os.pathsep.join([entry, *parts])
+
+
+def _configure_environment() -> None:
+    if str(REPO_ROOT) in sys.path:
+        sys.path.remove(str(REPO_ROOT))
+    sys.path.insert(0, str(REPO_ROOT))
+    _prepend_env_path("PYTHONPATH", str(REPO_ROOT))
+
+    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+    os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] = str(REPO_ROOT / "config" / "fastdds_localhost.xml")
+    os.environ.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
+    # 1..101: the range whose Fast DDS ports stay below Linux's ephemeral ports.
+    domain = os.environ.get("TIMELY_TEST_DOMAIN_ID") or str(random.SystemRandom().randint(1, 101))
+    os.environ["ROS_DOMAIN_ID"] = domain
+    if (Path(sys.prefix) / "share" / "ament_index").is_dir():
+        _prepend_env_path("AMENT_PREFIX_PATH", sys.prefix)
+    # ROS logs of this session's nodes go to a scratch folder, not ~/.ros/log.
+    log_dir = tempfile.mkdtemp(prefix="timely-test-roslog-")
+    os.environ["ROS_LOG_DIR"] = log_dir
+    atexit.register(shutil.rmtree, log_dir, ignore_errors=True)
+
+
+_configure_environment()
+
+_ros_reason: list[str | None] = []
+
+
+def ros_unavailable_reason() -> str | None:
+    """Why the ROS tests cannot run in this interpreter (None when they can); computed once."""
+    if not _ros_reason:
+        try:
+            import rclpy  # noqa: F401
+
+            from timely_llm_ros.msg import Task  # noqa: F401
+            from timely_llm_ros.srv import EstimateExecTime  # noqa: F401
+        except ImportError as exc:
+            _ros_reason.append(
+                f"rclpy or the generated timely_llm_ros interfaces are not importable ({exc}); "
+                "run the tests with the project venv: make test")
+        else:
+            _ros_reason.append(None)
+    return _ros_reason[0]
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("ros") is None:
+        return
+    reason = ros_unavailable_reason()
+    if reason is None:
+        return
+    if os.environ.get("TIMELY_REQUIRE_ROS") == "1":
+        pytest.fail(f"TIMELY_REQUIRE_ROS=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture
+def subprocess_env() -> dict[str, str]:
+    """Environment for child processes: this session's DDS settings and source-tree imports.
+
+    It is a copy of ``os.environ``, which matters with the PyPI ROS wheels: their
+    ``ros_wheels_bootstrapper`` .pth hook re-executes each new Python once with LD_LIBRARY_PATH
+    extended and sets ``_ROS_WHEELS_BOOTSTRAP_COMPLETE``; a child that inherits that guard but
+    not the extended LD_LIBRARY_PATH cannot load rclpy. Extend this dict, never start from {}.
+    """
+    return dict(os.environ)
