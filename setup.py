@@ -51,10 +51,10 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
     install_requires=["PyYAML>=6", "numpy>=1.24"],
-    extras_require={"plot": ["matplotlib>=3.7"], "bags": ["rosbags>=0.10"], "test": ["pytest>=7"]},
+    extras_require={"plot": ["matplotlib>=3.7"], "bags": ["rosbags>=0.11"], "viz": ["PyQt5>=5.15", "python_qt_binding>=0.3.4"], "test": ["pytest>=7"]},
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
-        (f"share/{PACKAGE}", ["package.xml"]),
+        (f"share/{PACKAGE}", ["package.xml", "plugin.xml"]),
         *share_files("launch"),
         *share_files("config"),
     ],

@@ -26,8 +26,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("timely_llm_ros.bench.cli", "run the scheduling benchmarks on the simulator"),
     "profile": ("timely_llm_ros.bench.profile", "measure an LLM engine's speed and fit its profile"),
     "fleet": ("timely_llm_ros.fleet", "start simulated robots that send tasks to a running planner"),
-    "timeline": ("timely_llm_ros.bench.timeline", "plot the timeline of a recorded run (trace or bag)"),
-    "report": ("timely_llm_ros.bench.report", "write the benchmark report from recorded results"),
+    "timeline": ("timely_llm_ros.viz.timeline", "plot a recorded run's timeline from a bag (PNG, SVG or HTML)"),
+    "report": ("timely_llm_ros.viz.report", "metrics tables and bar charts of a recorded run (bag)"),
+    "rqt-timeline": ("timely_llm_ros.viz.standalone", "live timeline window (ROS 2 /trace_events, or --bag replay)"),
 }
 
 

@@ -1,0 +1,36 @@
+"""Colours and words shared by every view of a timeline (matplotlib, HTML, Qt), so they read alike.
+
+Planner-side spans use warm colours (queued, generating) and grey (suspended); robot-side spans
+blues (dispatched, executing) — the paper's Figure 6 colours generation red and execution blue.
+"""
+
+from __future__ import annotations
+
+from timely_llm_ros.lrtrace.timeline_model import DISPATCHED, EXECUTING, GENERATING, QUEUED, SUSPENDED
+
+SPAN_COLORS = {
+    QUEUED: "#f5deb3",
+    GENERATING: "#d62728",
+    SUSPENDED: "#b0b0b0",
+    DISPATCHED: "#9ecae1",
+    EXECUTING: "#1f77b4",
+}
+SPAN_LABELS = {
+    QUEUED: "queued (waiting for the engine)",
+    GENERATING: "generating a segment",
+    SUSPENDED: "suspended (tokens + KV kept)",
+    DISPATCHED: "dispatched, robot not started",
+    EXECUTING: "executing on the robot",
+}
+URGENT_BAND = "#fdecea"  # lane background of urgent tasks
+URGENT_TEXT = "#b2182b"
+ERT_COLOR = "#000000"
+MISSED_COLOR = "#e31a1c"
+ARRIVAL_COLOR = "#444444"
+FAILED_COLOR = "#6a3d9a"
+GROUP_LINE = "#999999"
+
+
+def fmt_s(value: float) -> str:
+    """Seconds for labels: 3 decimals, '-' for nan."""
+    return "-" if value != value else f"{value:.3f}"
