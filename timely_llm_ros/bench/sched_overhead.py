@@ -29,7 +29,7 @@ from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.core.tuf import NORMAL_TUF, URGENT_TUF
 
 SIZES = (1, 8, 64, 1000)
-POLICIES = ("timely-paper", "edf-seg", "fcfs-seg")
+POLICIES = ("timely", "timely-paper", "edf-seg", "fcfs-seg")
 
 
 def _queue(policy: str, n: int, rng: random.Random) -> Scheduler:

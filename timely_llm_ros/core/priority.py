@@ -107,6 +107,9 @@ class PriorityStrategy:
         """Time-independent score stored with each entry (static strategies)."""
         return 0.0
 
+    def observe(self, t: float, running: list, max_batch: int) -> None:
+        """Told the running generations and the batch cap before each decision (default: ignored)."""
+
     def scores_py(self, t: float, c: dict[str, list[float]], n: int) -> list[float]:
         return c["fixed"][:n]
 

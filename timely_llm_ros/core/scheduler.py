@@ -6,12 +6,15 @@ Policies (``name`` or ``name@bN`` for a fixed maximum batch N; default N = 8, th
 policy          segmented  priority (recomputed every fetch)   admission besides batch + KV memory
 ==============  =========  ==================================  ======================================
 timely-paper    yes        PUD, Eq. 4 (:mod:`.priority`)       §4.4 latency-guided check
-timely          yes        same as timely-paper for now (issue 8 replaces its strategies)
+timely          yes        utility accrual, segment EDF (*)    utility-guided (*)
 fcfs-seg        yes        arrival (fixed)                     none
 edf-seg         yes        arrival + ERT (fixed)               none
 vllm            no         arrival                             none; whole plan dispatched at the end
 vllm-stream     no         arrival                             none; each statement dispatched at once
 ==============  =========  ==================================  ======================================
+
+(*) :mod:`.policy_timely` (issue 8): EDF on segment deadlines in underload, PUD-based deferral under
+overload, a bounded late tier, and an admission that trades measured latency against utility.
 
 **§4.4 latency-guided admission as implemented** (:class:`LatencyGuidedAdmission`): before each
 admission, among the running generations (those admitted earlier in the same decision included)
@@ -68,6 +71,12 @@ class Admission:
     def allow(self, t: float, cand: Generation, running: list[Generation], speed: float | None) -> bool:
         return True
 
+    def observe(self, t: float, running: list[Generation], max_batch: int) -> None:
+        """Called at the start of every decision (default: ignored)."""
+
+    def decided(self, t: float, running: list[Generation], picked: list[Generation]) -> None:
+        """Called at the end of every decision with what it admitted or resumed (default: ignored)."""
+
 
 class LatencyGuidedAdmission(Admission):
     """Paper §4.4 (see module docstring for the exact rule)."""
@@ -105,10 +114,16 @@ def _timely() -> tuple[PriorityStrategy, Admission]:
     return PUDPriority(), LatencyGuidedAdmission()
 
 
+def _timely_robust() -> tuple[PriorityStrategy, Admission]:
+    from timely_llm_ros.core.policy_timely import timely_strategies  # imports this module
+
+    return timely_strategies()
+
+
 _REGISTRY: dict[str, tuple[bool, bool, Callable[[], tuple[PriorityStrategy, Admission]]]] = {
     # name: (segmented, stream, strategies factory)
     "timely-paper": (True, True, _timely),
-    "timely": (True, True, _timely),
+    "timely": (True, True, _timely_robust),
     "fcfs-seg": (True, True, lambda: (FCFSPriority(), Admission())),
     "edf-seg": (True, True, lambda: (EDFPriority(), Admission())),
     "vllm": (False, False, lambda: (FCFSPriority(), Admission())),
@@ -241,6 +256,14 @@ class Scheduler:
     def select(self, t: float, running: list[Generation], speed: float | None,
                mem_free: int) -> list[Generation]:
         """Generations to admit or resume before the next engine step (removed from the queue)."""
+        self._prio.observe(t, running, self.policy.max_batch)
+        self._adm.observe(t, running, self.policy.max_batch)
+        picked = self._select(t, running, speed, mem_free)
+        self._adm.decided(t, running, picked)
+        return picked
+
+    def _select(self, t: float, running: list[Generation], speed: float | None,
+                mem_free: int) -> list[Generation]:
         free = self.policy.max_batch - len(running)
         if free <= 0 or not self._q.n:
             return []
@@ -262,3 +285,7 @@ class Scheduler:
         for gen in picked:
             self.remove(gen)
         return picked
+
+
+# Registers the robust policy's ablation variants (timely-no-ua, ...); it imports this module.
+from timely_llm_ros.core import policy_timely  # noqa: E402,F401

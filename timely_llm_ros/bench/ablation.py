@@ -1,0 +1,131 @@
+"""Ablation of the robust ``timely`` policy: each change switched off on its own (issue 8).
+
+``python -m timely_llm_ros.bench.ablation --out results/ [--groups low,overload] [--variants ...]``
+
+Variants (:data:`timely_llm_ros.core.policy_timely.VARIANTS`, registered as policies):
+
+==================  ====================================================================
+timely              everything on
+timely-no-ua        no utility-accrual deferral (EDF among live segments even under overload)
+timely-no-late      late segments in EDF order (by zero-utility time) among the live ones
+timely-no-aging     late tier without promotion (a late task may wait while live work exists)
+timely-promote-half promoted work takes at most half the slots (trades the wait bound for utility)
+timely-crit-d       tardy live segments keep their deadline D as critical time (not Z)
+timely-adm-group    admission trades the group the free slots would take, not just the candidate
+timely-adm-nocap    admission ignores the idle capacity's cost to the tardy backlog
+timely-adm-paper    §4.4 admission read literally instead of the utility-guided one
+timely-no-adm       no admission check (batch + memory only)
+timely-edf-dyn      all off: EDF on segment deadlines, no admission check
+timely-paper        the paper's Eq. 4 + §4.4 literally (reference)
+edf-seg             EDF on the task's initial deadline (baseline)
+==================  ====================================================================
+
+Prints one table per scenario and class (:func:`timely_llm_ros.bench.tables.render_table`: mean
+utility unclamped and clamped, % of Σβ, n U ≤ 0, response p50/p99/max, mean waiting) and a compact
+summary (urgent/normal clamped % of Σβ per variant and scenario); writes ``ablation.json`` and
+``ablation.txt``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from timely_llm_ros.bench import scenarios as sc
+from timely_llm_ros.bench.loadsweep import _clean
+from timely_llm_ros.bench.tables import TIME_NOTE, class_order, render_table
+from timely_llm_ros.core.policy_timely import VARIANTS
+
+VARIANT_NAMES = ("timely", *VARIANTS, "timely-paper", "edf-seg")
+# Default scenario set: three low-load cases and four loaded ones (kept small: two shared cores).
+DEFAULT_SPECS = (
+    ("sample1", None), ("wid2", None), ("arm", None),
+    (sc.agents_spec(2), 4), (sc.agents_spec(2), 6), (sc.BURSTS[0], None), (sc.rate_spec(0.5), None),
+)
+
+
+def ablate(scenarios: list[sc.Scenario], variants: list[str], log=None) -> list[dict[str, Any]]:
+    rows = []
+    for scen in scenarios:
+        for var in variants:
+            t0 = time.perf_counter()
+            classes = sc.run(scen, var)
+            if log is not None:
+                log(f"{scen.name:<42} {var:<18} {time.perf_counter() - t0:6.1f} s")
+            rows.append({"scenario": scen.name, "policy": var, "classes": _clean(classes)})
+    return rows
+
+
+def summary(rows: list[dict[str, Any]], key: str = "pct_beta_clamped") -> str:
+    """Variants × scenarios (columns s1, s2, ... with a legend), cells ``urgent/normal`` of ``key``
+    (the only class for single-class workloads such as the arm ones)."""
+    scen = list(dict.fromkeys(r["scenario"] for r in rows))
+    variants = list(dict.fromkeys(r["policy"] for r in rows))
+    cell = {(r["scenario"], r["policy"]): r["classes"] for r in rows}
+    width = 13
+    lines = [f"{key}: urgent/normal per scenario (single-class workloads: that class)",
+             f"{'variant':<20}" + "".join(f"{f's{i + 1}':>{width}}" for i in range(len(scen)))]
+    for v in variants:
+        parts = []
+        for s in scen:
+            cls = cell.get((s, v), {})
+            vals = [cls[c][key] for c in ("urgent", "normal") if c in cls and cls[c].get(key) is not None]
+            if not vals:
+                vals = [m[key] for c, m in cls.items() if c != "all" and m.get(key) is not None][:1]
+            parts.append(f"{'/'.join(f'{x:.1f}' for x in vals):>{width}}")
+        lines.append(f"{v:<20}" + "".join(parts))
+    lines += [f"  s{i + 1} = {s}" for i, s in enumerate(scen)]
+    return "\n".join(lines)
+
+
+def tables(rows: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for s in dict.fromkeys(r["scenario"] for r in rows):
+        runs = [r for r in rows if r["scenario"] == s]
+        classes = class_order(list(dict.fromkeys(c for r in runs for c in r["classes"])))
+        if len([c for c in classes if c != "all"]) == 1:
+            classes = [c for c in classes if c != "all"]
+        for cls in classes:
+            out.append(render_table(f"== {s} | task type: {cls}",
+                                    [(r["policy"], r["classes"][cls]) for r in runs if cls in r["classes"]]))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="results", help="output directory (ablation.json, ablation.txt)")
+    ap.add_argument("--variants", default=",".join(VARIANT_NAMES), help="comma-separated policy names")
+    ap.add_argument("--groups", default="", help="scenario groups instead of the default set "
+                    f"({', '.join(sc.GROUPS)})")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    from timely_llm_ros.core.scheduler import UnknownPolicy, parse_policy
+
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    try:
+        for v in variants:
+            parse_policy(v)
+        if args.groups:
+            scen = sc.scenarios([g.strip() for g in args.groups.split(",") if g.strip()])
+        else:
+            scen = [sc.from_spec(spec, cap) for spec, cap in DEFAULT_SPECS]
+    except (UnknownPolicy, ValueError) as exc:
+        ap.error(str(exc))
+    log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+    rows = ablate(scen, variants, log)
+    text = "\n\n".join([summary(rows), *tables(rows), TIME_NOTE])
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ablation.json").write_text(json.dumps({"variants": variants, "rows": rows}, indent=1))
+    (out / "ablation.txt").write_text(text + "\n")
+    print(text)
+    print(f"wrote {out / 'ablation.json'} and {out / 'ablation.txt'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
