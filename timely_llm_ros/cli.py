@@ -24,7 +24,7 @@ PROG = "timely-llm"
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("timely_llm_ros.demo", "run the end-to-end demo: planner and simulated robots over ROS 2"),
     "bench": ("timely_llm_ros.bench.cli", "run the scheduling benchmarks on the simulator"),
-    "profile": ("timely_llm_ros.bench.profile", "measure an LLM engine's speed and fit its profile"),
+    "profile": ("timely_llm_ros.bench.profile_cli", "measure an LLM engine's speed and fit its profile"),
     "fleet": ("timely_llm_ros.fleet", "start simulated robots that send tasks to a running planner"),
     "timeline": ("timely_llm_ros.viz.timeline", "plot a recorded run's timeline from a bag (PNG, SVG or HTML)"),
     "report": ("timely_llm_ros.viz.report", "metrics tables and bar charts of a recorded run (bag)"),

