@@ -1,0 +1,246 @@
+"""Replay a recorded bag: republish its topics with the original timing (``ros2 bag play`` stand-in).
+
+For machines without ``ros2 bag``. Messages are published as the raw CDR bytes stored in the bag,
+in log-time order, each at ``start + (t - t_first) / rate`` (``rate`` 2 = twice as fast). Message
+classes are imported from the type names in the bag (``timely_llm_ros/msg/Task`` →
+``timely_llm_ros.msg.Task``). QoS: reliable, keep-last with the depth of our profiles
+(:mod:`timely_llm_ros.ros.qos`) for the LRTrace topics, keep-last 100 otherwise — and without the
+segments' original lifespan, which would discard replayed segments that are old by construction.
+
+Bags are read with ``rosbags``; a storage file it refuses (e.g. cut short by a crash) is scanned
+record by record up to the damage (:func:`timely_llm_ros.lrtrace.mcap.scan_records`) and what was
+readable is replayed, with a warning. With ``exit_when_done`` the node exits (status 0) after the
+last message (after ``loop`` repetitions, if set).
+
+Run::
+
+    python -m timely_llm_ros.nodes.replay --ros-args -p bag:=run1_bag -p rate:=2.0
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rclpy.duration import Duration
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+from timely_llm_ros.nodes.common import Param, ParamError, StopRequested, declare_params, run_node
+from timely_llm_ros.ros import qos, topics
+
+DEPTHS = {
+    topics.TASKS: qos.EVENT_DEPTH,
+    topics.TASK_STATUS: qos.EVENT_DEPTH,
+    topics.TRACE_EVENTS: qos.EVENT_DEPTH,
+    topics.SEGMENT_FEEDBACK: qos.FEEDBACK_DEPTH,
+}
+
+
+def _path_check(value: str) -> str | None:
+    if not value.strip():
+        return "must name a bag directory (or an .mcap file)"
+    if not Path(value).expanduser().exists():
+        return f"no bag at {value}"
+    return None
+
+
+PARAMS = (
+    Param(
+        "bag",
+        "",
+        "bag directory (with metadata.yaml) or .mcap file to replay",
+        read_only=True,
+        check=_path_check,
+    ),
+    Param("rate", 1.0, "replay speed factor (2 = twice as fast)", low=0.001, high=1000.0),
+    Param("topics", [], "topics to replay (empty = all in the bag)", read_only=True),
+    Param(
+        "wait_for_subscribers",
+        0.0,
+        "before starting, wait up to this long for every replayed topic to "
+        "have a subscriber (s; 0 = start at once)",
+        low=0.0,
+        high=3600.0,
+        read_only=True,
+    ),
+    Param("loop", 1, "how many times to play the bag", low=1, high=1_000_000, read_only=True),
+    Param("exit_when_done", True, "exit after the last message", read_only=True),
+)
+
+
+@dataclass(frozen=True)
+class Record:
+    t_ns: int
+    topic: str
+    data: bytes
+
+
+def read_raw(path: Path) -> tuple[dict[str, str], list[Record], str]:
+    """(topic → type, records in log-time order, problem text or '') without deserialising."""
+    from rosbags.rosbag2 import Reader
+
+    types: dict[str, str] = {}
+    records: list[Record] = []
+    try:
+        with Reader(path) as reader:
+            for conn in reader.connections:
+                types[conn.topic] = conn.msgtype
+            for conn, t_ns, raw in reader.messages():
+                records.append(Record(t_ns, conn.topic, bytes(raw)))
+        problem = ""
+    except Exception as exc:  # rosbags refuses it: scan the MCAP records that are intact
+        from timely_llm_ros.lrtrace.mcap import scan_records
+
+        files = [path] if path.is_file() else sorted(path.glob("*.mcap"))
+        if not files:
+            raise ParamError(
+                f"parameter 'bag': {path} is not readable ({exc}) and holds no .mcap file"
+            ) from None
+        types.clear()
+        records.clear()
+        problem = f"rosbags could not read {path} ({type(exc).__name__}: {exc}); replaying the intact records"
+        for f in files:
+            scan = scan_records(f)
+            if scan.problem:
+                problem += f"; {f.name}: {scan.problem}"
+            for ch in scan.channels.values():
+                types[ch.topic] = ch.schema_name
+            records += [
+                Record(t, scan.channels[cid].topic, data)
+                for cid, t, data in scan.messages
+                if cid in scan.channels
+            ]
+    records.sort(key=lambda r: r.t_ns)
+    return types, records, problem
+
+
+def message_class(msgtype: str) -> type:
+    """``pkg/msg/Type`` → the generated Python class (ValueError with the reason if missing)."""
+    parts = msgtype.split("/")
+    if len(parts) == 2:
+        parts = [parts[0], "msg", parts[1]]
+    if len(parts) != 3:
+        raise ValueError(f"cannot interpret message type {msgtype!r}")
+    try:
+        return getattr(importlib.import_module(f"{parts[0]}.{parts[1]}"), parts[2])
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"message type {msgtype} is not installed here: {exc}") from None
+
+
+class ReplayNode(Node):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__("lrtrace_replay", **kwargs)
+        self.p = declare_params(self, PARAMS, on_change=self._param_changed)
+        self.rate = self.p["rate"]
+        path = Path(self.p["bag"]).expanduser()
+        types, records, problem = read_raw(path)
+        if problem:
+            self.get_logger().warning(problem)
+        wanted = set(self.p["topics"]) or set(types)
+        unknown = sorted(wanted - set(types))
+        if unknown:
+            raise ParamError(f"parameter 'topics': {unknown} are not in the bag (it has {sorted(types)})")
+        self.records = [r for r in records if r.topic in wanted]
+        self.pubs = {}
+        for topic in sorted(wanted):
+            profile = QoSProfile(
+                history=HistoryPolicy.KEEP_LAST,
+                depth=DEPTHS.get(topic, 100),
+                reliability=ReliabilityPolicy.RELIABLE,
+                durability=DurabilityPolicy.VOLATILE,
+            )
+            self.pubs[topic] = self.create_publisher(message_class(types[topic]), topic, profile)
+        self.published = 0
+        self.done = threading.Event()
+        self.create_timer(0.1, self._check_done)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._play, name="replay", daemon=True)
+        self._thread.start()
+        self.get_logger().info(
+            f"replaying {len(self.records)} messages on {len(self.pubs)} topics from {path} "
+            f"at rate {self.rate:g}"
+        )
+
+    def _param_changed(self, name: str, value: Any) -> None:
+        if name == "rate":
+            self.rate = float(value)
+
+    def _play(self) -> None:
+        deadline = time.monotonic() + self.p["wait_for_subscribers"]
+        while (
+            not self._stop.is_set()
+            and time.monotonic() < deadline
+            and not all(p.get_subscription_count() > 0 for p in self.pubs.values())
+        ):
+            self._stop.wait(0.05)
+        for _ in range(self.p["loop"]):
+            if not self.records:
+                break
+            t0_bag = self.records[0].t_ns
+            t0 = time.monotonic()
+            last_bag = t0_bag
+            for rec in self.records:
+                # re-anchor on every message so a rate change applies from here on
+                t0 += (rec.t_ns - last_bag) / 1e9 / self.rate
+                last_bag = rec.t_ns
+                if self._stop.wait(max(t0 - time.monotonic(), 0.0)):
+                    return
+                self.pubs[rec.topic].publish(rec.data)
+                self.published += 1
+        for pub in self.pubs.values():  # reliable delivery of the tail before we may exit
+            pub.wait_for_all_acked(Duration(seconds=5))
+        self.get_logger().info(f"replay finished: {self.published} messages published")
+        self.done.set()
+
+    def _check_done(self) -> None:
+        if self.done.is_set() and self.p["exit_when_done"]:
+            raise StopRequested()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_node(ReplayNode, argv, description="bag replay (see timely_llm_ros.nodes.replay)")
+
+
+# ``timely-llm replay`` (timely_llm_ros/cli.py): the same node with plain options
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bag", help="bag directory (or .mcap file)")
+    parser.add_argument("--rate", type=float, default=1.0, help="replay speed factor (default 1)")
+    parser.add_argument("--topics", nargs="*", default=[], help="topics to replay (default: all)")
+    parser.add_argument("--loop", type=int, default=1, help="how many times to play the bag")
+    parser.add_argument(
+        "--wait-for-subscribers",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="wait up to S seconds for subscribers before starting",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    ros = [
+        "-p",
+        f"bag:={args.bag}",
+        "-p",
+        f"rate:={float(args.rate)}",
+        "-p",
+        f"loop:={args.loop}",
+        "-p",
+        f"wait_for_subscribers:={float(args.wait_for_subscribers)}",
+    ]
+    if args.topics:
+        ros += ["-p", "topics:=[" + ",".join(f"'{t}'" for t in args.topics) + "]"]
+    return main(["timely-llm replay", "--ros-args", *ros])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
