@@ -1,0 +1,96 @@
+"""Workload node: the task plan (agent mapping, ids, offsets) as a pure function, and the node as an
+OS process that waits for planner + robots, publishes every task in order and exits with a summary
+once the (test) planner answered them all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from planner_testkit import Peer, log_text, start_node, stop_process, wait_for
+
+DATA = Path(__file__).with_name("data")
+SMALL = DATA / "workload_small.yaml"
+
+
+def _plan(**overrides):
+    pytest.importorskip("rclpy")
+    from timely_llm_ros.nodes.workload import parse_agents, plan_tasks
+    from timely_llm_ros.workload import resolve_workload
+
+    wl = resolve_workload(str(SMALL))
+    kwargs = dict(name=wl.name, agents=parse_agents(["wl_d1:drone", "wl_d2:drone", "wl_a1:arm"]),
+                  agent_prefix="agent_", skip_unmapped=False, id_prefix="{name}-", time_scale=1.0,
+                  max_tasks=0)
+    kwargs.update(overrides)
+    return plan_tasks(wl.tasks, **kwargs)
+
+
+@pytest.mark.ros
+def test_agents_are_mapped_by_robot_type_round_robin_and_offsets_start_at_zero():
+    planned, skipped = _plan()
+    assert not skipped
+    assert [p.msg.task_id for p in planned] == ["small-a", "small-b", "small-c", "small-d"]
+    # workload agent 7 -> first drone, 8 -> second drone, 9 -> the arm; 7 keeps its robot
+    assert [p.msg.agent_id for p in planned] == ["wl_d1", "wl_d2", "wl_a1", "wl_d1"]
+    assert [p.offset for p in planned] == pytest.approx([0.0, 0.3, 0.6, 1.0])
+    assert planned[1].msg.tuf.ert == pytest.approx(0.2) and planned[1].msg.tuf.beta == 2.0
+    assert planned[2].msg.scene.startswith("[pencil") and planned[2].msg.skill_set == "arm_fltrnn"
+    scaled, _ = _plan(time_scale=0.5, max_tasks=2, id_prefix="x")
+    assert [p.offset for p in scaled] == pytest.approx([0.0, 0.15]) and scaled[0].msg.task_id == "xa"
+
+
+@pytest.mark.ros
+def test_unmapped_robot_types_are_an_error_or_reported_skips():
+    from timely_llm_ros.nodes.common import ParamError
+    from timely_llm_ros.nodes.workload import parse_agents
+
+    with pytest.raises(ParamError, match="arm tasks but parameter 'agents' has no agent"):
+        _plan(agents=parse_agents(["wl_d1:drone"]))
+    planned, skipped = _plan(agents=parse_agents(["wl_d1:drone"]), skip_unmapped=True)
+    assert dict(skipped) == {"arm": 1} and len(planned) == 3
+    # without 'agents', numeric workload ids get the prefix that makes them ROS names
+    planned, _ = _plan(agents={})
+    assert [p.msg.agent_id for p in planned] == ["agent_7", "agent_8", "agent_9", "agent_7"]
+    with pytest.raises(ParamError, match="not 'agent:robot_type'"):
+        parse_agents(["wl_d1"])
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_the_node_publishes_every_task_in_order_and_exits_when_all_are_answered(tmp_path):
+    peer = Peer(robots={"wl_d1": "silent", "wl_d2": "silent", "wl_a1": "silent"}, name="wl_peer",
+                answer_tasks="COMPLETED")
+    proc = start_node("workload", dict(os.environ), tmp_path / "workload.log", params={
+        "workload": str(SMALL), "agents": ["wl_d1:drone", "wl_d2:drone", "wl_a1:arm"], "exit_when_done": True,
+        "start_delay": 0.2, "completion_timeout": 60.0})
+    try:
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        stop_process(proc)
+        raise AssertionError(f"workload node did not finish:\n{log_text(proc)}") from None
+    finally:
+        peer.close()
+    out = log_text(proc)
+    assert proc.returncode == 0, out
+    got = [m for _, m in peer.tasks]
+    assert [m.task_id for m in got] == ["small-a", "small-b", "small-c", "small-d"]
+    assert [m.agent_id for m in got] == ["wl_d1", "wl_d2", "wl_a1", "wl_d1"]
+    assert all(m.header.stamp.sec > 0 for m in got)
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("WORKLOAD_SUMMARY ")]
+    summary = json.loads(line.split(" ", 1)[1])
+    assert summary["published"] == summary["planned"] == 4 and summary["open"] == 0
+    assert summary["final"] == {"COMPLETED": 4}
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_a_missing_workload_is_a_clear_start_up_error(tmp_path):
+    proc = start_node("workload", dict(os.environ), tmp_path / "w.log", params={"workload": "no-such-thing"})
+    wait_for(lambda: proc.poll() is not None, 120, "the node to exit")
+    assert proc.returncode == 2
+    assert "parameter 'workload'" in log_text(proc) and "no-such-thing" in log_text(proc)

@@ -1,0 +1,301 @@
+"""``timely-llm fleet CONFIG.yaml``: start a fleet's node graph as OS processes from one YAML file.
+
+The same file drives ``ros2 launch timely_llm_ros fleet.launch.py config:=CONFIG.yaml``; both use
+:func:`fleet_nodes`, so the two start the same nodes with the same names, namespaces and
+parameters. File format (``config/fleet.yaml`` is the commented reference)::
+
+    planner:   {parameters: {engine: sim, policy: timely}}
+    robots:                                   # one node per robot, in namespace /<agent>
+      - {agent: drone_1, type: drone, parameters: {backend: sim}}
+      - {agent: arm_1, type: arm}
+    robot_defaults: {drone: {backend: sim}}   # parameters for every robot of a type (optional)
+    timemodel: {enabled: true, parameters: {}}
+    recorder:  {enabled: true, parameters: {output: bags/fleet}}
+    workload:  {enabled: false, parameters: {workload: wid1}}
+
+Filled in unless given explicitly: the planner's ``agent_types``, the workload's and the recorder's
+``agents`` (from ``robots``), the workload's ``wait_for_nodes`` (recorder and time model, so neither
+misses the first task), each robot's ``agent_id``, and — for the simulated engine with a workload — the
+planner's ``sim_plans`` (``catalog`` + the workload). A ``workload`` that names a file relative to the
+YAML file is made absolute.
+
+Processes: ``python -m timely_llm_ros.nodes.<module> --ros-args -r __node:=… -r __ns:=…
+--params-file …`` (parameters written as ``/**: ros__parameters:`` files), each in its own process
+group. The fleet stops on SIGINT/SIGTERM, after ``--duration``, when the workload node exits (with
+``exit_when_done``), or when any node dies; it then sends SIGINT to every group in reverse start
+order (the recorder last, so it records the final statuses), SIGKILL after ``--stop-timeout``.
+DDS: the environment is inherited; ``--localhost`` adds the loopback-only settings used by tests and
+the demo (``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` + config/fastdds_localhost.xml).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PACKAGE = "timely_llm_ros"
+ROBOT_MODULES = {"drone": "drone", "arm": "arm"}  # robot type -> timely_llm_ros.nodes.<module>
+SINGLETONS = ("planner", "timemodel", "recorder", "workload")
+_TOP_KEYS = {"planner", "robots", "robot_defaults", "timemodel", "recorder", "workload"}
+
+
+class FleetError(ValueError):
+    """A fleet file that cannot describe a graph (message names the file and the field)."""
+
+
+@dataclass
+class NodeSpec:
+    """One node of the graph: ``module`` under timely_llm_ros.nodes, ``executable`` in lib/<pkg>."""
+
+    role: str
+    module: str
+    name: str
+    namespace: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def executable(self) -> str:
+        return self.module
+
+    def command(self, params_file: Path, python: str = sys.executable) -> list[str]:
+        cmd = [python, "-m", f"{PACKAGE}.nodes.{self.module}", "--ros-args", "-r", f"__node:={self.name}"]
+        if self.namespace:
+            cmd += ["-r", f"__ns:=/{self.namespace}"]
+        return cmd + ["--params-file", str(params_file)]
+
+
+def _mapping(value: Any, where: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise FleetError(f"{where}: expected a mapping, got {value!r}")
+    return value
+
+
+def load_fleet(path: str | Path) -> dict[str, Any]:
+    """Read and check a fleet file; returns its data with ``_dir`` (the file's directory)."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise FleetError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise FleetError(f"{p}: not valid YAML: {exc}") from None
+    data = _mapping(data, str(p))
+    unknown = sorted(set(data) - _TOP_KEYS)
+    if unknown:
+        raise FleetError(f"{p}: unknown key(s) {unknown}; known: {sorted(_TOP_KEYS)}")
+    data["_dir"] = str(p.resolve().parent)
+    data["_path"] = str(p)
+    fleet_nodes(data)  # validates everything else
+    return data
+
+
+def fleet_nodes(cfg: dict[str, Any]) -> list[NodeSpec]:
+    """The graph of a loaded fleet file, in start order (see the module docstring)."""
+    src = cfg.get("_path", "<fleet>")
+    robots_raw = cfg.get("robots") or []
+    if not isinstance(robots_raw, list):
+        raise FleetError(f"{src}: 'robots' must be a list")
+    defaults = _mapping(cfg.get("robot_defaults"), f"{src}: robot_defaults")
+    from timely_llm_ros.ros.topics import valid_agent_id  # no rclpy import: topics.py is plain Python
+
+    robots: list[NodeSpec] = []
+    seen: set[str] = set()
+    for i, r in enumerate(robots_raw):
+        r = _mapping(r, f"{src}: robots[{i}]")
+        agent, rtype = r.get("agent"), r.get("type")
+        if not isinstance(agent, str) or not valid_agent_id(agent):
+            raise FleetError(f"{src}: robots[{i}].agent must be a ROS name token (letters, digits, '_'), "
+                             f"got {agent!r}")
+        if agent in seen:
+            raise FleetError(f"{src}: robots[{i}]: agent {agent!r} appears twice")
+        seen.add(agent)
+        if rtype not in ROBOT_MODULES:
+            raise FleetError(f"{src}: robots[{i}].type must be one of {sorted(ROBOT_MODULES)}, got {rtype!r}")
+        params = {**_mapping(defaults.get(rtype), f"{src}: robot_defaults.{rtype}"),
+                  **_mapping(r.get("parameters"), f"{src}: robots[{i}].parameters")}
+        params.setdefault("agent_id", agent)
+        robots.append(NodeSpec("robot", ROBOT_MODULES[rtype], str(r.get("name") or rtype), agent, params))
+    agent_types = [f"{n.namespace}:{t}" for n, t in zip(robots, (r["type"] for r in robots_raw))]
+
+    parts: dict[str, dict[str, Any] | None] = {}
+    for role in SINGLETONS:
+        section = _mapping(cfg.get(role), f"{src}: {role}")
+        enabled = section.get("enabled", role == "planner" or role in cfg)
+        if not isinstance(enabled, bool):
+            raise FleetError(f"{src}: {role}.enabled must be true or false")
+        params = dict(_mapping(section.get("parameters"), f"{src}: {role}.parameters"))
+        parts[role] = params if enabled else None
+    if parts["planner"] is None:
+        raise FleetError(f"{src}: the planner cannot be disabled")
+    workload = parts["workload"]
+    if workload is not None:
+        wl = workload.get("workload")
+        if not isinstance(wl, str) or not wl.strip():
+            raise FleetError(f"{src}: workload.parameters.workload is required when the workload is enabled")
+        candidate = Path(cfg.get("_dir", ".")) / wl
+        if not Path(wl).is_absolute() and candidate.is_file():
+            workload["workload"] = str(candidate)
+        workload.setdefault("agents", agent_types)
+        # observers that must see the first task (/tasks is volatile): the workload waits for them
+        workload.setdefault("wait_for_nodes", [f"/{role}" for role in ("recorder", "timemodel")
+                                               if parts[role] is not None])
+    planner = parts["planner"]
+    planner.setdefault("agent_types", agent_types)
+    if parts["recorder"] is not None:  # record the robots' segment topics from the very start
+        parts["recorder"].setdefault("agents", [n.namespace for n in robots])
+    if workload is not None and planner.get("engine", "sim") == "sim":
+        planner.setdefault("sim_plans", ["catalog", workload["workload"]])
+
+    out: list[NodeSpec] = []
+    if parts["timemodel"] is not None:
+        out.append(NodeSpec("timemodel", "timemodel", "timemodel", "", parts["timemodel"]))
+    if parts["recorder"] is not None:
+        out.append(NodeSpec("recorder", "recorder", "recorder", "", parts["recorder"]))
+    out += robots
+    out.append(NodeSpec("planner", "planner", "planner", "", planner))
+    if workload is not None:
+        out.append(NodeSpec("workload", "workload", "workload", "", workload))
+    return out
+
+
+def localhost_env(env: dict[str, str]) -> dict[str, str]:
+    """Loopback-only DDS (tests and demos; a real fleet keeps ROS's default discovery)."""
+    from timely_llm_ros.core.paths import config_path
+
+    out = dict(env)
+    out["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+    out["FASTDDS_DEFAULT_PROFILES_FILE"] = str(config_path("fastdds_localhost.xml"))
+    return out
+
+
+# --------------------------------------------------------------------------------------- processes
+class Fleet:
+    """The running processes of one graph."""
+
+    def __init__(self, nodes: list[NodeSpec], env: dict[str, str], workdir: Path) -> None:
+        self.nodes = nodes
+        self.env = env
+        self.workdir = workdir
+        self.procs: list[tuple[NodeSpec, subprocess.Popen]] = []
+
+    def start(self) -> None:
+        for i, node in enumerate(self.nodes):
+            pfile = self.workdir / f"{i:02d}_{node.namespace or 'root'}_{node.name}.yaml"
+            pfile.write_text(yaml.safe_dump({"/**": {"ros__parameters": node.params}}, sort_keys=False))
+            proc = subprocess.Popen(node.command(pfile), env=self.env, start_new_session=True)
+            self.procs.append((node, proc))
+            print(f"[fleet] started {label(node)} (pid {proc.pid})", flush=True)
+
+    def first_exit(self) -> tuple[NodeSpec, int] | None:
+        for node, proc in self.procs:
+            rc = proc.poll()
+            if rc is not None:
+                return node, rc
+        return None
+
+    def stop(self, timeout: float) -> None:
+        for node, proc in reversed(self.procs):
+            if proc.poll() is None:
+                _signal_group(proc, signal.SIGINT)
+                try:
+                    proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    print(f"[fleet] {label(node)} did not stop within {timeout:.0f} s: killing it",
+                          flush=True)
+                    _signal_group(proc, signal.SIGKILL)
+                    proc.wait()
+            else:  # its children (if any) go too
+                _signal_group(proc, signal.SIGKILL)
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def label(node: NodeSpec) -> str:
+    return f"/{node.namespace}/{node.name}" if node.namespace else f"/{node.name}"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="fleet YAML (see config/fleet.yaml)")
+    parser.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0 = run "
+                        "until interrupted or the workload is done)")
+    parser.add_argument("--localhost", action="store_true", help="keep DDS on loopback (tests, demos)")
+    parser.add_argument("--stop-timeout", type=float, default=15.0, help="seconds each node gets to exit "
+                        "after SIGINT before it is killed")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands and parameters, start "
+                        "nothing")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        cfg = load_fleet(args.config)
+        nodes = fleet_nodes(cfg)
+    except FleetError as exc:
+        print(f"timely-llm fleet: error: {exc}", file=sys.stderr)
+        return 2
+    if args.duration < 0 or args.stop_timeout <= 0:
+        print("timely-llm fleet: error: --duration must be >= 0 and --stop-timeout > 0", file=sys.stderr)
+        return 2
+    env = localhost_env(dict(os.environ)) if args.localhost else dict(os.environ)
+    if args.dry_run:
+        for node in nodes:
+            print(" ".join(node.command(Path(f"<{node.name}.yaml>"))))
+            print("    " + yaml.safe_dump(node.params, default_flow_style=True, sort_keys=False).strip())
+        return 0
+    stop = []
+    previous = {sig: signal.signal(sig, lambda signum, _f: stop.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    status = 0
+    with tempfile.TemporaryDirectory(prefix="timely-fleet-") as tmp:
+        fleet = Fleet(nodes, env, Path(tmp))
+        try:
+            fleet.start()
+            deadline = time.monotonic() + args.duration if args.duration > 0 else None
+            while not stop:
+                ended = fleet.first_exit()
+                if ended is not None:
+                    node, rc = ended
+                    if node.role == "workload" and rc == 0:
+                        print("[fleet] workload finished: stopping the fleet", flush=True)
+                    else:
+                        print(f"[fleet] {label(node)} exited with status {rc}: stopping the fleet",
+                              flush=True)
+                        status = 1 if rc == 0 else rc
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    print(f"[fleet] --duration {args.duration:g} s reached: stopping the fleet", flush=True)
+                    break
+                time.sleep(0.2)
+        finally:
+            fleet.stop(args.stop_timeout)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    if stop:
+        print("[fleet] interrupted: fleet stopped", flush=True)
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="timely-llm fleet", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

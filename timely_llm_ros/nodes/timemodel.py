@@ -1,0 +1,349 @@
+"""Execution-time model node: ``EstimateExecTime`` for every robot type, and measured statistics.
+
+**Service** ``/estimate_exec_time``: parses ``segment_text`` with the request's skill set (empty:
+the default set of the robot type — ``default_skill_sets`` or the first registered set of that
+type) and answers minimum / expected / maximum from the per-skill models in
+``config/exec_time/<robot_type>.yaml`` (:mod:`timely_llm_ros.core.exectime`, TimelyLLM §4.3/§6). Any
+problem — unknown robot type, skill set of another robot type, unparsable text, a skill without a
+model — is answered with ``ok = false`` and the reason; the node never raises.
+
+**Measurements.** Robots report each segment's measured duration in ``SegmentFeedback`` (DONE).
+Feedback names only (task, segment index), so the node also watches every
+``/<agent>/skill_segments`` topic (found by discovery) to learn the segment's calls, and ``/tasks``
+to learn the robot type (feedback that overtakes its segment or task waits up to ``PARK_S`` for
+them). A DONE segment with exactly one call is a clean measurement of that skill;
+segments with several calls only count toward a per-robot-type ratio measured / expected (the split
+between their calls is unknown, so no per-skill number is invented).
+
+**Refit.** With ``refit_output`` set, the node writes refitted model files (``<robot_type>.yaml`` in
+that directory, the same format :func:`~timely_llm_ros.core.exectime.load_exec_time_file` reads)
+at shutdown and every ``refit_interval`` seconds: skills with at least ``min_samples`` measurements
+get a ``samples`` model of the measured values — or, for argument-dependent models (``poly``,
+``argument``) measured at ≥ 2 distinct argument values, a least-squares line in the argument — and
+every other skill keeps its configured model.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rclpy.node import Node
+from timely_llm_ros.msg import Segment, SegmentFeedback, Task
+from timely_llm_ros.srv import EstimateExecTime
+
+from timely_llm_ros.core.exectime import ExecTimeError, load_exec_time_model
+from timely_llm_ros.core.paths import config_dir
+from timely_llm_ros.core.skills import SkillParseError, available_skill_sets, load_skill_set
+from timely_llm_ros.nodes.common import Param, declare_params, run_node
+from timely_llm_ros.ros import convert, qos, topics
+
+MAX_SEGMENTS_REMEMBERED = 100_000  # (task, index) -> calls; oldest forgotten first
+# DDS orders messages per topic only: a DONE may overtake its Segment or Task. Such feedback waits
+# this long for them before it is counted as unknown.
+PARK_S = 10.0
+
+
+def _pairs_check(value: list[str]) -> str | None:
+    for entry in value:
+        a, sep, b = entry.partition(":")
+        if not sep or not a.strip() or not b.strip():
+            return f"entry {entry!r} is not 'robot_type:skill_set'"
+    return None
+
+
+PARAMS = (
+    Param("default_skill_sets", [], "'robot_type:skill_set' entries used when a request names no skill "
+          "set (else the first registered set of that robot type)", check=_pairs_check),
+    Param("refit_output", "", "directory for refitted model files (<robot_type>.yaml); empty = never "
+          "write"),
+    Param("refit_interval", 0.0, "also write the refitted models every this many seconds (0 = only at "
+          "shutdown)", low=0.0, high=86400.0),
+    Param("min_samples", 3, "measurements a skill needs before its model is refitted", low=1, high=1_000_000),
+    Param("discovery_period", 1.0, "how often new /<agent>/skill_segments topics are looked for (s)",
+          low=0.05, high=3600.0, read_only=True),
+)
+
+
+@dataclass
+class SkillStats:
+    """Measured durations of one skill (single-call segments), with the call's numeric argument."""
+
+    durations: list[float] = field(default_factory=list)
+    args: list[float | None] = field(default_factory=list)
+
+    def add(self, duration: float, arg: float | None) -> None:
+        self.durations.append(duration)
+        self.args.append(arg)
+
+    def summary(self) -> dict[str, float]:
+        d = self.durations
+        mean = math.fsum(d) / len(d)
+        var = math.fsum((x - mean) ** 2 for x in d) / len(d)
+        return {"n": len(d), "mean": mean, "std": math.sqrt(var), "min": min(d), "max": max(d)}
+
+
+def _first_number(args: list[str]) -> float | None:
+    for a in args:
+        try:
+            v = float(a)
+        except ValueError:
+            continue
+        if math.isfinite(v):
+            return v
+    return None
+
+
+def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
+    """Least-squares ``y = a·x + b``; None with fewer than two distinct x."""
+    if len(set(xs)) < 2:
+        return None
+    n = len(xs)
+    mx = math.fsum(xs) / n
+    my = math.fsum(ys) / n
+    sxx = math.fsum((x - mx) ** 2 for x in xs)
+    sxy = math.fsum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    a = sxy / sxx
+    return a, my - a * mx
+
+
+class TimeModelNode(Node):
+    """See the module docstring."""
+
+    def __init__(self, name: str = "timemodel", **kwargs: Any) -> None:
+        super().__init__(name, **kwargs)
+        self.p = declare_params(self, PARAMS, on_change=self._param_changed)
+        self.model = load_exec_time_model()
+        self._defaults = self._default_sets(self.p["default_skill_sets"])
+        self.stats: dict[str, dict[str, SkillStats]] = defaultdict(lambda: defaultdict(SkillStats))
+        self.ratios: dict[str, list[float]] = defaultdict(list)  # robot type -> measured / expected
+        self.counters = {"feedback": 0, "measured": 0, "multi_call": 0, "unknown_segment": 0, "requests": 0}
+        self._task_type: dict[str, str] = {}
+        self._agent_type: dict[str, str] = {}
+        self._segments: dict[tuple[str, int], Segment] = {}
+        self._watched: set[str] = set()
+        self._parked: deque[tuple[float, convert.Feedback]] = deque()
+        self.create_service(EstimateExecTime, topics.ESTIMATE_EXEC_TIME, self._serve)
+        self.create_subscription(Task, topics.TASKS, self._on_task, qos.task_qos())
+        self.create_subscription(SegmentFeedback, topics.SEGMENT_FEEDBACK, self._on_feedback,
+                                 qos.feedback_qos())
+        self.create_timer(self.p["discovery_period"], self._discover)
+        self._refit_timer = None
+        self._arm_refit_timer()
+        self._discover()
+        self.get_logger().info(f"time model ready for robot types {', '.join(self.model.robot_types())}")
+
+    # ------------------------------------------------------------------ parameters
+    def _default_sets(self, entries: list[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for name in sorted(available_skill_sets()):
+            try:
+                out.setdefault(load_skill_set(name).robot_type, name)
+            except (KeyError, ValueError) as exc:
+                self.get_logger().warning(f"skill set {name!r} cannot be loaded: {exc}")
+        for entry in entries:
+            rtype, _, sset = entry.partition(":")
+            out[rtype.strip()] = sset.strip()
+        return out
+
+    def _param_changed(self, name: str, value: Any) -> None:
+        self.p[name] = value
+        if name == "default_skill_sets":
+            self._defaults = self._default_sets(self.p[name])
+        elif name == "refit_interval":
+            self._arm_refit_timer()
+
+    def _arm_refit_timer(self) -> None:
+        if self._refit_timer is not None:
+            self.destroy_timer(self._refit_timer)
+            self._refit_timer = None
+        if self.p["refit_interval"] > 0:
+            self._refit_timer = self.create_timer(self.p["refit_interval"], self._periodic_refit)
+
+    # ------------------------------------------------------------------ service
+    def estimate(self, robot_type: str, skill_set: str, text: str) -> tuple[float, float, float]:
+        """(minimum, expected, maximum) or ValueError/KeyError with the reason."""
+        if not robot_type.strip():
+            raise ValueError("robot_type is empty")
+        if robot_type not in self.model.robot_types():
+            raise ValueError(f"no execution-time model for robot type {robot_type!r}; available: "
+                             f"{', '.join(self.model.robot_types())}")
+        name = skill_set.strip() or self._defaults.get(robot_type)
+        if not name:
+            raise ValueError(f"no skill set for robot type {robot_type!r}; name one in skill_set")
+        sset = load_skill_set(name)
+        if sset.robot_type != robot_type:
+            raise ValueError(f"skill set {name!r} is for {sset.robot_type!r} robots, not {robot_type!r}")
+        if not text.strip():
+            raise ValueError("segment_text is empty")
+        calls = sset.parse(text)
+        if not calls:
+            raise ValueError("segment_text holds no skill call")
+        est = self.model.estimate(robot_type, calls)
+        return est.minimum, est.expected, est.maximum
+
+    def _serve(self, request: EstimateExecTime.Request, response: EstimateExecTime.Response):
+        self.counters["requests"] += 1
+        try:
+            response.minimum, response.expected, response.maximum = self.estimate(
+                request.robot_type, request.skill_set, request.segment_text)
+            response.ok = True
+            response.error = ""
+        except SkillParseError as exc:
+            response.ok, response.error = False, f"segment does not parse: {exc}"
+        except (KeyError, ValueError, ExecTimeError) as exc:
+            response.ok = False
+            response.error = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+        return response
+
+    # ------------------------------------------------------------------ measurements
+    def _discover(self) -> None:
+        self._retry_parked()  # also expires feedback whose segment never came
+        for name, types in self.get_topic_names_and_types():
+            agent = topics.agent_of_segment_topic(name)
+            if agent is None or name in self._watched or "timely_llm_ros/msg/Segment" not in types:
+                continue
+            self._watched.add(name)
+            self.create_subscription(Segment, name, self._on_segment, qos.segment_qos())
+
+    def _on_task(self, msg: Task) -> None:
+        if msg.robot_type:
+            if msg.task_id:
+                self._task_type[msg.task_id] = msg.robot_type
+            if msg.agent_id:
+                self._agent_type[msg.agent_id] = msg.robot_type
+        self._retry_parked()
+
+    def _on_segment(self, msg: Segment) -> None:
+        if len(self._segments) >= MAX_SEGMENTS_REMEMBERED:
+            self._segments.pop(next(iter(self._segments)))
+        self._segments[(msg.task_id, int(msg.index))] = msg
+        self._retry_parked()
+
+    def _retry_parked(self) -> None:
+        if not self._parked:
+            return
+        now = time.monotonic()
+        waiting = list(self._parked)
+        self._parked.clear()
+        for since, fb in waiting:
+            if not self._measure(fb):
+                if now - since < PARK_S:
+                    self._parked.append((since, fb))
+                else:
+                    self.counters["unknown_segment"] += 1
+
+    def _on_feedback(self, msg: SegmentFeedback) -> None:
+        try:
+            fb = convert.feedback_from_msg(msg)
+        except ValueError as exc:
+            self.get_logger().warning(f"feedback ignored: {exc}")
+            return
+        if fb.state != "DONE" or not fb.duration > 0:
+            return
+        self.counters["feedback"] += 1
+        if not self._measure(fb):
+            self._parked.append((time.monotonic(), fb))
+
+    def _measure(self, fb: convert.Feedback) -> bool:
+        """Record a DONE feedback if its segment and robot type are known; False to retry later."""
+        seg = self._segments.get((fb.task_id, fb.index))
+        rtype = self._task_type.get(fb.task_id) or self._agent_type.get(fb.agent_id)
+        if seg is None or rtype is None:
+            return False
+        del self._segments[(fb.task_id, fb.index)]
+        self.record(rtype, [(c.name, list(c.args)) for c in seg.calls], fb.duration, seg.exec_time_expected)
+        return True
+
+    def record(self, robot_type: str, calls: list[tuple[str, list[str]]], duration: float,
+               expected: float) -> None:
+        """One measured segment (also the unit-test entry point)."""
+        if expected > 0:
+            self.ratios[robot_type].append(duration / expected)
+        if len(calls) != 1:
+            self.counters["multi_call"] += 1
+            return
+        name, args = calls[0]
+        self.stats[robot_type][name].add(duration, _first_number(args))
+        self.counters["measured"] += 1
+
+    # ------------------------------------------------------------------ refit
+    def refitted(self, robot_type: str) -> dict[str, Any]:
+        """The model file content for ``robot_type`` with measured skills refitted."""
+        path = config_dir() / "exec_time" / f"{robot_type}.yaml"
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {
+            "robot_type": robot_type, "skills": {}}
+        skills = dict(data.get("skills") or {})
+        notes = {}
+        for name, st in sorted(self.stats.get(robot_type, {}).items()):
+            if len(st.durations) < self.p["min_samples"]:
+                continue
+            old = skills.get(name) or {}
+            line = None
+            if old.get("model") in ("poly", "argument"):
+                pts = [(a, d) for a, d in zip(st.args, st.durations) if a is not None]
+                line = fit_line([a for a, _ in pts], [d for _, d in pts]) if pts else None
+            if line is not None and line[0] >= 0 and line[1] >= 0:
+                skills[name] = {"model": "poly", "coef": [round(line[0], 6), round(line[1], 6)],
+                                "arg_range": list(old["arg_range"])}
+            else:
+                skills[name] = {"model": "samples", "samples": [round(d, 6) for d in st.durations]}
+            notes[name] = st.summary()
+        return {"robot_type": robot_type, "skills": skills, "refit": {
+            "measured": notes, "segment_ratio_measured_over_expected": self._ratio(robot_type)}}
+
+    def _ratio(self, robot_type: str) -> dict[str, float] | None:
+        r = self.ratios.get(robot_type)
+        if not r:
+            return None
+        return {"n": len(r), "mean": math.fsum(r) / len(r)}
+
+    def write_refit(self) -> list[Path]:
+        """Write ``<refit_output>/<robot_type>.yaml`` for every measured robot type; returns the files."""
+        out_dir = self.p["refit_output"].strip()
+        if not out_dir:
+            return []
+        directory = Path(out_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        written = []
+        for rtype in sorted(set(self.stats) | set(self.ratios)):
+            if not re.fullmatch(r"[A-Za-z0-9_-]+", rtype):
+                continue  # a robot type from the wire must not become a path outside the directory
+            target = directory / f"{rtype}.yaml"
+            tmp = target.with_suffix(".yaml.tmp")
+            tmp.write_text("# Refitted by the timely_llm_ros time-model node from measured SegmentFeedback.\n"
+                           + yaml.safe_dump(self.refitted(rtype), sort_keys=False), encoding="utf-8")
+            os.replace(tmp, target)  # a reader never sees a half-written model
+            written.append(target)
+        return written
+
+    def _periodic_refit(self) -> None:
+        try:
+            self.write_refit()
+        except OSError as exc:
+            self.get_logger().error(f"cannot write the refitted models: {exc}")
+
+    def close(self) -> None:
+        try:
+            files = self.write_refit()
+        except OSError as exc:
+            self.get_logger().error(f"cannot write the refitted models: {exc}")
+            return
+        if files:
+            self.get_logger().info(f"refitted models written: {', '.join(map(str, files))}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_node(TimeModelNode, argv, description="execution-time model node (EstimateExecTime)",
+                    params=PARAMS)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

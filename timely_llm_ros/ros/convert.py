@@ -1,0 +1,263 @@
+"""Conversions between the core's plain Python values and the timely_llm_ros ROS messages.
+
+The core (``timely_llm_ros.core``) never imports ROS; nodes convert at their edges with these
+functions. Times: the core uses float seconds on the planner's clock; messages carry
+``builtin_interfaces/Time`` (:func:`to_stamp` / :func:`from_stamp`). States and event kinds: the core
+uses the names (``"COMPLETED"``, ``"DISPATCH"``), messages the uint8 constants of the same names.
+
+Messages coming *in* are untrusted (any node may publish): :func:`task_from_msg` raises
+:class:`TaskRejected` with a reason meant for the sender instead of letting a bad field crash the
+planner later; the ``*_from_msg`` helpers for states raise ``ValueError`` for unknown codes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from builtin_interfaces.msg import Time
+
+from timely_llm_ros.core import events as ev
+from timely_llm_ros.core.generation import Dispatch
+from timely_llm_ros.core.skills import SkillCall as CoreSkillCall
+from timely_llm_ros.core.task import TaskRejected, TaskSpec
+from timely_llm_ros.core.tuf import TUF, InvalidTUF
+from timely_llm_ros.msg import Segment, SegmentFeedback, SkillCall, Task, TaskStatus, TraceEvent, Tuf
+
+DEFAULT_MAX_TOKENS = 256  # Task.max_tokens == 0 means "the planner's default"
+UINT32_MAX = 2**32 - 1
+INT32_MAX = 2**31 - 1
+
+# name <-> uint8 code tables, built from the message constants so they cannot drift apart
+TASK_STATE_CODE: dict[str, int] = {name: getattr(TaskStatus, name) for name in ev.TASK_STATES}
+TASK_STATE_NAME: dict[int, str] = {code: name for name, code in TASK_STATE_CODE.items()}
+EVENT_KIND_CODE: dict[str, int] = {name: getattr(TraceEvent, name) for name in ev.EVENT_KINDS}
+EVENT_KIND_NAME: dict[int, str] = {code: name for name, code in EVENT_KIND_CODE.items()}
+FEEDBACK_CODE: dict[str, int] = {ev.STARTED: SegmentFeedback.STARTED, ev.DONE: SegmentFeedback.DONE,
+                                 ev.FEEDBACK_FAILED: SegmentFeedback.FAILED}
+FEEDBACK_NAME: dict[int, str] = {code: name for name, code in FEEDBACK_CODE.items()}
+
+
+# --------------------------------------------------------------------------------------- time
+def to_stamp(t: float) -> Time:
+    """Float seconds → ``builtin_interfaces/Time`` (nan/negative → zero stamp: "unknown")."""
+    if not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+        return Time(sec=0, nanosec=0)
+    ns = int(round(float(t) * 1e9))
+    sec, nanosec = divmod(ns, 1_000_000_000)
+    if sec > INT32_MAX:
+        raise ValueError(f"time {t} s does not fit builtin_interfaces/Time")
+    return Time(sec=sec, nanosec=nanosec)
+
+
+def from_stamp(stamp: Time) -> float:
+    """``builtin_interfaces/Time`` → float seconds (a zero stamp gives 0.0)."""
+    return stamp.sec + stamp.nanosec * 1e-9
+
+
+def stamp_ns(stamp: Time) -> int:
+    """Stamp as integer nanoseconds (bag timestamps are ns)."""
+    return stamp.sec * 1_000_000_000 + stamp.nanosec
+
+
+# --------------------------------------------------------------------------------------- TUF
+def tuf_to_msg(tuf: TUF) -> Tuf:
+    return Tuf(ert=float(tuf.ert), alpha=float(tuf.alpha), beta=float(tuf.beta))
+
+
+def tuf_from_msg(msg: Tuf) -> TUF:
+    """Raises :class:`TaskRejected` for numbers that are no valid TUF (NaN, alpha > 0, beta <= 0...)."""
+    try:
+        return TUF(ert=msg.ert, alpha=msg.alpha, beta=msg.beta)
+    except InvalidTUF as exc:
+        raise TaskRejected(f"invalid TUF: {exc}") from None
+
+
+# --------------------------------------------------------------------------------------- tasks
+def task_to_msg(spec: TaskSpec, stamp: float | None = None) -> Task:
+    """A core task as the ``Task`` a robot (or the workload node) publishes.
+
+    Simulation-only fields (reference plan, recorded execution times, trace id, class label) have
+    no place in the message: the planner's simulated engine finds plans by other means.
+    """
+    msg = Task()
+    if stamp is not None:
+        msg.header.stamp = to_stamp(stamp)
+    msg.task_id = spec.task_id
+    msg.agent_id = spec.agent_id
+    msg.robot_type = spec.robot_type
+    msg.skill_set = spec.skill_set
+    msg.instruction = spec.instruction
+    msg.scene = spec.scene or ""
+    msg.tuf = tuf_to_msg(spec.tuf)
+    if isinstance(spec.max_tokens, int) and not isinstance(spec.max_tokens, bool):
+        msg.max_tokens = min(max(spec.max_tokens, 0), UINT32_MAX)
+    return msg
+
+
+def task_from_msg(msg: Task, arrival: float, default_max_tokens: int = DEFAULT_MAX_TOKENS) -> TaskSpec:
+    """A received ``Task`` as a :class:`TaskSpec` arriving at ``arrival`` (planner clock).
+
+    Checks what the message alone can tell (TUF numbers, non-empty required fields, max_tokens); the
+    planner's intake checks the rest (skill set known, prompt fits). Raises :class:`TaskRejected`.
+    """
+    tuf = tuf_from_msg(msg.tuf)
+    for name in ("agent_id", "robot_type", "skill_set", "instruction"):
+        if not getattr(msg, name).strip():
+            raise TaskRejected(f"{name} is empty")
+    max_tokens = int(msg.max_tokens) or int(default_max_tokens)
+    spec = TaskSpec(task_id=msg.task_id, agent_id=msg.agent_id, robot_type=msg.robot_type,
+                    skill_set=msg.skill_set, instruction=msg.instruction, tuf=tuf, arrival=float(arrival),
+                    scene=msg.scene, max_tokens=max_tokens)
+    spec.validate()
+    return spec
+
+
+# --------------------------------------------------------------------------------------- segments
+def split_call_args(source: str) -> list[str]:
+    """Exact source text of each argument of a call ``name(a, 'b, c', 3)`` → ``["a", "'b, c'", "3"]``.
+
+    Top-level commas inside the outermost parentheses separate arguments; commas in quotes or
+    nested parentheses do not. A call without parentheses has no arguments.
+    """
+    open_i = source.find("(")
+    close_i = source.rfind(")")
+    if open_i < 0 or close_i < open_i:
+        return []
+    inner = source[open_i + 1:close_i]
+    out: list[str] = []
+    depth = 0
+    quote = ""
+    escaped = False
+    start = 0
+    for i, ch in enumerate(inner):
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(inner[start:i].strip())
+            start = i + 1
+    last = inner[start:].strip()
+    if last or out:
+        out.append(last)
+    return out
+
+
+def call_to_msg(call: CoreSkillCall) -> SkillCall:
+    """One parsed skill call. Calls without parentheses (chatbot sentences) carry their text args."""
+    if "(" in call.source:
+        args = split_call_args(call.source)
+    else:
+        args = [a if isinstance(a, str) else str(a) for a in call.args]
+    return SkillCall(name=call.name, args=args, source=call.source)
+
+
+def segment_to_msg(d: Dispatch, *, final: bool = False, gen_start: float = math.nan,
+                   gen_end: float | None = None, tokens: int = 0) -> Segment:
+    """A dispatched core segment (:class:`~timely_llm_ros.core.generation.Dispatch`) as a ``Segment``.
+
+    ``gen_start``/``tokens`` come from the task record's segment (the Dispatch does not carry them);
+    ``gen_end`` defaults to the dispatch time (the planner dispatches the moment a segment is cut).
+    """
+    msg = Segment()
+    msg.task_id = d.task_id
+    msg.agent_id = d.agent_id
+    msg.index = int(d.seg)
+    msg.text = d.text
+    msg.calls = [call_to_msg(c) for c in d.calls]
+    msg.final = bool(final)
+    end = d.t if gen_end is None else gen_end
+    msg.gen_end = to_stamp(end)
+    msg.gen_start = to_stamp(gen_start if math.isfinite(gen_start) and gen_start <= end else end)
+    msg.tokens = min(max(int(tokens), 0), UINT32_MAX)
+    msg.exec_time_min = max(float(d.min_exec), 0.0)
+    msg.exec_time_expected = max(float(d.expected_exec), msg.exec_time_min)
+    return msg
+
+
+# --------------------------------------------------------------------------------------- feedback
+@dataclass(frozen=True, slots=True)
+class Feedback:
+    """A received ``SegmentFeedback`` in core terms (``state``: STARTED / DONE / FAILED)."""
+
+    task_id: str
+    agent_id: str
+    index: int
+    state: str
+    t: float
+    duration: float
+    detail: str
+
+
+def feedback_to_msg(task_id: str, agent_id: str, index: int, state: str, t: float, duration: float = 0.0,
+                    detail: str = "") -> SegmentFeedback:
+    """Robot side: ``state`` is a core name (``events.STARTED`` / ``DONE`` / ``FEEDBACK_FAILED``)."""
+    if state not in FEEDBACK_CODE:
+        raise ValueError(f"unknown feedback state {state!r}; expected one of {ev.FEEDBACK_STATES}")
+    dur = float(duration) if math.isfinite(duration) and duration > 0 else 0.0
+    return SegmentFeedback(task_id=task_id, agent_id=agent_id, index=int(index), state=FEEDBACK_CODE[state],
+                           stamp=to_stamp(t), duration=dur, detail=detail)
+
+
+def feedback_from_msg(msg: SegmentFeedback) -> Feedback:
+    """Raises ValueError for an unknown state code."""
+    state = FEEDBACK_NAME.get(msg.state)
+    if state is None:
+        raise ValueError(f"unknown SegmentFeedback state {msg.state} (expected 0=STARTED, 1=DONE, 2=FAILED)")
+    return Feedback(msg.task_id, msg.agent_id, int(msg.index), state, from_stamp(msg.stamp),
+                    float(msg.duration), msg.detail)
+
+
+# --------------------------------------------------------------------------------------- status
+def status_to_msg(task_id: str, agent_id: str, state: str, t: float, reason: str = "",
+                  response_time: float = math.nan, utility: float = math.nan) -> TaskStatus:
+    """``state`` is a core task-state name; response fields are set when ``response_time`` is known."""
+    if state not in TASK_STATE_CODE:
+        raise ValueError(f"unknown task state {state!r}; expected one of {ev.TASK_STATES}")
+    msg = TaskStatus(task_id=task_id, agent_id=agent_id, state=TASK_STATE_CODE[state], reason=reason,
+                     stamp=to_stamp(t))
+    if isinstance(response_time, (int, float)) and math.isfinite(response_time):
+        msg.has_response = True
+        msg.response_time = max(float(response_time), 0.0)
+        msg.utility = float(utility) if math.isfinite(utility) else 0.0
+    return msg
+
+
+def status_name(msg: TaskStatus) -> str:
+    """Core state name of a ``TaskStatus`` (ValueError for an unknown code)."""
+    try:
+        return TASK_STATE_NAME[msg.state]
+    except KeyError:
+        raise ValueError(f"unknown TaskStatus state {msg.state}") from None
+
+
+# --------------------------------------------------------------------------------------- trace
+def event_to_msg(e: ev.TraceEvent) -> TraceEvent:
+    """A core trace event as a ``TraceEvent`` message (kind by name → constant)."""
+    try:
+        kind = EVENT_KIND_CODE[e.kind]
+    except KeyError:
+        raise ValueError(f"unknown trace event kind {e.kind!r}") from None
+    seg = int(e.seg) if -1 <= e.seg <= INT32_MAX else -1
+    value = float(e.value) if math.isfinite(e.value) else 0.0
+    return TraceEvent(stamp=to_stamp(e.t), task_id=e.task_id, agent_id=e.agent_id, segment_index=seg,
+                      kind=kind, value=value, detail=e.detail)
+
+
+def event_from_msg(msg: TraceEvent) -> ev.TraceEvent:
+    """A ``TraceEvent`` message back as the core's event (ValueError for an unknown kind code)."""
+    kind = EVENT_KIND_NAME.get(msg.kind)
+    if kind is None:
+        raise ValueError(f"unknown TraceEvent kind {msg.kind}")
+    return ev.TraceEvent(from_stamp(msg.stamp), kind, msg.task_id, msg.agent_id, int(msg.segment_index),
+                         float(msg.value), msg.detail)
