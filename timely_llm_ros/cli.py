@@ -22,10 +22,12 @@ PROG = "timely-llm"
 
 # name -> (module path, one-line help). Add a subcommand by adding a line here.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("timely_llm_ros.demo", "run the end-to-end demo: planner and simulated robots over ROS 2"),
+    "demo": ("timely_llm_ros.demo",
+             "the main job: a ROS 2 fleet planned by the embedded LLM, live progress, summary, timeline"),
     "bench": ("timely_llm_ros.bench.cli", "run the scheduling benchmarks on the simulator"),
     "profile": ("timely_llm_ros.bench.profile_cli", "measure an LLM engine's speed and fit its profile"),
-    "fleet": ("timely_llm_ros.fleet", "start simulated robots that send tasks to a running planner"),
+    "fleet": ("timely_llm_ros.fleet",
+              "start a fleet's node graph (planner, robots, time model, recorder, workload) from one YAML"),
     "timeline": ("timely_llm_ros.viz.timeline", "plot a recorded run's timeline from a bag (PNG, SVG or HTML)"),
     "report": ("timely_llm_ros.viz.report", "metrics tables and bar charts of a recorded run (bag)"),
     "record": ("timely_llm_ros.nodes.recorder", "record an LRTrace bag (rosbag2, MCAP) from a running fleet"),

@@ -107,6 +107,42 @@ def test_plan_without_skills_fails():
     assert sent == [] and rec.state == ev.FAILED and "no executable skill" in rec.reason
 
 
+def test_a_statement_cut_by_the_token_limit_is_dropped_and_the_task_completes():
+    """The demo's 135M model rambled until max_tokens; the complete segments it had already sent
+    stand, the unfinished statement is never sent, and a DROP event says why."""
+    p, sent, trace, _ = make("fcfs-seg")
+    n = len(SimEngine(PROFILE).tokenize("mu(40);tp;mf(1"))
+    rec = p.submit(spec(plan="mu(40);tp;mf(100);", max_tokens=n))
+    run(p)
+    assert [d.text for d in sent] == ["mu(40)", ";tp;"]
+    drops = [e for e in trace if e.kind == ev.DROP]
+    assert len(drops) == 1 and "token limit" in drops[0].detail and "mf(1" in drops[0].detail
+    for i in range(2):
+        p.on_feedback("a", i, ev.STARTED, 5.0 + i)
+        p.on_feedback("a", i, ev.DONE, 5.5 + i)
+    assert rec.state == ev.COMPLETED and rec.segments[-1].final
+
+
+def test_a_plan_cut_before_any_segment_fails():
+    p, sent, _, _ = make()
+    rec = p.submit(spec(plan="mf(100);", max_tokens=2))
+    run(p)
+    assert sent == [] and rec.state == ev.FAILED
+
+
+def test_warm_up_prefills_the_skill_prompt_once():
+    p, sent, _, _ = make()
+    took = p.warm_up(["tello_minispec"])
+    assert set(took) == {"tello_minispec"} and took["tello_minispec"] > 0
+    assert p.engine.memory().prefix > 0 and p.engine.running() == 0 and sent == []
+    before = p.engine.now()
+    p.submit(spec())
+    p.step()  # the first task's prefill now covers only its own suffix
+    assert p.engine.now() - before < took["tello_minispec"]
+    with pytest.raises(KeyError):
+        p.warm_up(["no_such_set"])
+
+
 def test_feedback_moves_the_reference_point_and_completes():
     p, sent, trace, _ = make("fcfs-seg")
     rec = p.submit(spec(plan="mu(40);tp;"))

@@ -70,6 +70,17 @@ def test_after_a_failure_the_task_s_later_segments_fail_at_once():
     assert r.run(SegmentItem("other", 0, "tp")).ok  # other tasks are unaffected
 
 
+def test_follow_on_failures_quote_the_root_cause_once():
+    """Each later segment names the first failure; reasons must not nest (seen in the demo: 40
+    segments of one task produced ever longer messages)."""
+    r = runner()
+    assert not r.run(SegmentItem("t", 0, "mf(900);")).ok
+    details = [r.run(SegmentItem("t", i, "tp")).detail for i in range(1, 6)]
+    assert all(d.count("above the maximum 500") == 1 for d in details)
+    assert all(d.count("an earlier segment") == 1 for d in details)
+    assert len({len(d) - len(str(i)) for i, d in enumerate(details, 1)}) == 1  # no growth
+
+
 def test_a_continuation_of_an_unknown_task_fails():
     out = runner().run(SegmentItem("t", 3, "tp"))
     assert not out.ok and "never received the task's earlier segments" in out.detail

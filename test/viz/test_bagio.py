@@ -321,3 +321,28 @@ def test_reads_bags_written_by_rosbags_own_writer(tmp_path):
         got = read_bag(path)
         assert not got.problems and len(got.trace_events()) == len(SCENARIO)
         assert "/tasks (not recorded)" in got.missing
+
+
+def test_a_bag_recorded_with_an_older_task_definition_still_decodes(tmp_path, repo_root):
+    """Interfaces grow (Task gained task_class and trace_id): a bag recorded before that must still
+    give its tasks, decoded with the definition embedded in the bag, and say so."""
+    old_dir = tmp_path / "old_msg"
+    old_dir.mkdir()
+    for name in ts.MSG_NAMES:
+        text = (repo_root / "msg" / f"{name}.msg").read_text(encoding="utf-8")
+        if name == "Task":
+            text = "\n".join(line for line in text.splitlines()
+                             if not line.startswith(("string task_class", "uint32 trace_id")))
+        (old_dir / f"{name}.msg").write_text(text, encoding="utf-8")
+    old = make_typestore(old_dir)
+    assert old.hash_rihs01(ts.TASK) != ts.shared_typestore().hash_rihs01(ts.TASK)
+    tuf = old.types[ts.TUF_MSG](ert=0.2, alpha=-6.67, beta=2.0)
+    task = old.types[ts.TASK](header=old.types[ts.HEADER](stamp=ts.stamp(old, 1.0), frame_id=""),
+                              task_id="t1", agent_id="drone_1", robot_type="drone",
+                              skill_set="tello_minispec", instruction="go", scene="", tuf=tuf, max_tokens=0)
+    with BagWriter(tmp_path / "b", {"/tasks": ts.TASK}, flush_every_s=None, typestore=old) as w:
+        w.write_msg("/tasks", 1_000_000_000, task)
+    got = read_bag(tmp_path / "b")
+    info = got.task_infos()["t1"]
+    assert info.tuf.ert == pytest.approx(0.2) and info.task_class == "" and info.trace_id is None
+    assert any("differs from the installed definition" in p for p in got.problems)

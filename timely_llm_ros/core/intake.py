@@ -38,6 +38,13 @@ class Intake:
         self.engine = engine
         self._prefix_ids: dict[str, list[int]] = {}
 
+    def prefix_ids(self, sset: SkillSet) -> list[int]:
+        """Token ids of a skill set's fixed prompt (tokenised once per engine, then shared)."""
+        prefix = self._prefix_ids.get(sset.name)
+        if prefix is None:
+            prefix = self._prefix_ids[sset.name] = self.engine.tokenize(sset.prompt)
+        return prefix
+
     def prepare(self, spec: TaskSpec) -> PreparedTask:
         """Raise :class:`TaskRejected` with a reason, or return the prepared prompt."""
         spec.validate()
@@ -54,9 +61,7 @@ class Intake:
             full = sset.format_request(spec.instruction, spec.scene)
         except SkillParseError as exc:
             raise TaskRejected(exc.reason) from None
-        prefix = self._prefix_ids.get(sset.name)
-        if prefix is None:
-            prefix = self._prefix_ids[sset.name] = self.engine.tokenize(sset.prompt)
+        prefix = self.prefix_ids(sset)
         prompt = prefix + self.engine.tokenize(full[len(sset.prompt):])
         limit = self.engine.info.context_limit
         if len(prompt) >= limit:

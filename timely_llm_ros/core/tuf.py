@@ -59,6 +59,14 @@ class TUF:
         """TUF_1(t) = min(beta, alpha * max(t, 0) + beta)."""
         return min(self.beta, self.alpha * max(t, 0.0) + self.beta)
 
+    def scaled(self, factor: float) -> TUF:
+        """The same TUF on a time axis stretched by ``factor``: ERT and zero-utility time multiply by
+        it, the slope divides by it, beta stays. Used to run the paper's GPU-calibrated TUFs on a
+        slower engine (the CPU demo) without changing what "urgent" means."""
+        if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 0):
+            raise InvalidTUF(f"TUF scale factor must be a finite number > 0, got {factor!r}")
+        return TUF(ert=self.ert * factor, alpha=self.alpha / factor, beta=self.beta)
+
     @property
     def zero_time(self) -> float:
         """Response time at which utility reaches 0 (``inf`` for a flat TUF)."""

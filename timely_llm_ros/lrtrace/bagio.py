@@ -438,7 +438,9 @@ class _Decoder:
             from rosbags.typesys import get_types_from_msg
 
             try:
-                store = ts.make_typestore()
+                # A store without our current types: the bag's (older or newer) definitions of them
+                # would clash with the installed ones under the same names.
+                store = ts.base_typestore()
                 store.register(get_types_from_msg(msgdef, msgtype))
                 if msgtype in self.ours.fielddefs:
                     self.problems.append(

@@ -88,6 +88,8 @@ class TaskInfo:
     log_time: float  # when the recorder received it
     max_tokens: int = 0
     problem: str = ""
+    task_class: str = ""
+    trace_id: int | None = None
 
 
 def task_info_from_msg(msg: Any, t_ns: int) -> TaskInfo:
@@ -107,6 +109,8 @@ def task_info_from_msg(msg: Any, t_ns: int) -> TaskInfo:
         t_ns * 1e-9,
         int(msg.max_tokens),
         problem,
+        str(getattr(msg, "task_class", "") or ""),
+        int(getattr(msg, "trace_id", 0) or 0) or None,
     )
 
 
@@ -139,6 +143,8 @@ def task_to_msg(store: Any, spec: Any, stamp_t: float) -> Any:
         scene=str(spec.scene or ""),
         tuf=tmsg,
         max_tokens=min(max(max_tokens, 0), 2**32 - 1),
+        task_class=str(getattr(spec, "task_class", "") or ""),
+        trace_id=spec.trace_id if isinstance(getattr(spec, "trace_id", None), int) and spec.trace_id > 0 else 0,
     )
 
 

@@ -101,7 +101,7 @@ def load_run(path: str | Path) -> Run:
             notes.append("the bag holds no trace events, statuses, segments or feedback: nothing to draw")
     model = TimelineModel()
     for info in tasks.values():
-        model.set_task(info.task_id, info.agent_id, info.tuf)
+        model.set_task(info.task_id, info.agent_id, info.tuf, info.task_class, info.trace_id)
     model.extend(events)
     no_tuf = [lane.task_id for lane in model.lanes.values() if lane.tuf is None]
     if no_tuf and tasks:
@@ -189,8 +189,10 @@ def records_from_events(
         if k == ev.ARRIVAL:
             rec.arrival = e.t
             klass, trace = parse_arrival_detail(e.detail)
-            rec.task_class = rec.task_class or klass
-            rec.trace_id = trace if rec.trace_id is None else rec.trace_id
+            info = tasks.get(e.task_id)
+            rec.task_class = rec.task_class or klass or (info.task_class if info else "")
+            if rec.trace_id is None:
+                rec.trace_id = trace if trace is not None else (info.trace_id if info else None)
         elif k == ev.ADMIT:
             rec.state = ev.QUEUED
         elif k == ev.GEN_START:

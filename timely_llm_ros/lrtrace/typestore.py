@@ -54,6 +54,11 @@ def msg_dir() -> Path:
     )
 
 
+def base_typestore() -> Any:
+    """A fresh rosbags typestore with the ROS 2 kilted types only (for definitions read from a bag)."""
+    return get_typestore(Stores.ROS2_KILTED)
+
+
 def make_typestore(directory: Path | None = None) -> Any:
     """A fresh rosbags typestore: ROS 2 kilted types plus ours (callers may register more types)."""
     folder = directory or msg_dir()

@@ -59,7 +59,7 @@ from timely_llm_ros.core.planner import PlannerCore
 from timely_llm_ros.core.scheduler import UnknownPolicy, parse_policy
 from timely_llm_ros.core.skills import load_skill_set
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
-from timely_llm_ros.engines.base import Engine
+from timely_llm_ros.engines.base import Engine, EngineError
 from timely_llm_ros.nodes.common import Param, ParamError, declare_params, nonempty, run_node
 from timely_llm_ros.nodes.sim_support import CATALOG, PlanTable, RealtimeSimEngine
 from timely_llm_ros.ros import convert, qos, topics
@@ -144,6 +144,8 @@ PARAMS = (
           high=1_000_000, read_only=True),
     Param("feedback_clock_tolerance", 5.0, "robot feedback stamps further than this from the planner's "
           "clock are replaced by the receipt time (s)", low=0.0, high=86400.0),
+    Param("warmup_skill_sets", [], "skill sets whose fixed prompt is prefilled at start-up, before /tasks "
+          "is subscribed, so no task pays for it (useful with llamacpp/vllm)", read_only=True),
     Param("max_queued_tasks", 100_000, "tasks beyond this many unfinished ones are rejected as "
           "overload", low=1, high=10_000_000),
 )
@@ -195,6 +197,7 @@ class PlannerNode(Node):
         self.core = PlannerCore(self.engine, self.p["policy"], clock=self.clock_fn, dispatch=self._dispatch,
                                 sink=self._event, on_state=self._state,
                                 network_latency=self.p["network_latency"])
+        self._warm_up(self.p["warmup_skill_sets"])
         self._agent_types = parse_agent_types(self.p["agent_types"])
         # executor thread state
         self._seen_ids: set[str] = set()
@@ -223,6 +226,20 @@ class PlannerNode(Node):
         self._thread.start()
         self.get_logger().info(f"planner ready: engine {self.engine.info.name}, "
                                f"policy {self.core.policy.name}")
+
+    # ------------------------------------------------------------------ set-up
+    def _warm_up(self, skill_sets: list[str]) -> None:
+        """Prefill the named skill prompts now; runs before /tasks is subscribed (see PARAMS)."""
+        if not skill_sets:
+            return
+        try:
+            took = self.core.warm_up(list(skill_sets))
+        except KeyError as exc:
+            raise ParamError(f"parameter 'warmup_skill_sets': {exc}") from None
+        except EngineError as exc:
+            raise ParamError(f"warm-up failed in the engine: {exc}") from None
+        for name, seconds in took.items():
+            self.get_logger().info(f"warm-up: prefilled the {name} prompt in {seconds:.2f} s")
 
     # ------------------------------------------------------------------ set-up
     def _make_engine(self) -> Engine:

@@ -25,6 +25,7 @@ unique per run. The node follows ``/task_status`` and, at the end (or at shutdow
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -59,10 +60,17 @@ PARAMS = (
           read_only=True),
     Param("time_scale", 1.0, "multiplies the workload's inter-arrival times (0.5 = twice as dense)",
           low=0.0, high=1000.0, read_only=True),
+    Param("tuf_scale", 1.0, "multiplies every task's ERT and zero-utility time (TUF.scaled): run the "
+          "paper's GPU-calibrated TUFs on a slower engine, e.g. 5 for the embedded CPU model",
+          low=0.01, high=1000.0, read_only=True),
     Param("max_tasks", 0, "publish only the first N tasks (0 = all)", low=0, high=10_000_000, read_only=True),
     Param("start_delay", 0.5, "wait after discovery before the first task (s)", low=0.0, high=3600.0,
           read_only=True),
-    Param("wait_for_planner", True, "start only once a planner subscribes to /tasks", read_only=True),
+    Param("wait_for_planner", True, "start only once the planner node (planner_node) subscribes to /tasks",
+          read_only=True),
+    Param("planner_node", "/planner", "fully qualified name of the planner node: other /tasks subscribers "
+          "(recorder, time model) do not count, and a planner that warms its engine up subscribes late",
+          read_only=True, check=nonempty),
     Param("wait_for_robots", True, "start only once every mapped agent has a robot node "
           "(a subscriber in namespace /<agent>)", read_only=True),
     Param("wait_for_nodes", [], "start only once these nodes (fully qualified, e.g. /recorder) subscribe to "
@@ -100,7 +108,7 @@ def parse_agents(entries: list[str]) -> dict[str, list[str]]:
 
 def plan_tasks(tasks: list[TaskSpec], *, name: str, agents: dict[str, list[str]], agent_prefix: str,
                skip_unmapped: bool, id_prefix: str, time_scale: float,
-               max_tasks: int) -> tuple[list[Planned], Counter]:
+               max_tasks: int, tuf_scale: float = 1.0) -> tuple[list[Planned], Counter]:
     """Messages and publication offsets for a workload (pure function; unit-tested)."""
     ordered = sorted(tasks, key=lambda t: t.arrival)
     if max_tasks:
@@ -134,6 +142,8 @@ def plan_tasks(tasks: list[TaskSpec], *, name: str, agents: dict[str, list[str]]
             if not topics.valid_agent_id(agent):
                 raise ParamError(f"workload agent {spec.agent_id!r} gives no valid ROS name even with prefix "
                                  f"{agent_prefix!r}; set parameter 'agents'")
+        if tuf_scale != 1.0:
+            spec = dataclasses.replace(spec, tuf=spec.tuf.scaled(tuf_scale))
         msg = convert.task_to_msg(spec)
         msg.agent_id = agent
         msg.task_id = f"{prefix}{spec.task_id}"
@@ -158,7 +168,7 @@ class WorkloadNode(Node):
             wl.tasks, name=wl.name, agents=parse_agents(self.p["agents"]),
             agent_prefix=self.p["agent_prefix"], skip_unmapped=self.p["skip_unmapped"],
             id_prefix=self.p["task_id_prefix"], time_scale=self.p["time_scale"],
-            max_tasks=self.p["max_tasks"])
+            max_tasks=self.p["max_tasks"], tuf_scale=self.p["tuf_scale"])
         if self.skipped:
             self.get_logger().warning(f"skipping tasks without a fleet agent: {dict(self.skipped)}")
         self._ids = {p.msg.task_id for p in self.planned}
@@ -183,11 +193,11 @@ class WorkloadNode(Node):
 
     # ------------------------------------------------------------------ discovery, then publishing
     def _ready(self) -> bool:
-        if self.p["wait_for_planner"] and self._pub.get_subscription_count() == 0:
+        present = {f"{i.node_namespace.rstrip('/')}/{i.node_name}"
+                   for i in self.get_subscriptions_info_by_topic(topics.TASKS)}
+        if self.p["wait_for_planner"] and "/" + self.p["planner_node"].strip("/") not in present:
             return False
         if self.p["wait_for_nodes"]:
-            present = {f"{i.node_namespace.rstrip('/')}/{i.node_name}"
-                       for i in self.get_subscriptions_info_by_topic(topics.TASKS)}
             if not set(self.p["wait_for_nodes"]) <= present:
                 return False
             if self._pub.get_subscription_count() < len(self.p["wait_for_nodes"]):

@@ -179,9 +179,13 @@ class SegmentRunner:
             return self._scenes.get(task_id)
 
     def fail_task(self, task_id: str, reason: str) -> None:
-        """Mark a task failed (e.g. a gap in its segments): its later segments fail at once."""
+        """Mark a task failed (e.g. a gap in its segments): its later segments fail at once.
+
+        The first reason is kept: later segments failing *because* of it must not wrap it again
+        (each would otherwise quote the previous one, growing the message without bound).
+        """
         with self._lock:
-            self._failed[task_id] = reason
+            self._failed.setdefault(task_id, reason)
             self._bound(self._failed)
             self._programs.pop(task_id, None)
 

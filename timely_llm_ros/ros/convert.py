@@ -77,8 +77,9 @@ def tuf_from_msg(msg: Tuf) -> TUF:
 def task_to_msg(spec: TaskSpec, stamp: float | None = None) -> Task:
     """A core task as the ``Task`` a robot (or the workload node) publishes.
 
-    Simulation-only fields (reference plan, recorded execution times, trace id, class label) have
-    no place in the message: the planner's simulated engine finds plans by other means.
+    The class label and trace id travel (reports group by them); simulation-only fields (reference
+    plan, recorded execution times) have no place in the message: the planner's simulated engine
+    finds plans by other means.
     """
     msg = Task()
     if stamp is not None:
@@ -92,6 +93,9 @@ def task_to_msg(spec: TaskSpec, stamp: float | None = None) -> Task:
     msg.tuf = tuf_to_msg(spec.tuf)
     if isinstance(spec.max_tokens, int) and not isinstance(spec.max_tokens, bool):
         msg.max_tokens = min(max(spec.max_tokens, 0), UINT32_MAX)
+    msg.task_class = spec.task_class or ""
+    if isinstance(spec.trace_id, int) and 0 < spec.trace_id <= UINT32_MAX:
+        msg.trace_id = spec.trace_id
     return msg
 
 
@@ -108,7 +112,8 @@ def task_from_msg(msg: Task, arrival: float, default_max_tokens: int = DEFAULT_M
     max_tokens = int(msg.max_tokens) or int(default_max_tokens)
     spec = TaskSpec(task_id=msg.task_id, agent_id=msg.agent_id, robot_type=msg.robot_type,
                     skill_set=msg.skill_set, instruction=msg.instruction, tuf=tuf, arrival=float(arrival),
-                    scene=msg.scene, max_tokens=max_tokens)
+                    scene=msg.scene, max_tokens=max_tokens, task_class=msg.task_class.strip(),
+                    trace_id=int(msg.trace_id) or None)
     spec.validate()
     return spec
 

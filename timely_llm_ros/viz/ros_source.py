@@ -35,7 +35,7 @@ def attach(
             tuf = TUF(ert=msg.tuf.ert, alpha=msg.tuf.alpha, beta=msg.tuf.beta)
         except InvalidTUF:
             tuf = None  # the planner rejects it; the lane shows the REJECT without an ERT marker
-        widget.submit_task(msg.task_id, msg.agent_id, tuf)
+        widget.submit_task(msg.task_id, msg.agent_id, tuf, msg.task_class)
 
     return [
         node.create_subscription(TraceEvent, trace_topic or topics.TRACE_EVENTS, on_event, event_qos()),

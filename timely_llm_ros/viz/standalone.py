@@ -54,7 +54,7 @@ class Replayer:
             e = self.events[self.i]
             if e.kind == "ARRIVAL" and e.task_id in self.tasks:
                 info = self.tasks[e.task_id]
-                self.widget.submit_task(info.task_id, info.agent_id, info.tuf)
+                self.widget.submit_task(info.task_id, info.agent_id, info.tuf, info.task_class)
             self.widget.submit(e)
             self.i += 1
 
