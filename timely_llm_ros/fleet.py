@@ -155,6 +155,7 @@ def fleet_nodes(cfg: dict[str, Any]) -> list[NodeSpec]:
     planner.setdefault("agent_types", agent_types)
     if parts["recorder"] is not None:  # record the robots' segment topics from the very start
         parts["recorder"].setdefault("agents", [n.namespace for n in robots])
+        parts["recorder"].setdefault("policy", str(planner.get("policy", "timely")))
     if workload is not None and planner.get("engine", "sim") == "sim":
         planner.setdefault("sim_plans", ["catalog", workload["workload"]])
 

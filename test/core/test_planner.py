@@ -109,14 +109,15 @@ def test_plan_without_skills_fails():
 
 def test_a_statement_cut_by_the_token_limit_is_dropped_and_the_task_completes():
     """The demo's 135M model rambled until max_tokens; the complete segments it had already sent
-    stand, the unfinished statement is never sent, and a DROP event says why."""
+    stand, the unfinished statement is never sent, and the GEN_STOP event says why."""
     p, sent, trace, _ = make("fcfs-seg")
     n = len(SimEngine(PROFILE).tokenize("mu(40);tp;mf(1"))
     rec = p.submit(spec(plan="mu(40);tp;mf(100);", max_tokens=n))
     run(p)
     assert [d.text for d in sent] == ["mu(40)", ";tp;"]
-    drops = [e for e in trace if e.kind == ev.DROP]
-    assert len(drops) == 1 and "token limit" in drops[0].detail and "mf(1" in drops[0].detail
+    assert not any(e.kind in (ev.DROP, ev.FAIL) for e in trace)
+    (stop,) = [e for e in trace if e.kind == ev.GEN_STOP and e.detail.startswith("length")]
+    assert "token limit" in stop.detail and "mf(1" in stop.detail
     for i in range(2):
         p.on_feedback("a", i, ev.STARTED, 5.0 + i)
         p.on_feedback("a", i, ev.DONE, 5.5 + i)

@@ -66,7 +66,8 @@ class TraceEvent:
     ``seg`` is the segment index or -1; ``value`` a kind-specific number (GEN_STOP: tokens generated
     since the generation (re)started; DISPATCH: the segment's minimum execution-time estimate;
     EXEC_START of segment 0: the response time W(s_0); COMPLETE: the utility TUF_0(W(s_0))), else 0;
-    ``detail`` free text (REJECT / FAIL reason, GEN_STOP reason "segment" / "eos" / "length",
+    ``detail`` free text (REJECT / FAIL reason, GEN_STOP reason "segment" / "eos" / "length" — the latter
+    followed by ": …" when an unfinished statement cut by the token limit was not sent,
     the segment text for SEGMENT_READY).
     """
 

@@ -277,27 +277,29 @@ class PlannerCore:
         self._running.pop(gen.gen_id, None)
         self.engine.release(gen.gen_id)
         rec.gen_end = t
-        self._emit(t, ev.GEN_STOP, rec, len(rec.segments), out.reason, gen.seg_tokens)
         if rec.state == ev.FAILED:
+            self._emit(t, ev.GEN_STOP, rec, len(rec.segments), out.reason, gen.seg_tokens)
             return
         tail = "".join(gen.text) if gen.checker is None else gen.checker.finish()
+        calls: list = []
+        stop_detail = out.reason
         if tail.strip():
             try:
                 calls = gen.skill_set.parse(tail)
             except SkillParseError as exc:
-                if out.reason == "length" and rec.segments:
-                    # The token budget cut the plan inside a statement. The robot already holds
-                    # complete, validated segments; the unfinished statement is never sent (and
-                    # never guessed at), and the task completes with what was planned.
-                    self._emit(t, ev.DROP, rec, len(rec.segments),
-                               f"unfinished statement {tail.strip()[:80]!r} cut by the token limit "
-                               f"({gen.max_tokens} tokens) was not sent: {exc.reason}")
-                    calls = []
-                else:
+                if out.reason != "length" or not rec.segments:
+                    self._emit(t, ev.GEN_STOP, rec, len(rec.segments), out.reason, gen.seg_tokens)
                     self._fail(gen, t, f"segment {len(rec.segments)} does not parse: {exc}")
                     return
-            if calls and not self._dispatch_segment(gen, tail, calls, t):
-                return
+                # The token budget cut the plan inside a statement. The robot already holds complete,
+                # validated segments; the unfinished statement is never sent (nor guessed at), the
+                # GEN_STOP event says so, and the task completes with what was planned.
+                stop_detail = (f"length: unfinished statement {tail.strip()[:80]!r} cut by the token limit "
+                               f"({gen.max_tokens} tokens) was not sent ({exc.reason})")
+                calls = []
+        self._emit(t, ev.GEN_STOP, rec, len(rec.segments), stop_detail, gen.seg_tokens)
+        if calls and not self._dispatch_segment(gen, tail, calls, t):
+            return
         if not rec.segments:
             self._fail(gen, t, "the plan holds no executable skill")
             return

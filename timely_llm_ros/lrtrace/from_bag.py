@@ -217,7 +217,7 @@ def records_from_events(
             rec.n_suspensions += 1
             rec.state = ev.SUSPENDED
         elif k == ev.GEN_STOP:
-            if e.detail in ("eos", "length"):
+            if e.detail.split(":", 1)[0] in ("eos", "length"):
                 rec.gen_end = e.t
         elif k == ev.EXEC_START:
             _segment(rec, e.seg).exec_start = e.t

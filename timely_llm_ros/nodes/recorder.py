@@ -88,6 +88,13 @@ PARAMS = (
         high=3600.0,
         read_only=True,
     ),
+    Param(
+        "policy",
+        "",
+        "scheduling policy of the recorded planner, stored in the bag's metadata so reports can name "
+        "it (timely-llm fleet fills it in from the planner's parameters)",
+        read_only=True,
+    ),
 )
 
 
@@ -102,7 +109,8 @@ class RecorderNode(Node):
         self.writer = bagio.BagWriter(
             path,
             flush_every_s=self.p["flush_period"],
-            custom_data={"recorder": "timely_llm_ros.nodes.recorder"},
+            custom_data={"recorder": "timely_llm_ros.nodes.recorder",
+                         **({"policy": self.p["policy"]} if self.p["policy"] else {})},
         )
         self.path = path
         self.counts: dict[str, int] = {}
