@@ -373,3 +373,31 @@ def test_launch_files_compile_and_build_the_graph_from_the_fleet_file():
     assert {"Node", "DeclareLaunchArgument", "OpaqueFunction", "LaunchDescription"} <= imported
     demo = (REPO / "launch" / "demo.launch.py").read_text()
     assert "fleet.launch.py" in demo and "demo_fleet.yaml" in demo
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_timeline_and_report_read_the_recorded_bag(run, tmp_path):
+    """Issue 7 on a bag a live fleet recorded (not a simulated one): one timeline row per task with
+    generation and execution bars, and a report that scores every task under its class."""
+    from timely_llm_ros.lrtrace.from_bag import load_run
+    from timely_llm_ros.lrtrace.timeline_model import EXECUTING, GENERATING
+    from timely_llm_ros.viz.layout import make_layout
+    from timely_llm_ros.viz.report import build, write_outputs
+
+    run_ = load_run(_bag_dir(run["tmp"]))
+    layout = make_layout(run_.model, max_tasks=0)
+    assert sorted(r.label for r in layout.rows) == sorted(_task_ids())
+    completed = {tid for tid, msgs in run["peer"].statuses.items()
+                 if any(m.state == 5 for m in msgs)}  # TaskStatus.COMPLETED
+    for row in layout.rows:
+        kinds = {b.kind for b in row.bars}
+        assert GENERATING in kinds, f"{row.label}: no generation bar"
+        if row.label in completed:
+            assert EXECUTING in kinds, f"{row.label}: completed but no execution bar"
+    result = build(run_)
+    assert len(result.records) == len(_task_ids())
+    assert sum(m["n"] for c, m in result.classes.items() if c != "all") == len(_task_ids())
+    assert result.policy == "timely"
+    written = {p.name for p in write_outputs(run_, result, tmp_path / "report")}
+    assert {"report.txt", "metrics.json", "timeline.png", "timeline.html"} <= written

@@ -148,6 +148,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", "-o", default="results", metavar="DIR", help="output directory (default: %(default)s)"
     )
     parser.add_argument(
+        "--bag",
+        metavar="DIR",
+        help="also write each simulated run as a rosbag2 bag DIR/<workload>_<policy> (for timely-llm "
+        "timeline / report / replay)",
+    )
+    parser.add_argument(
         "--figures",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -439,6 +445,21 @@ def _list() -> int:
     return 0
 
 
+def _write_bags(bench: rn.Bench, jobs: list, out: Path) -> list[Path]:
+    """One bag per (workload, policy) run, named so that reruns never overwrite (the writer refuses)."""
+    from timely_llm_ros.core.simulator import SimResult
+    from timely_llm_ros.lrtrace.simbag import write_sim_bag
+
+    paths = []
+    for job in jobs:
+        run_ = bench.runs[(job.workload, job.policy)]
+        wl = bench.workload(job.workload)
+        name = re.sub(r"[^A-Za-z0-9_.@-]+", "_", f"{wl.name}_{job.policy}")
+        result = SimResult(run_.records, run_.events, {**run_.stats, "policy": job.policy})
+        paths.append(write_sim_bag(result, wl.tasks, out / name))
+    return paths
+
+
 def run(args: argparse.Namespace) -> int:
     """Execute the bench command; returns the process exit status (2 on bad input)."""
     if args.list:
@@ -470,7 +491,10 @@ def run(args: argparse.Namespace) -> int:
         for job in jobs:
             bench.run(job.workload, job.policy)
         progress.close()
-    except (WorkloadError, UnknownPolicy, ValueError, FileNotFoundError) as exc:
+        if args.bag:
+            for path in _write_bags(bench, jobs, Path(args.bag)):
+                note(f"wrote bag {path}")
+    except (WorkloadError, UnknownPolicy, ValueError, OSError) as exc:  # OSError: e.g. --bag exists
         print(f"timely-llm bench: error: {exc}", file=sys.stderr)
         return 2
 
