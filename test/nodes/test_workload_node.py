@@ -45,6 +45,18 @@ def test_agents_are_mapped_by_robot_type_round_robin_and_offsets_start_at_zero()
 
 
 @pytest.mark.ros
+def test_tuf_scale_stretches_ert_and_zero_time_but_keeps_beta():
+    """The CPU demo's TUF scaling: [2, 0.2, 0.5] x5 -> ERT 1 s, zero utility at 2.5 s, beta 2."""
+    base, _ = _plan()
+    scaled, _ = _plan(tuf_scale=5.0)
+    for b, s in zip(base, scaled):
+        assert s.msg.tuf.ert == pytest.approx(5 * b.msg.tuf.ert) and s.msg.tuf.beta == b.msg.tuf.beta
+        assert s.msg.tuf.alpha == pytest.approx(b.msg.tuf.alpha / 5)
+        assert s.offset == b.offset  # arrivals are not scaled (that is time_scale)
+    assert [p.msg.task_class for p in scaled] == [p.msg.task_class for p in base]
+
+
+@pytest.mark.ros
 def test_unmapped_robot_types_are_an_error_or_reported_skips():
     from timely_llm_ros.nodes.common import ParamError
     from timely_llm_ros.nodes.workload import parse_agents
@@ -67,7 +79,7 @@ def test_the_node_publishes_every_task_in_order_and_exits_when_all_are_answered(
                 answer_tasks="COMPLETED")
     proc = start_node("workload", dict(os.environ), tmp_path / "workload.log", params={
         "workload": str(SMALL), "agents": ["wl_d1:drone", "wl_d2:drone", "wl_a1:arm"], "exit_when_done": True,
-        "start_delay": 0.2, "completion_timeout": 60.0})
+        "start_delay": 0.2, "completion_timeout": 60.0, "planner_node": "/wl_peer"})
     try:
         proc.wait(timeout=120)
     except subprocess.TimeoutExpired:

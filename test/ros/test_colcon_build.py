@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.ros, pytest.mark.build, pytest.mark.slow]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_FILES = ["package.xml", "CMakeLists.txt", "setup.py", "setup.cfg", "README.md", "msg", "srv",
-                 "timely_llm_ros", "config", "launch", "resource"]
+                 "timely_llm_ros", "config", "launch", "resource", "plugin.xml"]
 
 
 def _copy_package(dest: Path) -> None:
