@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from timely_llm_ros.bench import scenarios as sc
-from timely_llm_ros.bench.loadsweep import _clean
+from timely_llm_ros.bench.runner import clean
 from timely_llm_ros.bench.tables import TIME_NOTE, class_order, render_table
 from timely_llm_ros.core.policy_timely import VARIANTS
 
@@ -56,7 +56,7 @@ def ablate(scenarios: list[sc.Scenario], variants: list[str], log=None) -> list[
             classes = sc.run(scen, var)
             if log is not None:
                 log(f"{scen.name:<42} {var:<18} {time.perf_counter() - t0:6.1f} s")
-            rows.append({"scenario": scen.name, "policy": var, "classes": _clean(classes)})
+            rows.append({"scenario": scen.name, "policy": var, "classes": clean(classes)})
     return rows
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from timely_llm_ros.bench import scenarios as sc
+from timely_llm_ros.bench.runner import clean
 
 POLICIES = ("timely", "timely-paper", "edf-seg", "fcfs-seg", "vllm-stream", "vllm")
 CLASSES = ("urgent", "normal")
@@ -44,16 +45,9 @@ def sweep(rates: list[float], policies: list[str], caps: list[int | None],
                     log(f"{scen.name:<40} {sc.with_suffix(pol, scen.suffix):<22} "
                         f"{time.perf_counter() - t0:6.1f} s")
                 rows.append({"rate": rate, "cap": cap, "policy": pol, "scenario": scen.name,
-                             "classes": _clean(classes)})
+                             "classes": clean(classes)})
     return rows
 
-
-def _clean(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    return value
 
 
 def plot(rows: list[dict[str, Any]], path: Path, metric: str = "pct_beta_clamped") -> Path:

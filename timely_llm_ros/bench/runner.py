@@ -77,18 +77,19 @@ class RunResult:
         }
 
 
-def _clean(value: Any) -> Any:
+def clean(value: Any) -> Any:
     """JSON-safe copy: NaN/inf -> None (JSON has no NaN), recursively."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [clean(v) for v in value]
     return value
 
 
-def _trace_key(rec: Any) -> str:
+def trace_key(rec: Any) -> str:
+    """Per-task-type group of a record: its LRTrace trace id, or "-" when unknown."""
     return "-" if rec.trace_id is None else str(rec.trace_id)
 
 
@@ -184,9 +185,9 @@ class Bench:
         if self.progress is not None:
             self.progress.update(label, len(wl.tasks), len(wl.tasks), force=True)
             self.progress.run_finished(label)
-        classes = {k: _clean(m.as_dict()) for k, m in summarize(result.records).items()}
+        classes = {k: clean(m.as_dict()) for k, m in summarize(result.records).items()}
         traces = {
-            k: _clean(m.as_dict()) for k, m in summarize(result.records, by=_trace_key, total=None).items()
+            k: clean(m.as_dict()) for k, m in summarize(result.records, by=trace_key, total=None).items()
         }
         run = RunResult(
             workload=wl.name,
@@ -195,7 +196,7 @@ class Bench:
             max_batch=pol.max_batch,
             classes=classes,
             traces=traces,
-            stats=_clean(dict(result.stats)),
+            stats=clean(dict(result.stats)),
             records=result.records,
             events=result.events,
         )
@@ -206,7 +207,7 @@ class Bench:
         """Everything measured, deterministic for identical inputs (no wall-clock values)."""
         return {
             "options": self.options.as_dict(),
-            "workloads": {spec: _clean(wl.describe()) for spec, wl in self.workloads.items()},
+            "workloads": {spec: clean(wl.describe()) for spec, wl in self.workloads.items()},
             "runs": [run.to_json() for run in self.runs.values()],
             **(extra or {}),
         }

@@ -70,6 +70,17 @@ class Context:
     def n_generated(self) -> int:
         return len(self.token_ids) - self.n_prompt
 
+    def check_matches(self, gen_id: int, ids: list[int], n_prompt: int) -> None:
+        """Raise :class:`EngineError` unless this context is the engine's own copy of ``gen_id``.
+
+        Why every engine checks it: resuming is only free of re-prefill because the engine's KV was
+        built from exactly these ids; a context from another generation or an edited one would
+        silently continue the wrong text. Length, prompt split and last id are compared (O(1)).
+        """
+        if (len(self.token_ids) != len(ids) or self.n_prompt != n_prompt
+                or self.token_ids[-1:] != ids[-1:]):
+            raise EngineError(f"context of generation {gen_id} does not match the engine's copy")
+
 
 @dataclass(frozen=True, slots=True)
 class MemoryInfo:

@@ -345,9 +345,7 @@ class LlamaCppEngine(Engine):
         seq = self._get(gen_id)
         if seq.state != _SUSPENDED:
             raise EngineError(f"generation {gen_id} is not suspended")
-        if (len(context.token_ids) != len(seq.ids) or context.n_prompt != seq.n_prompt
-                or context.token_ids[-1:] != seq.ids[-1:]):
-            raise EngineError(f"context of generation {gen_id} does not match the engine's copy")
+        context.check_matches(gen_id, seq.ids, seq.n_prompt)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= seq.n_gen:
             raise EngineError(f"max_tokens {max_tokens!r} leaves no budget: generation {gen_id} already "
                               f"produced {seq.n_gen} tokens")

@@ -147,9 +147,7 @@ class SimEngine(Engine):
         seq = self._get(gen_id)
         if seq.state != _SUSPENDED:
             raise EngineError(f"generation {gen_id} is not suspended")
-        if len(context.token_ids) != len(seq.ids) or context.n_prompt != seq.n_prompt or (
-                context.token_ids and context.token_ids[-1] != seq.ids[-1]):
-            raise EngineError(f"context of generation {gen_id} does not match the engine's copy")
+        context.check_matches(gen_id, seq.ids, seq.n_prompt)
         seq.max_tokens = max_tokens
         seq.state = _PENDING_RESUME
         self._active[gen_id] = seq

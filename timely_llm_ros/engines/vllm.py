@@ -294,8 +294,7 @@ class VllmEngine(Engine):
         req = self._get(gen_id)
         if req.state != "suspended":
             raise EngineError(f"generation {gen_id} is not suspended")
-        if context.token_ids != req.ids or context.n_prompt != req.n_prompt:
-            raise EngineError(f"context of generation {gen_id} does not match the engine's copy")
+        context.check_matches(gen_id, req.ids, req.n_prompt)
         if max_tokens <= req.n_gen:
             raise EngineError(f"max_tokens {max_tokens} leaves no budget after {req.n_gen} generated tokens")
         req.max_tokens = max_tokens

@@ -38,7 +38,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from timely_llm_ros.core.skills import SkillParseError, SkillSet, check_arg
+from timely_llm_ros.core.skills import SkillParseError, SkillSet, Var, check_arg
 
 
 class SkillFailure(RuntimeError):
@@ -47,11 +47,6 @@ class SkillFailure(RuntimeError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(reason)
-
-
-@dataclass(frozen=True)
-class Var:
-    name: str
 
 
 @dataclass(frozen=True)

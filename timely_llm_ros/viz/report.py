@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
+from timely_llm_ros.bench.runner import clean, trace_key
 from timely_llm_ros.bench.tables import COLUMNS, TIME_NOTE, Column, class_order, class_tables, format_value
 from timely_llm_ros.core.metrics import summarize
 
@@ -33,20 +33,6 @@ TYPE_COLUMNS: tuple[Column, ...] = (
 )
 
 
-def clean(value: Any) -> Any:
-    """JSON-safe copy (NaN/inf -> None), as the bench's results.json."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [clean(v) for v in value]
-    return value
-
-
-def _trace_key(rec: Any) -> str:
-    return "-" if rec.trace_id is None else str(rec.trace_id)
-
 
 def build(run_: Any) -> Any:
     """A bench :class:`~timely_llm_ros.bench.runner.RunResult` for a recorded run (same metric dicts)."""
@@ -55,7 +41,7 @@ def build(run_: Any) -> Any:
     records = run_.records()
     classes = {k: clean(m.as_dict()) for k, m in summarize(records).items()} if records else {}
     traces = (
-        {k: clean(m.as_dict()) for k, m in summarize(records, by=_trace_key, total=None).items()}
+        {k: clean(m.as_dict()) for k, m in summarize(records, by=trace_key, total=None).items()}
         if records
         else {}
     )
