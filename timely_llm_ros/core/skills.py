@@ -191,7 +191,8 @@ class SkillSet:
 
 
 # --------------------------------------------------------------------------------------- parser
-_TOKEN_RE = re.compile(
+# The MiniSpec lexer; the robot-side interpreter (robots/minispec.py) tokenises with the same rules.
+TOKEN_RE = re.compile(
     r"""(?P<ws>\s+)
       |(?P<str>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")
       |(?P<arrow>->)
@@ -200,7 +201,7 @@ _TOKEN_RE = re.compile(
       |(?P<op>==|!=|[(){};,?&|<>=])""",
     re.VERBOSE,
 )
-_VAR_RE = re.compile(r"_\d+$")
+VAR_RE = re.compile(r"_\d+$")
 _COMPARATORS = ("==", "!=", "<", ">")
 _BLANK = " \t\r\n"  # a non-empty string needs another character (grammar.py's strsolid agrees)
 
@@ -217,7 +218,7 @@ def _tokenize(text: str) -> list[_Tok]:
     toks: list[_Tok] = []
     pos = 0
     while pos < len(text):
-        m = _TOKEN_RE.match(text, pos)
+        m = TOKEN_RE.match(text, pos)
         if m is None:
             ch = text[pos]
             if ch in "'\"":
@@ -371,7 +372,7 @@ class _Parser:
             self.next()
             self._operand()
             return True
-        if tok.kind == "ident" and _VAR_RE.match(tok.value) and self.peek(1).value == "=":
+        if tok.kind == "ident" and VAR_RE.match(tok.value) and self.peek(1).value == "=":
             self.next()
             self.next()
             if self.peek().kind != "ident":
@@ -412,7 +413,7 @@ class _Parser:
             self.next()
             return
         if tok.kind == "ident":
-            if tok.value in ("True", "False") or _VAR_RE.match(tok.value):
+            if tok.value in ("True", "False") or VAR_RE.match(tok.value):
                 self.next()
                 return
             self._call(bare_ok=True)
@@ -459,7 +460,7 @@ class _Parser:
                 args.append(float(tok.value) if any(c in tok.value for c in ".") else int(tok.value))
             elif tok.kind == "ident" and tok.value in ("True", "False"):
                 args.append(tok.value == "True")
-            elif tok.kind == "ident" and _VAR_RE.match(tok.value):
+            elif tok.kind == "ident" and VAR_RE.match(tok.value):
                 if self.s.language != "minispec":
                     raise self.fail(
                         f"variables like {tok.value!r} exist only in MiniSpec, not in the "

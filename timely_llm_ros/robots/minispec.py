@@ -38,7 +38,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from timely_llm_ros.core.skills import SkillParseError, SkillSet, Var, check_arg
+from timely_llm_ros.core.skills import TOKEN_RE, VAR_RE, SkillParseError, SkillSet, Var, check_arg
 
 
 class SkillFailure(RuntimeError):
@@ -67,16 +67,6 @@ class Runtime(Protocol):
 
 
 # ------------------------------------------------------------------------------------ lexing
-_TOKEN_RE = re.compile(
-    r"""(?P<ws>\s+)
-      |(?P<str>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")
-      |(?P<arrow>->)
-      |(?P<num>-?(?:\d+\.\d*|\.\d+|\d+))
-      |(?P<ident>[A-Za-z_][A-Za-z0-9_]*)
-      |(?P<op>==|!=|[(){};,?&|<>=])""",
-    re.VERBOSE,
-)
-_VAR_RE = re.compile(r"_\d+$")
 
 
 @dataclass
@@ -91,7 +81,7 @@ def _lex(text: str) -> list[_Tok]:
     out = []
     pos = 0
     while pos < len(text):
-        m = _TOKEN_RE.match(text, pos)
+        m = TOKEN_RE.match(text, pos)
         if m is None:
             raise SkillFailure(f"cannot read {text[pos : pos + 20]!r} at offset {pos}")
         if m.lastgroup != "ws":
@@ -181,7 +171,7 @@ class _ItemParser:
                         source=self.text[tok.start : self.toks[self.i - 1].end],
                     )
                 )
-            elif tok.kind == "ident" and _VAR_RE.match(tok.value) and self.peek(1).value == "=":
+            elif tok.kind == "ident" and VAR_RE.match(tok.value) and self.peek(1).value == "=":
                 self.next()
                 self.next()
                 call = self.call()
@@ -221,7 +211,7 @@ class _ItemParser:
         if tok.kind == "ident" and tok.value in ("True", "False"):
             self.next()
             return Operand("lit", tok.value == "True")
-        if tok.kind == "ident" and _VAR_RE.match(tok.value):
+        if tok.kind == "ident" and VAR_RE.match(tok.value):
             self.next()
             return Operand("var", tok.value)
         if tok.kind == "ident":
@@ -242,7 +232,7 @@ class _ItemParser:
                     args.append(float(tok.value) if "." in tok.value else int(tok.value))
                 elif tok.kind == "ident" and tok.value in ("True", "False"):
                     args.append(tok.value == "True")
-                elif tok.kind == "ident" and _VAR_RE.match(tok.value):
+                elif tok.kind == "ident" and VAR_RE.match(tok.value):
                     args.append(Var(tok.value))
                 elif tok.kind == "op" and tok.value == ",":
                     continue
