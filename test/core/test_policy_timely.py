@@ -8,7 +8,6 @@ import random
 
 import pytest
 
-from timely_llm_ros.core.generation import Generation, TaskRecord
 from timely_llm_ros.core.policy_timely import (
     VARIANTS,
     StepModel,
@@ -20,25 +19,12 @@ from timely_llm_ros.core.policy_timely import (
 from timely_llm_ros.core.priority import PUDPriority, QueueColumns
 from timely_llm_ros.core.scheduler import LatencyGuidedAdmission, Scheduler, parse_policy
 from timely_llm_ros.core.simulator import SimConfig, simulate
-from timely_llm_ros.core.skills import load_skill_set
 from timely_llm_ros.core.task import TaskSpec
+from schedkit import NET, gen
+
 from timely_llm_ros.core.tuf import NORMAL_TUF, URGENT_TUF
 
-NET = 0.008
-_ids = iter(range(10**6))
 
-
-def gen(arrival=0.0, tuf=NORMAL_TUF, k=0, ref=None, seg_tokens=0, mem=100):
-    s = load_skill_set("tello_minispec")
-    i = next(_ids)
-    spec = TaskSpec(task_id=f"t{i}", agent_id="a", robot_type=s.robot_type, skill_set=s.name, instruction="x",
-                    tuf=tuf, arrival=arrival)
-    g = Generation(i, spec, TaskRecord.from_spec(spec), s, NET)
-    if k:
-        g.k, g.ert_k, g.ref = k, 0.0, ref
-    g.seg_tokens = seg_tokens
-    g.mem_need = mem
-    return g
 
 
 def order(sched, t, running=(), max_batch=None):

@@ -190,6 +190,23 @@ def declare_params(node: Node, params: Sequence[Param],
     return values
 
 
+def ros_param_args(params: dict[str, Any]) -> list[str]:
+    """``-p name:=value`` pairs for a node's ``--ros-args`` (the CLI wrappers of recorder and replay).
+
+    Booleans are written as ``true``/``false``, lists as YAML string arrays, everything else as is.
+    """
+    out: list[str] = []
+    for name, value in params.items():
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, (list, tuple)):
+            text = "[" + ",".join(f"'{v}'" for v in value) + "]"
+        else:
+            text = str(value)
+        out += ["-p", f"{name}:={text}"]
+    return out
+
+
 def nonempty(value: str) -> str | None:
     return None if value.strip() else "must not be empty"
 

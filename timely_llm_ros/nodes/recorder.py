@@ -34,7 +34,7 @@ from rclpy.serialization import deserialize_message
 from timely_llm_ros.msg import Segment, SegmentFeedback, Task, TaskStatus, TraceEvent
 
 from timely_llm_ros.lrtrace import bagio
-from timely_llm_ros.nodes.common import Param, ParamError, declare_params, run_node
+from timely_llm_ros.nodes.common import Param, ParamError, declare_params, ros_param_args, run_node
 from timely_llm_ros.ros import qos, topics
 
 SEGMENT_TYPE = "timely_llm_ros/msg/Segment"
@@ -191,16 +191,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    ros = [
-        "-p",
-        f"output:={args.output}",
-        "-p",
-        f"flush_period:={float(args.flush_period)}",
-        "-p",
-        f"discover:={'false' if args.no_discover else 'true'}",
-    ]
+    params = {"output": args.output, "flush_period": float(args.flush_period), "discover": not args.no_discover}
     if args.agents:
-        ros += ["-p", "agents:=[" + ",".join(f"'{a}'" for a in args.agents) + "]"]
+        params["agents"] = list(args.agents)
+    ros = ros_param_args(params)
     return main(["timely-llm record", "--ros-args", *ros])
 
 

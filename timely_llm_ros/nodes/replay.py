@@ -31,7 +31,14 @@ from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-from timely_llm_ros.nodes.common import Param, ParamError, StopRequested, declare_params, run_node
+from timely_llm_ros.nodes.common import (
+    Param,
+    ParamError,
+    StopRequested,
+    declare_params,
+    ros_param_args,
+    run_node,
+)
 from timely_llm_ros.ros import qos, topics
 
 DEPTHS = {
@@ -227,18 +234,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    ros = [
-        "-p",
-        f"bag:={args.bag}",
-        "-p",
-        f"rate:={float(args.rate)}",
-        "-p",
-        f"loop:={args.loop}",
-        "-p",
-        f"wait_for_subscribers:={float(args.wait_for_subscribers)}",
-    ]
+    params = {"bag": args.bag, "rate": float(args.rate), "loop": args.loop,
+              "wait_for_subscribers": float(args.wait_for_subscribers)}
     if args.topics:
-        ros += ["-p", "topics:=[" + ",".join(f"'{t}'" for t in args.topics) + "]"]
+        params["topics"] = list(args.topics)
+    ros = ros_param_args(params)
     return main(["timely-llm replay", "--ros-args", *ros])
 
 
