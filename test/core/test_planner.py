@@ -234,3 +234,34 @@ def test_engine_out_of_memory_fails_one_task_not_the_planner():
 def test_bad_network_latency():
     with pytest.raises(ValueError, match="network_latency"):
         PlannerCore(SimEngine(PROFILE), network_latency=-1)
+
+
+def test_an_engine_error_token_fails_that_task_and_the_others_complete():
+    """TokenOut reason "error" (e.g. vLLM ends a request on a KV load failure): that task FAILS with a
+    reason at once instead of waiting forever or completing with a partial plan."""
+    from timely_llm_ros.engines.base import TokenOut
+
+    p, sent, trace, states = make()
+    bad, good = p.submit(spec("bad")), p.submit(spec("good"))
+    real = p.engine.step
+    bad_gen = p._tasks["bad"].gen_id
+    seen = {"n": 0}
+
+    def step():
+        outs = real()
+        seen["n"] += 1
+        if seen["n"] == 2:  # the engine drops "bad" mid-generation
+            outs = [o for o in outs if o.gen_id != bad_gen]
+            outs.append(TokenOut(bad_gen, -1, "", p.clock(), True, "error"))
+        return outs
+
+    p.engine.step = step
+    while p.has_work() or sent:
+        p.step()
+        while sent:
+            d = sent.pop(0)
+            p.on_feedback(d.task_id, d.seg, ev.STARTED, p.clock())
+            p.on_feedback(d.task_id, d.seg, ev.DONE, p.clock())
+    assert bad.state == ev.FAILED and "engine error" in bad.reason
+    assert good.state == ev.COMPLETED
+    assert p.engine.running() == 0

@@ -89,7 +89,12 @@ class PlannerCore:
         rec = TaskRecord.from_spec(spec) if isinstance(spec, TaskSpec) else None
         if rec is None:
             raise TaskRejected(f"expected a TaskSpec, got {type(spec).__name__}")
-        self._emit(t, ev.ARRIVAL, rec)
+        # The ARRIVAL event carries the task's own arrival (the ROS node stamps it on receipt): the
+        # planner thread only learns of a task after the engine step in flight, which on the CPU
+        # model can last a second; stamping the submit time would hide that wait from every metric.
+        arrived = spec.arrival
+        self._emit(arrived if isinstance(arrived, (int, float)) and math.isfinite(arrived) and arrived <= t
+                   else t, ev.ARRIVAL, rec)
         try:
             gen = self._prepare(spec, rec)
         except TaskRejected as exc:
@@ -197,6 +202,8 @@ class PlannerCore:
             gen.context = None
             self._emit(t, ev.GEN_START, rec, gen.k)
             self._emit(t, ev.RESUME, rec, gen.k)
+        # the segment's deadline orders prompt work inside a step on engines that can use it
+        self.engine.set_priority(gen.gen_id, gen.ref + gen.ert_k - gen.net)
         gen.seg_tokens = 0
         gen.seg_start = t
         gen.state = ev.GENERATING
@@ -206,6 +213,10 @@ class PlannerCore:
     def _token(self, out: TokenOut) -> None:
         gen = self._running.get(out.gen_id)
         if gen is None:
+            return
+        if out.reason == "error":  # the engine gave up on this generation: fail it, keep the rest
+            self._emit(out.t, ev.GEN_STOP, gen.record, len(gen.record.segments), "error", gen.seg_tokens)
+            self._fail(gen, out.t, "engine error: the engine ended the generation without finishing it")
             return
         gen.seg_tokens += 1
         gen.record.n_tokens += 1

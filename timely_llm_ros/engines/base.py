@@ -48,7 +48,9 @@ class TokenOut:
     text: str  # incremental detokenisation of this token ("" for EOS)
     t: float  # engine clock when the token became available
     finished: bool  # EOS emitted or the token budget reached; the generation stopped running
-    reason: str = ""  # "eos" | "length" when finished
+    # "eos" | "length" when finished; "error": the engine ended this generation on a failure
+    # (token_id -1, no text): the planner fails its task with the reason
+    reason: str = ""
 
 
 @dataclass(slots=True)
@@ -176,6 +178,11 @@ class Engine(ABC):
         """Stop stepping a running generation and return its context; its KV stays on the device
         until the engine needs the space. ``resume_hint``: expected resumption time (engine clock),
         which an engine may use to choose what to evict first."""
+
+    def set_priority(self, gen_id: int, priority: float) -> None:  # noqa: B027 (optional hook)
+        """Urgency of a running generation's work inside a step (smaller = more urgent; the planner
+        passes the segment deadline). Admission stays with the planner's scheduler; an engine that
+        orders prompt work within a step (llama.cpp with ``prefill_chunk``) uses it, others ignore it."""
 
     @abstractmethod
     def step(self) -> list[TokenOut]:
