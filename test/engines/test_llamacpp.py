@@ -210,6 +210,70 @@ def test_discarded_context_is_reprefilled_from_its_token_ids(engine):
     engine.release(7)
 
 
+def test_chunked_prefill_feeds_at_most_the_chunk_and_gives_the_same_tokens(engine, reference):
+    """``prefill_chunk``: a prompt is fed over several steps (no token before it is complete) and the
+    greedy result is the unchunked one."""
+    ids, plen = prompt(engine, TASKS[0])
+    private = len(engine.wrapped_prompt(ids, plen)[0]) - engine.wrapped_prompt(ids, plen)[1]
+    engine.prefill_chunk = 8
+    try:
+        admit(engine, 20, TASKS[0])
+        fed = []
+        while True:
+            outs = engine.step()
+            fed.append(engine.last_step.tokens_by_gen[20])
+            if outs:
+                break
+        assert fed == [8] * (private // 8) + ([private % 8] if private % 8 else []), (fed, private)
+        got = [outs[0].token_id] + finish(engine, 20)
+        engine.release(20)
+        engine.prefill_fast_batch = 16  # while 16 are left, a prompt is fed 16 at once
+        admit(engine, 20, TASKS[0])
+        fed = []
+        while not engine.step():
+            fed.append(engine.last_step.tokens_by_gen[20])
+        fed.append(engine.last_step.tokens_by_gen[20])
+        assert fed[0] == 16 and sum(fed) == private and all(n <= 8 for n in fed if n != 16), fed
+    finally:
+        engine.prefill_chunk = engine.prefill_fast_batch = None
+        engine.release(20)
+    assert got == reference
+
+
+def test_prompt_work_follows_set_priority(engine, reference):
+    """A pending prompt waits while a more urgent generation decodes; a more urgent prompt admitted
+    later takes the next chunk before an earlier, less urgent one (LlamaCppEngine.set_priority)."""
+    engine.prefill_chunk = 8
+    try:
+        admit(engine, 21, TASKS[1])  # the "normal" request: admitted first, prefilled first
+        engine.set_priority(21, 10.0)
+        engine.step()
+        assert set(engine.last_step.tokens_by_gen) == {21}
+        admit(engine, 22, TASKS[0])  # the "urgent" one arrives while 21 is still being prefilled
+        engine.set_priority(22, 1.0)
+        urgent: list[int] = []
+        while not urgent:  # 22's prompt takes every chunk until it is complete; 21 gets nothing
+            outs = engine.step()
+            assert 21 not in engine.last_step.tokens_by_gen
+            urgent = [o.token_id for o in outs if o.gen_id == 22]
+        for _ in range(3):  # 22 decodes alone: one-token steps, the normal prompt waits
+            outs = engine.step()
+            assert engine.last_step.tokens_by_gen == {22: 1}
+            urgent += [o.token_id for o in outs]
+        engine.set_priority(22, 20.0)  # now less urgent than 21: 21's prompt is fed again
+        engine.step()
+        assert engine.last_step.tokens_by_gen[21] > 1 and engine.last_step.tokens_by_gen[22] == 1
+    finally:
+        engine.prefill_chunk = None
+    # decoded alone, the urgent generation's first tokens are the reference's (later ones may differ
+    # in the last bits: a batch holding a prompt chunk takes another matmul path)
+    assert urgent == reference[:len(urgent)]
+    while engine.running():
+        engine.step()
+    engine.release(21)
+    engine.release(22)
+
+
 def test_engine_errors_have_reasons_and_leave_the_engine_usable(engine, reference, monkeypatch):
     with pytest.raises(EngineError, match="model file not found"):
         LlamaCppEngine(model_path="/nonexistent/model.gguf")

@@ -120,7 +120,7 @@ class _Prefix:
 class _Seq:
     __slots__ = ("gen_id", "ids", "n_prompt", "prefix_ids", "shared", "grammar", "max_tokens", "n_gen",
                  "state", "location", "seq_id", "kv_len", "host", "decoder", "hint", "suspended_at",
-                 "order", "rng")
+                 "order", "rng", "priority")
 
     def __init__(self, gen_id: int, ids: list[int], prefix_ids: tuple[int, ...], max_tokens: int,
                  grammar: GrammarConstraint | None, order: int, rng: np.random.Generator | None) -> None:
@@ -142,6 +142,7 @@ class _Seq:
         self.suspended_at = 0.0
         self.order = order
         self.rng = rng
+        self.priority = math.inf  # set_priority(): smaller first; equal ones in admission order
 
     @property
     def private(self) -> int:
@@ -171,11 +172,19 @@ class LlamaCppEngine(Engine):
     lets sequences use (default: all) — lower it to force spills; ``host_kv_budget``: KV tokens that
     may be spilled to host memory (None: unlimited). ``grammar``: ``"auto"`` (from the skill set
     named by ``prefix_key``), ``None`` (off) or a mapping prefix_key → GBNF text. ``n_threads``:
-    default :func:`default_threads`.
+    threads of a one-token step, default :func:`default_threads`; ``n_threads_batch``: threads of a
+    step with more tokens (a prompt suffix, several sequences), default ``n_threads``.
+    ``prefill_chunk``: at most this many prompt tokens per step (None: whole prompts at once); see
+    :meth:`set_priority` for who gets them. ``prefill_fast_batch``: a prompt with at least this many
+    tokens left is fed this many at once instead (a whole step): llama.cpp's CPU matmul is much
+    faster per token from some batch size up (SmolLM2-135M Q4_1, 1 thread: 12 ms/token below 64
+    tokens, 7 ms/token from 64), so small chunks cost nothing extra only below that size.
     """
 
     def __init__(self, model_path: str | Path | None = None, *, n_ctx: int = 4096, n_seq_max: int = 32,
-                 n_batch: int = 512, n_threads: int | None = None, kv_budget: int | None = None,
+                 n_batch: int = 512, n_threads: int | None = None, n_threads_batch: int | None = None,
+                 prefill_chunk: int | None = None, prefill_fast_batch: int | None = None,
+                 kv_budget: int | None = None,
                  host_kv_budget: int | None = None, grammar: str | dict[str, str | None] | None = "auto",
                  chat_template: str = "auto", temperature: float = 0.0, seed: int = 0,
                  ignore_eos: bool = False, newline_ends_plan: bool = True, speed_window: int = 4,
@@ -184,13 +193,24 @@ class LlamaCppEngine(Engine):
             raise EngineError(f"chat_template must be 'auto', 'chatml' or 'none', got {chat_template!r}")
         if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
             raise EngineError(f"temperature must be a finite number >= 0, got {temperature!r}")
+        if prefill_chunk is not None and (isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int)
+                                          or prefill_chunk <= 0):
+            raise EngineError(f"prefill_chunk must be a positive integer or None, got {prefill_chunk!r}")
+        self.prefill_chunk = prefill_chunk
+        if prefill_fast_batch is not None and (isinstance(prefill_fast_batch, bool)
+                                               or not isinstance(prefill_fast_batch, int)
+                                               or prefill_fast_batch <= 0):
+            raise EngineError(f"prefill_fast_batch must be a positive integer or None, got {prefill_fast_batch!r}")
+        self.prefill_fast_batch = prefill_fast_batch
         if not (grammar is None or grammar == "auto" or isinstance(grammar, dict)):
             raise EngineError(f"grammar must be 'auto', None or a mapping, got {grammar!r}")
         path = Path(model_path) if model_path is not None else default_model_path()
         if n_threads is None:
             n_threads = default_threads()
+        if n_threads_batch is None:
+            n_threads_batch = n_threads
         self.native = NativeModel(path, n_ctx=n_ctx, n_seq_max=n_seq_max, n_batch=n_batch,
-                                  n_threads=n_threads)
+                                  n_threads=n_threads, n_threads_batch=n_threads_batch)
         nat = self.native
         if kv_budget is not None and not (isinstance(kv_budget, int) and 0 < kv_budget <= nat.n_ctx):
             nat.close()
@@ -221,6 +241,7 @@ class LlamaCppEngine(Engine):
                                eos_id=nat.eos_id,
                                extra={"model": str(path), "model_desc": nat.description, "n_ctx": nat.n_ctx,
                                       "n_seq_max": nat.n_seq_max, "n_threads": n_threads,
+                                      "n_threads_batch": n_threads_batch,
                                       "chat_template": chat_template,
                                       "kv_bytes_per_token": nat.kv_bytes_per_token})
         self._batch = NativeBatch(nat, nat.n_batch, nat.n_seq_max)
@@ -372,6 +393,22 @@ class LlamaCppEngine(Engine):
         self._free_seq(seq)
         seq.state = _FINISHED
 
+    def set_priority(self, gen_id: int, priority: float) -> None:
+        """Rank of this generation's prompt work among the running ones (smaller first).
+
+        Why (CPU): a 70-token prompt suffix takes ~0.6 s on the embedded model, and prefill cost adds
+        up over prompts, unlike on a GPU, so one prompt fed in the same step as an urgent generation's
+        next token makes that step ~15× longer. So a pending prompt (or re-prefill) is not fed while a
+        generation with a strictly smaller priority is decoding: a normal prompt waits the few
+        hundred ms of an urgent segment. With ``prefill_chunk`` set, each step feeds at most that many
+        prompt tokens, most urgent prompt first: an urgent request admitted while a normal prompt
+        is being prefilled takes over at the next chunk. Unset priorities are equal (no waiting,
+        admission order). The planner passes each generation's segment deadline (EDF order).
+        """
+        seq = self._seqs.get(gen_id)
+        if seq is not None and isinstance(priority, (int, float)) and not math.isnan(priority):
+            seq.priority = float(priority)
+
     # -- explicit memory moves (benchmarks, tests, a memory-aware caller) ------------------------
     def spill(self, gen_id: int) -> int:
         """Move a suspended generation's KV to host memory now; returns the bytes saved."""
@@ -458,16 +495,19 @@ class LlamaCppEngine(Engine):
         for seq in self._active.values():
             self._bring_in(seq, info)
             (singles if len(seq.ids) - seq.kv_len == 1 else multi).append(seq)
-        for seq in singles + multi:  # one-token rows first: their logits come from the first call
-            n = len(seq.ids)
+        feed = [(seq, len(seq.ids)) for seq in singles] + self._prompt_rows(singles, multi)
+        partial: list[tuple[_Seq, int]] = []
+        for seq, n in feed:  # one-token rows first: their logits come from the first call
             sid = (seq.seq_id,)
             info.tokens_by_gen[seq.gen_id] = n - seq.kv_len
             info.kv_tokens += n
+            if n < len(seq.ids):
+                partial.append((seq, n))
             for p in range(seq.kv_len, n):
                 tokens.append(seq.ids[p])
                 pos.append(p)
                 tags.append(sid)
-                want.append(p == n - 1)
+                want.append(p == len(seq.ids) - 1)
                 owner.append(seq)
         info.n_tokens = len(tokens)
         rows: list[tuple[_Seq, np.ndarray]] = []
@@ -489,7 +529,34 @@ class LlamaCppEngine(Engine):
                     row = nat.logits(i - start)
                     rows.append((owner[i], row if last else row.copy()))  # type: ignore[arg-type]
             start = end
+        for seq, n in partial:  # a chunk of the prompt is in the KV now; no token yet
+            seq.kv_len = n
         return rows
+
+    def _prompt_rows(self, singles: list[_Seq], multi: list[_Seq]) -> list[tuple[_Seq, int]]:
+        """(sequence, feed up to this id) of this step's multi-token rows (:meth:`set_priority`):
+        pending prompts in priority order, none ranked strictly after a decoding generation or after
+        a prompt that completes in this step (it decodes from the next step on, and a longer step
+        would only delay its first token), at most ``prefill_chunk`` tokens in all (None: whole
+        prompts)."""
+        top = min((s.priority for s in singles), default=math.inf)
+        budget = self.prefill_chunk
+        out: list[tuple[_Seq, int]] = []
+        for seq in sorted(multi, key=lambda s: (s.priority, s.order)):
+            if seq.priority > top or (budget is not None and budget <= 0):
+                break
+            rest = len(seq.ids) - seq.kv_len
+            fast = self.prefill_fast_batch
+            if budget is not None and fast is not None and rest >= fast and budget == self.prefill_chunk:
+                take, budget = fast, 0  # one efficient batch is the whole step
+            else:
+                take = rest if budget is None else min(rest, budget)
+                if budget is not None:
+                    budget -= take
+            out.append((seq, seq.kv_len + take))
+            if take == rest:  # decoding from the next step on: only equal ranks may share this one
+                top = min(top, seq.priority)
+        return out
 
     def _rollback(self, new_prefix: dict[tuple[int, ...], list[_Seq]]) -> None:
         """After a failed step: forget this step's new prefixes and make every batched generation

@@ -102,13 +102,15 @@ class NativeModel:
     """One GGUF model and one multi-sequence context with a unified KV cache."""
 
     def __init__(self, model_path: str | os.PathLike, *, n_ctx: int, n_seq_max: int, n_batch: int,
-                 n_threads: int) -> None:
+                 n_threads: int, n_threads_batch: int | None = None) -> None:
         self.lib = lib = load_llama_cpp()
         path = Path(model_path)
         if not path.is_file():
             raise EngineError(f"model file not found: {path}")
+        if n_threads_batch is None:
+            n_threads_batch = n_threads
         for name, v in (("n_ctx", n_ctx), ("n_seq_max", n_seq_max), ("n_batch", n_batch),
-                        ("n_threads", n_threads)):
+                        ("n_threads", n_threads), ("n_threads_batch", n_threads_batch)):
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise EngineError(f"{name} must be a positive integer, got {v!r}")
         self.path = path
@@ -128,7 +130,9 @@ class NativeModel:
         cparams.n_ubatch = n_batch
         cparams.n_seq_max = n_seq_max
         cparams.n_threads = n_threads
-        cparams.n_threads_batch = n_threads
+        # llama.cpp uses n_threads for a one-token batch and n_threads_batch for any larger one
+        # (prompt suffixes, several running sequences): see LlamaCppEngine.
+        cparams.n_threads_batch = n_threads_batch
         cparams.kv_unified = True  # one cell pool: shared prefix cells, one KV budget (module doc)
         cparams.no_perf = True
         ctx = lib.llama_init_from_model(model, cparams)
@@ -142,6 +146,7 @@ class NativeModel:
         self.n_seq_max = int(lib.llama_n_seq_max(ctx))
         self.n_batch = int(lib.llama_n_batch(ctx))
         self.n_threads = n_threads
+        self.n_threads_batch = n_threads_batch
         # KV bytes per token: K and V (f16 by default) for every layer's KV heads.
         n_layer = int(lib.llama_model_n_layer(model))
         n_head = max(1, int(lib.llama_model_n_head(model)))
