@@ -6,7 +6,9 @@ Facts this design relies on are in ``shared/notes/llm-engines.md`` (vLLM section
 
 Mapping of the :class:`~.base.Engine` protocol:
 
-* ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` keeps the engine core in this process, so one
+* ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` keeps the engine core in this process and
+  ``async_scheduling=False`` turns off the batch queue (vLLM 0.32 enables it by default on CUDA:
+  ``step()`` then returns before the batch has run, with the previous batch's tokens), so one
   :meth:`VllmEngine.step` is one ``LLMEngine.step()`` — one scheduler iteration — and the planner's
   admission/suspension decisions between steps act on a known state.
 * **admit** = ``add_request`` with ``TokensPrompt(prompt_token_ids=...)`` (the planner's ids,
@@ -59,7 +61,9 @@ from timely_llm_ros.engines.base import (
 )
 from timely_llm_ros.engines.registry import BackendMissing
 
-_FINISH = {"stop": "eos", "length": "length"}
+# vLLM finish reasons (v1/engine/__init__.py: stop, length, abort, error, repetition) -> ours; "error"
+# makes the planner fail that task with the reason instead of completing it with a partial plan.
+_FINISH = {"stop": "eos", "length": "length", "repetition": "eos", "abort": "error", "error": "error"}
 _PLACE_SYS, _PLACE_USER = "\x00TIMELY_PREFIX\x00", "\x00TIMELY_TASK\x00"
 
 
@@ -83,6 +87,45 @@ def continuation_gbnf(gbnf: str) -> str:
         new_root = f'root ::= (";" ws)? ({old})?'  # the rest may be just the final ";"
     lines[root_i] = new_root
     return "\n".join(lines) + "\n"
+
+
+def build_engine_args(model: str, *, max_num_seqs: int = 64, gpu_memory_utilization: float = 0.9,
+                      max_model_len: int | None = None, load_format: str = "auto", dtype: str = "auto",
+                      kv_offloading_size: float | None = None, kv_offloading_backend: str = "native",
+                      priority: bool = True, seed: int = 0, enforce_eager: bool = False,
+                      engine_args: dict | None = None) -> dict:
+    """Keyword arguments of ``vllm.EngineArgs`` for :class:`VllmEngine` (``engine_args`` overrides)."""
+    args = dict(model=model, enable_prefix_caching=True, max_num_seqs=max_num_seqs,
+                gpu_memory_utilization=gpu_memory_utilization, load_format=load_format, dtype=dtype,
+                seed=seed, enforce_eager=enforce_eager, async_scheduling=False,  # lock-step (docstring)
+                scheduling_policy="priority" if priority else "fcfs")
+    if max_model_len is not None:
+        args["max_model_len"] = max_model_len
+    if kv_offloading_size:
+        args["kv_offloading_size"] = kv_offloading_size
+        args["kv_offloading_backend"] = kv_offloading_backend
+    args.update(engine_args or {})
+    return args
+
+
+def sampling_kwargs(*, max_tokens: int, temperature: float, output_kind: object, ignore_eos: bool,
+                    seed: int | None, first: bool, structured: object | None = None,
+                    structured_field: str = "structured_outputs") -> dict:
+    """Keyword arguments of ``vllm.SamplingParams`` for one submission of a generation.
+
+    ``seed`` only applies when sampling (``temperature > 0``); ``first``: nothing generated yet, so at
+    least one token is required; ``structured``: the ``StructuredOutputsParams`` (or older
+    ``GuidedDecodingParams``) object, passed as ``structured_field``.
+    """
+    params = dict(max_tokens=max_tokens, temperature=temperature, output_kind=output_kind,
+                  skip_special_tokens=True, ignore_eos=ignore_eos)
+    if temperature > 0 and seed is not None:
+        params["seed"] = seed
+    if first:
+        params["min_tokens"] = 1  # an empty plan is useless (the grammar would allow it)
+    if structured is not None:
+        params[structured_field] = structured
+    return params
 
 
 @dataclass
@@ -142,16 +185,12 @@ class VllmEngine(Engine):
             self._so_field, self._so_cls = "structured_outputs", sp.StructuredOutputsParams
         else:
             self._so_field, self._so_cls = "guided_decoding", getattr(sp, "GuidedDecodingParams", None)
-        args = dict(model=model, enable_prefix_caching=True, max_num_seqs=max_num_seqs,
-                    gpu_memory_utilization=gpu_memory_utilization, load_format=load_format, dtype=dtype,
-                    seed=seed, enforce_eager=enforce_eager,
-                    scheduling_policy="priority" if priority else "fcfs")
-        if max_model_len is not None:
-            args["max_model_len"] = max_model_len
-        if kv_offloading_size:
-            args["kv_offloading_size"] = kv_offloading_size
-            args["kv_offloading_backend"] = kv_offloading_backend
-        args.update(engine_args or {})
+        args = build_engine_args(model, max_num_seqs=max_num_seqs,
+                                 gpu_memory_utilization=gpu_memory_utilization,
+                                 max_model_len=max_model_len, load_format=load_format, dtype=dtype,
+                                 kv_offloading_size=kv_offloading_size,
+                                 kv_offloading_backend=kv_offloading_backend, priority=priority, seed=seed,
+                                 enforce_eager=enforce_eager, engine_args=engine_args)
         try:
             eargs = vllm.EngineArgs(**args)
         except TypeError as exc:
@@ -236,15 +275,10 @@ class VllmEngine(Engine):
     def _submit(self, req: _Req, prompt_ids: list[int], remaining: int, resumed: bool) -> None:
         req.resubmits += 1
         req.request_id = f"g{req.gen_id}.{req.resubmits}"
-        params = dict(max_tokens=remaining, temperature=self.temperature, output_kind=self._DELTA,
-                      skip_special_tokens=True, ignore_eos=self.ignore_eos)
-        if self.temperature > 0:
-            params["seed"] = self.seed + req.gen_id
-        if req.n_gen == 0:
-            params["min_tokens"] = 1  # an empty plan is useless (the grammar would allow it)
-        so = self._grammar(req.key, resumed)
-        if so is not None:
-            params[self._so_field] = so
+        params = sampling_kwargs(max_tokens=remaining, temperature=self.temperature,
+                                 output_kind=self._DELTA, ignore_eos=self.ignore_eos,
+                                 seed=self.seed + req.gen_id, first=req.n_gen == 0,
+                                 structured=self._grammar(req.key, resumed), structured_field=self._so_field)
         self._priority += 1
         try:
             self.llm.add_request(req.request_id, self._TokensPrompt(prompt_token_ids=list(prompt_ids)),
@@ -347,14 +381,19 @@ class VllmEngine(Engine):
             comp = ro.outputs[0]
             new_ids = list(comp.token_ids)
             multi |= len(new_ids) > 1
-            reason = _FINISH.get(comp.finish_reason or "", "eos") if ro.finished else ""
+            reason = _FINISH.get(comp.finish_reason or "", "error") if ro.finished else ""
+            err = ro.finished and reason == "error"
             for k, tok in enumerate(new_ids):
                 last = k == len(new_ids) - 1
                 req.ids.append(int(tok))
                 req.n_gen += 1
-                done = last and ro.finished
+                done = last and ro.finished and not err
                 text = comp.text if last else ""  # a DELTA's text belongs to all its ids: give it once
                 out.append(TokenOut(req.gen_id, int(tok), text, t, done, reason if done else ""))
+            if err or (ro.finished and not new_ids):
+                # ended on a failure (KV load error, abort inside vLLM) or with no token to carry the
+                # end: say so, or the planner would wait for this generation forever
+                out.append(TokenOut(req.gen_id, -1, "", t, True, reason))
             if ro.finished:
                 req.state = "finished"
                 self._by_request.pop(ro.request_id, None)
