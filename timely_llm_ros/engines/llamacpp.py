@@ -193,14 +193,10 @@ class LlamaCppEngine(Engine):
             raise EngineError(f"chat_template must be 'auto', 'chatml' or 'none', got {chat_template!r}")
         if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
             raise EngineError(f"temperature must be a finite number >= 0, got {temperature!r}")
-        if prefill_chunk is not None and (isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int)
-                                          or prefill_chunk <= 0):
-            raise EngineError(f"prefill_chunk must be a positive integer or None, got {prefill_chunk!r}")
+        for name, v in (("prefill_chunk", prefill_chunk), ("prefill_fast_batch", prefill_fast_batch)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+                raise EngineError(f"{name} must be a positive integer or None, got {v!r}")
         self.prefill_chunk = prefill_chunk
-        if prefill_fast_batch is not None and (isinstance(prefill_fast_batch, bool)
-                                               or not isinstance(prefill_fast_batch, int)
-                                               or prefill_fast_batch <= 0):
-            raise EngineError(f"prefill_fast_batch must be a positive integer or None, got {prefill_fast_batch!r}")
         self.prefill_fast_batch = prefill_fast_batch
         if not (grammar is None or grammar == "auto" or isinstance(grammar, dict)):
             raise EngineError(f"grammar must be 'auto', None or a mapping, got {grammar!r}")
