@@ -12,6 +12,7 @@ from timely_llm_ros.core.exectime import (
     ExecEstimate,
     ExecTimeError,
     UnknownRobotType,
+    executed_calls,
     load_exec_time_file,
     load_exec_time_model,
 )
@@ -58,6 +59,46 @@ def test_segment_sums_and_loops():
     approx(est(TELLO, "?s('cat')==True{g('cat')}"), 4.0275, 9.37375, 14.72)
     approx(est(TELLO, "4{tc(90);tp}"), 9.08, 9.08, 9.08)  # 4 · (2.269 + 0.001)
     approx(MODEL.estimate("drone", []), 0.0, 0.0, 0.0)
+
+
+def _runs(sset, segments):
+    """Per segment: {call source: times executed} as the streaming interpreter runs them."""
+    out = []
+    for i, text in enumerate(segments):
+        counts: dict[str, int] = {}
+        for c in executed_calls(sset, segments[:i], text):
+            counts[c.source] = counts.get(c.source, 0) + c.repeat
+        out.append(counts)
+    return out
+
+
+def test_segments_are_timed_as_the_interpreter_runs_them():
+    # the embedded LLM's loop, cut by the stop checker: one live turn, then the rest at the '}'
+    assert TELLO.split("10{tc(90);tp}") == ["10{tc(90)", ";tp}"]
+    assert _runs(TELLO, ["10{tc(90)", ";tp}"]) == [{"tc(90)": 1}, {"tp": 10, "tc(90)": 9}]
+    one_turn = 2.269
+    approx(MODEL.estimate_segment("drone", TELLO, [], "10{tc(90)"), one_turn, one_turn, one_turn)
+    rest = 9 * one_turn + 10 * 0.001
+    approx(MODEL.estimate_segment("drone", TELLO, ["10{tc(90)"], ";tp}"), rest, rest, rest)
+    # nested loops and a condition header inside a loop (its call re-runs on every pass)
+    assert _runs(TELLO, ["2{3{tc(30)", "};tp}"]) == [{"tc(30)": 1}, {"tc(30)": 5, "tp": 2}]
+    assert _runs(TELLO, ["4{tc(90)", ";?iv('cat')==True{", "tp}", "}"]) == [
+        {"tc(90)": 1}, {"iv('cat')": 1}, {"tp": 1}, {"tc(90)": 3, "iv('cat')": 3, "tp": 3}]
+    # a '}' that closes nothing of this task adds nothing; call-language sets have no blocks
+    assert _runs(TELLO, ["tp}"]) == [{"tp": 1}]
+    assert _runs(ARM, ["sc('a'); gt('a')", "dr()"]) == [{"sc('a')": 1, "gt('a')": 1}, {"dr()": 1}]
+
+
+@pytest.mark.parametrize("plan", ["10{tc(90);tp}", "2{mf(50);tc(90)}", "2{3{tc(30)};tp}",
+                                  "4{tc(90);?iv('cat')==True{tp}}", "?s('cat')==True{g('cat')}->False",
+                                  "mu(40);3{_1=od('cup');mf(_1)};tp"])
+def test_segment_estimates_add_up_to_the_whole_plan(plan):
+    segments = TELLO.split(plan)
+    total = ExecEstimate(0.0, 0.0, 0.0)
+    for i, text in enumerate(segments):
+        total = total + MODEL.estimate_segment("drone", TELLO, segments[:i], text)
+    whole = est(TELLO, plan)
+    approx(total, whole.minimum, whole.expected, whole.maximum)
 
 
 def test_variable_argument_uses_range():

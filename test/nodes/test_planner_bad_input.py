@@ -65,7 +65,6 @@ MALFORMED = [
     ("bi-m-mismatch", dict(robot_type="arm"), "robot type mismatch"),
     ("bi-m-agenttype", dict(agent="bi_typed"), "agent 'bi_typed' is a 'arm' robot"),
     ("bi-m-name", dict(agent="bad/agent"), "not a valid ROS name"),
-    ("bi-m-noplan", dict(instruction="[A] Juggle three balls."), "no reference plan"),
 ]
 
 

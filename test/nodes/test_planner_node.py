@@ -251,11 +251,36 @@ def test_plan_table_matches_instruction_and_scene_of_every_workload_task():
     assert table.load("catalog") >= 11
     for spec in resolve_workload("wid1:duration=30").tasks:
         assert table.lookup(spec.skill_set, spec.instruction, spec.scene) == spec.reference_plan
-    assert table.lookup("tello_minispec", "[A] Juggle.") is None
     table.add("s", "i", "scene one", "a();")
     table.add("s", "i", "scene two", "b();")
     assert table.lookup("s", "i", "scene two") == "b();"
-    assert table.lookup("s", "i", "other scene") is None  # ambiguous without the exact scene
+    strict = PlanTable(fallback=False)
+    strict.load("catalog")
+    strict.add("s", "i", "scene one", "a();")
+    strict.add("s", "i", "scene two", "b();")
+    assert strict.lookup("s", "i", "other scene") is None  # ambiguous without the exact scene
+    assert strict.lookup("tello_minispec", "[A] Juggle.") is None and strict.fallbacks == 0
+
+
+def test_plan_table_plans_any_instruction_from_the_closest_known_plan():
+    from timely_llm_ros.core.skills import load_skill_set
+    from timely_llm_ros.nodes.sim_support import PlanTable, grammar_plan
+
+    table = PlanTable()
+    table.load("catalog")
+    # the README's example: the catalog instruction without its "[A]" tag
+    cat = "?s('cat')==True{g('cat')}->False"
+    assert table.lookup("tello_minispec", "Could you find the cat? If so, go to it.") == cat
+    assert table.lookup("tello_minispec", "Scene: [] Task: [A] could you FIND the cat") == cat
+    assert table.lookup("tello_minispec", "Look around in quarter turns, a picture after each.") == "4{tc(90);tp}"
+    assert table.lookup("robot_arm", "Put the red box on the blue box.").startswith("sc('red_box')")
+    assert table.fallbacks == 4
+    # no known plan at all: a valid one-statement program from the grammar; unknown set: None
+    tello = load_skill_set("tello_minispec")
+    assert tello.parse_plan(grammar_plan(tello, "anything")) and grammar_plan(tello, "x") == "mf(20);"
+    chat = table.lookup("chatbot_sentence", "[Q] What is ROS 2?")
+    assert chat.endswith(".") and "What is ROS 2" in chat
+    assert table.lookup("no_such_set", "anything") is None
 
 
 def test_conversions_round_trip_and_refuse_bad_values():

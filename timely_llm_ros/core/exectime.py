@@ -20,15 +20,26 @@ Model kinds (``model`` field of a skill), ``v`` = the call's first numeric argum
 When ``v`` is a run-time variable (``mf(_1)``) a numeric model is evaluated over its ``arg_range``
 (min/max over the range, expected at the midpoint, sampled uniformly).
 
-Loops: a call carries ``repeat`` (product of enclosing loop counts known to the parser); every bound
-is multiplied by it. Calls inside conditional bodies count as executed (as in the recorded traces).
-Deterministic models (poly, argument, constant, reading) return the same value when sampled.
+Loops: a call carries ``repeat`` (how many times it runs); every bound is multiplied by it. Calls
+inside conditional bodies count as executed (as in the recorded traces). Deterministic models (poly,
+argument, constant, reading) return the same value when sampled.
+
+**Segments are timed as the robot executes them** (:func:`executed_calls`,
+:meth:`ExecTimeModel.estimate_segment`). The robot's streaming interpreter
+(``timely_llm_ros/robots/minispec.py``) runs a loop body *live once* as its text arrives and the
+remaining N−1 iterations at the loop's closing ``}``. A loop split over segments — ``10{tc(90)`` then
+``;tp}`` — therefore costs one turn in the first segment and the picture plus nine turns and nine
+pictures in the second. Pricing each segment's text alone would put all ten turns on the first
+segment and almost nothing on the second, whose timeout then expires while the robot is still
+turning; the planner estimates with the whole plan so far instead.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -37,7 +48,7 @@ from typing import Any
 import yaml
 
 from timely_llm_ros.core.paths import config_dir
-from timely_llm_ros.core.skills import SkillCall, Var
+from timely_llm_ros.core.skills import SkillCall, SkillSet, Var
 
 MODEL_KINDS = ("poly", "argument", "constant", "iterations", "uniform", "samples", "reading")
 _GRID = 64  # points used to bound a polynomial over an argument range
@@ -201,6 +212,15 @@ class ExecTimeModel:
             total = total + self.estimate_call(robot_type, call)
         return total
 
+    def estimate_segment(self, robot_type: str, skill_set: SkillSet, earlier: Sequence[str],
+                         text: str) -> ExecEstimate:
+        """Bounds of what the robot executes when segment ``text`` arrives after ``earlier`` ones.
+
+        See :func:`executed_calls`; raises the parser's ``SkillParseError`` for text that does not
+        parse and :class:`ExecTimeError` / :class:`UnknownRobotType` like :meth:`estimate`.
+        """
+        return self.estimate(robot_type, executed_calls(skill_set, earlier, text))
+
     def sample(self, robot_type: str, calls: list[SkillCall], rng: random.Random) -> float:
         """One random execution time of ``calls`` (deterministic for a seeded ``rng``)."""
         self._robot(robot_type)
@@ -212,6 +232,52 @@ class ExecTimeModel:
             for _ in range(call.repeat):
                 total += model.sample(call, rng)
         return total
+
+
+# ------------------------------------------------------------------------- segments as executed
+@dataclass
+class _Block:
+    """A block open across segments: its kind, loop count and body as executed once in full."""
+
+    loop: bool
+    count: int
+    body: list[SkillCall] = dataclasses.field(default_factory=list)  # repeat = runs per pass
+
+
+def executed_calls(skill_set: SkillSet, earlier: Sequence[str], text: str) -> list[SkillCall]:
+    """The calls a streaming interpreter runs when ``text`` arrives, ``repeat`` = how many times.
+
+    ``earlier`` are the task's previous segments (rebuilding which blocks are open and what their
+    bodies hold). Semantics of ``timely_llm_ros/robots/minispec.py``: each call runs once as it
+    arrives; a condition's calls run at its header; at a loop's ``}`` its body — nested loops in
+    full, conditional bodies counted as taken (an upper bound, like the rest of the model) — runs
+    ``count − 1`` more times. A ``}`` that closes nothing opened by the task is ignored (the robot
+    rejects it). Returns-``->`` are not modelled (they only shorten execution).
+    """
+    stack: list[_Block] = []
+    for seg in earlier:
+        _walk(skill_set, seg, stack)
+    return _walk(skill_set, text, stack)
+
+
+def _walk(skill_set: SkillSet, text: str, stack: list[_Block]) -> list[SkillCall]:
+    out: list[SkillCall] = []
+    for step in skill_set.steps(text):
+        if step.kind == "call":
+            once = dataclasses.replace(step.call, repeat=1)
+            out.append(once)
+            if stack:
+                stack[-1].body.append(once)
+        elif step.kind in ("open_loop", "open_cond"):
+            stack.append(_Block(step.kind == "open_loop", step.count))
+        elif stack:  # close
+            block = stack.pop()
+            if block.loop and block.count > 1:
+                out += [dataclasses.replace(c, repeat=c.repeat * (block.count - 1)) for c in block.body]
+            passes = block.count if block.loop else 1
+            if stack:
+                stack[-1].body += [dataclasses.replace(c, repeat=c.repeat * passes) for c in block.body]
+    return out
 
 
 # --------------------------------------------------------------------------------------- loading

@@ -262,7 +262,9 @@ class PlannerCore:
         rec = gen.record
         idx = len(rec.segments)
         try:
-            est = self.exec_model.estimate(gen.robot_type, calls)
+            # timed as the robot runs it: a loop's replays belong to the segment with its '}'
+            est = self.exec_model.estimate_segment(gen.robot_type, gen.skill_set,
+                                                   [s.text for s in rec.segments], text)
         except (ValueError, KeyError) as exc:
             self._fail(gen, t, f"segment {idx} cannot be timed: {exc}")
             return False

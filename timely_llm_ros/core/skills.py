@@ -104,6 +104,19 @@ class SkillCall:
 
 
 @dataclass(frozen=True)
+class Step:
+    """One structural element of a segment, in source order (:meth:`SkillSet.steps`).
+
+    ``kind``: ``call`` (``call`` set; a condition's calls come before its ``open_cond``),
+    ``open_loop`` (``count`` = N of ``N{``), ``open_cond`` (``?...{``) or ``close`` (``}``).
+    """
+
+    kind: str
+    call: SkillCall | None = None
+    count: int = 0
+
+
+@dataclass(frozen=True)
 class ArgSpec:
     """One skill argument: type and (inclusive) range where the robot has one."""
 
@@ -167,6 +180,16 @@ class SkillSet:
                 f"block opened by {stack[-1][2]!r} is never closed ('}}' missing)", stack[-1][2]
             )
         return calls
+
+    def steps(self, text: str) -> list[Step]:
+        """One segment's calls and block boundaries in source order (validated like :meth:`parse`).
+
+        What a streaming interpreter runs when the segment arrives depends on blocks opened or closed
+        in other segments; :func:`timely_llm_ros.core.exectime.executed_calls` replays these steps.
+        """
+        p = _Parser(self, text, stack=None)
+        p.run()
+        return p.steps
 
     def parse_segments(self, segments: list[str]) -> list[list[SkillCall]]:
         """Parse a plan's segments in order, carrying open blocks from one segment to the next."""
@@ -250,6 +273,7 @@ class _Parser:
         self.strict = stack is not None  # parse_plan / parse_segments know the outer blocks
         self.stack: list[tuple[str, int, str]] = list(stack or [])
         self.calls: list[SkillCall] = []
+        self.steps: list[Step] = []  # calls and block boundaries in source order
         self.stmt_start = 0
 
     # helpers
@@ -332,7 +356,9 @@ class _Parser:
     def _chatbot(self) -> list[SkillCall]:
         if not self.text.strip():
             return []
-        return [SkillCall(CHATBOT_SKILL, (self.text,), self.text)]
+        call = SkillCall(CHATBOT_SKILL, (self.text,), self.text)
+        self.steps.append(Step("call", call))
+        return [call]
 
     def _call_statement(self, tok: _Tok) -> bool:
         if tok.kind != "ident":
@@ -351,12 +377,14 @@ class _Parser:
                 self.stack.pop()
             elif self.strict:
                 raise self.fail("'}' closes no open block")
+            self.steps.append(Step("close"))
             return False
         if tok.kind == "op" and tok.value == "?":
             self.next()
             self._condition()
             brace = self.expect("{", "after the condition")
             self.stack.append(("cond", 0, self.text[tok.start : brace.end]))
+            self.steps.append(Step("open_cond"))
             return False
         if tok.kind == "num" and self.peek(1).value == "{":
             if not re.fullmatch(r"\d+", tok.value):
@@ -367,6 +395,7 @@ class _Parser:
             self.next()
             brace = self.next()
             self.stack.append(("loop", n, self.text[tok.start : brace.end]))
+            self.steps.append(Step("open_loop", count=n))
             return False
         if tok.kind == "arrow":
             self.next()
@@ -445,7 +474,9 @@ class _Parser:
             end = name_tok.end
         self._check_args(spec, args)
         rep, guarded = self.repeat_guard()
-        self.calls.append(SkillCall(name, tuple(args), self.text[name_tok.start : end], rep, guarded))
+        call = SkillCall(name, tuple(args), self.text[name_tok.start : end], rep, guarded)
+        self.calls.append(call)
+        self.steps.append(Step("call", call))
 
     def _args(self, spec: SkillSpec) -> list[Any]:
         args: list[Any] = []

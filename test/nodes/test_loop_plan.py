@@ -1,0 +1,87 @@
+"""A loop split over two segments ends COMPLETED: the planner's execution-time estimate of each
+segment agrees with what the drone's streaming interpreter runs.
+
+The embedded LLM (SmolLM2 on llama.cpp) wrote ``10{tc(90);tp}`` for a "look around" task; the stop
+checker cuts it into ``10{tc(90)`` and ``;tp}``. The drone turns once when the first segment arrives
+and runs the picture plus nine more turns and pictures at the closing ``}`` of the second. When the
+planner priced each segment's text alone it gave the first segment ten turns and the second a
+picture (timeout = factor × 0.001 s + margin), failed the task while the drone was still turning,
+and the drone finished later. Here the planner (simulated engine emitting exactly that plan), a
+simulated drone and a workload node run as OS processes on real DDS (``timely-llm fleet``); the
+timeout margin is small and the drone slow enough that the old estimate would time out the second
+segment, so the test fails without the fix. Outcomes only; bounds are generous.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+import yaml
+from planner_testkit import stop_process
+
+RUN_TIMEOUT = 240.0
+PLAN = "10{tc(90);tp}"
+WORKLOAD = f"""
+name: loop
+tasks:
+  - {{task_id: loop-1, arrival: 0.0, agent: drone_1, robot_type: drone, skill_set: tello_minispec,
+     tuf: [1, 1, 1.5], instruction: "[A] Look around in ten steps and take a picture after each.",
+     plan: "{PLAN}", exec_times: [[tc, 2.27], [tp, 0.001]]}}
+"""
+
+
+@pytest.mark.ros
+def test_a_loop_split_over_two_segments_completes(tmp_path):
+    from timely_llm_ros.core.skills import load_skill_set
+
+    assert load_skill_set("tello_minispec").split(PLAN) == ["10{tc(90)", ";tp}"]  # the finding's cut
+    wl = tmp_path / "loop.yaml"
+    wl.write_text(WORKLOAD)
+    cfg = {
+        "planner": {"parameters": {"engine": "sim", "sim_plans": [str(wl)], "robot_grace_period": 20.0,
+                                   "segment_timeout_factor": 1.5, "segment_timeout_margin": 1.0}},
+        # tc(90) takes 2.269 s in the model: 0.45 s at this scale, so the nine replayed turns of the
+        # second segment (~4 s) outlast the old estimate's timeout (1.5 × 0.001 s + 1 s)
+        "robot_defaults": {"drone": {"backend": "sim", "exec_mode": "min", "time_scale": 0.2}},
+        "robots": [{"agent": "drone_1", "type": "drone"}],
+        "timemodel": {"enabled": False},
+        "recorder": {"enabled": True, "parameters": {"output": str(tmp_path / "bag")}},
+        "workload": {"enabled": True, "parameters": {
+            "workload": str(wl), "exit_when_done": True, "completion_timeout": 120.0,
+            "discovery_timeout": 180.0}},
+    }
+    config = tmp_path / "fleet.yaml"
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    log = tmp_path / "fleet.log"
+    with open(log, "w", encoding="utf-8") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "timely_llm_ros.fleet", str(config)],
+                                env=dict(os.environ), stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        proc.wait(timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGINT)
+        stop_process(proc, timeout=60)
+        pytest.fail(f"the fleet did not finish within {RUN_TIMEOUT:.0f} s:\n{log.read_text()[-6000:]}")
+    text = log.read_text(encoding="utf-8", errors="replace")
+    match = re.search(r"WORKLOAD_SUMMARY (\{.*\})", text)
+    assert match, text[-6000:]
+    assert json.loads(match.group(1))["final"] == {"COMPLETED": 1}, text[-6000:]
+    assert proc.returncode == 0, text[-6000:]
+
+    from timely_llm_ros.lrtrace.bagio import read_bag
+
+    bags = [p.parent for p in (tmp_path / "bag").rglob("metadata.yaml")] or [tmp_path / "bag"]
+    segments = [m for _topic, _t, m in read_bag(bags[0]).by_type("timely_llm_ros/msg/Segment")]
+    texts = [m.text for m in segments]
+    assert texts[:2] == ["10{tc(90)", ";tp}"], texts
+    one_turn = 0.0165 * 90 + 0.784  # config/exec_time/drone.yaml
+    est = [m.exec_time_min for m in segments[:2]]
+    assert est[0] == pytest.approx(one_turn, rel=1e-3)  # the live first turn only
+    assert est[1] == pytest.approx(9 * one_turn + 10 * 0.001, rel=1e-3)  # picture + 9 × (turn, picture)
