@@ -50,6 +50,8 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
+    # the public TimelyLLM traces (CC BY 4.0, attribution in data/timelyllm/README.md)
+    package_data={PACKAGE: ["data/timelyllm/*.json", "data/timelyllm/README.md", "data/timelyllm/DATA_LICENSE"]},
     install_requires=["PyYAML>=6", "numpy>=1.24"],
     extras_require={"plot": ["matplotlib>=3.7"], "bags": ["rosbags>=0.11"], "viz": ["PyQt5>=5.15", "python_qt_binding>=0.3.4"], "test": ["pytest>=7"]},
     data_files=[

@@ -3,7 +3,7 @@
 
 Why a script and not a list of commands in the README: a fresh Debian 12 machine has no ROS 2
 distro, so ROS 2 comes from PyPI wheels, and building our own .msg/.srv against them needs a few
-non-obvious repairs (see ../shared notes, "ROS 2 on a machine without a ROS distro"). Each step
+non-obvious repairs (each one explained where it is made below). Each step
 prints its name; finished steps are recorded in ``.stamps/`` and skipped on the next run, so a
 second run takes seconds. A failing step stops with its name, the tail of its log and what to do,
 never with only a stack trace from deep inside cmake or pip.

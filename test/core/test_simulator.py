@@ -2,7 +2,6 @@
 
 import dataclasses
 from functools import cache
-from pathlib import Path
 
 import pytest
 
@@ -10,16 +9,15 @@ from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.simulator import SimConfig, simulate
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.core.tuf import NORMAL_TUF
+from timely_llm_ros.workload.fileformat import data_dir
 from timely_llm_ros.workload.importer import import_public
 
-# the public TimelyLLM workloads live beside the checkout (../shared/data/timelyllm)
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "timelyllm"
+# the public TimelyLLM workloads ship with the package (timely_llm_ros/data/timelyllm)
+DATA = data_dir()
 
 
 @cache
 def _load(name):
-    if not (DATA / name).is_file():
-        pytest.skip(f"public workload {DATA / name} not available")
     return tuple(import_public(DATA / name))
 
 

@@ -60,6 +60,9 @@ def test_colcon_builds_the_package_on_the_venv_underlay(tmp_path, subprocess_env
         site / "timely_llm_ros" / "srv" / "_estimate_exec_time.py",
         site / "timely_llm_ros" / "core" / "tuf.py",
         site / "timely_llm_ros" / "cli.py",
+        site / "timely_llm_ros" / "data" / "timelyllm" / "data_sample_1.json",  # public traces
+        site / "timely_llm_ros" / "data" / "timelyllm" / "DATA_LICENSE",
+        site / "timely_llm_ros" / "data" / "timelyllm" / "README.md",
     ]:
         assert path.exists(), f"missing from the colcon install: {path.relative_to(ws)}"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -33,6 +34,9 @@ def test_wheel_installs_core_entry_point_and_share_files(tmp_path):
     assert f"{data}/ament_index/resource_index/packages/timely_llm_ros" in names
     assert f"{data}/timely_llm_ros/config/fastdds_localhost.xml" in names
     assert not any("/msg/" in n and n.startswith("timely_llm_ros/") for n in names), "no ROS messages here"
+    traces = {"data_sample_1.json", "data_sample_2.json", "data_sample_robotarm_fltrnn.json", "DATA_LICENSE",
+              "README.md"}
+    assert {f"timely_llm_ros/data/timelyllm/{n}" for n in traces} <= names  # CC BY 4.0 + attribution
 
     target = tmp_path / "target"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "-q",
@@ -50,3 +54,19 @@ def test_wheel_installs_core_entry_point_and_share_files(tmp_path):
     assert Path(out[0]).is_relative_to(target)
     assert out[1] == "timely_llm_ros.cli:main"
     assert float(out[2]) == -1.0
+    # the public traces resolve from the installed package, not from a checkout
+    probe = ("from timely_llm_ros.workload.fileformat import data_dir, resolve_workload;"
+             "print(data_dir()); print(len(resolve_workload('sample1').tasks))")
+    env = {"PYTHONPATH": f"{target}{os.pathsep}{_site_dir('yaml')}",
+           # --target puts data_files under target/share, not sys.prefix/share where config is looked up
+           "TIMELY_LLM_CONFIG": str(target / "share" / "timely_llm_ros" / "config")}
+    out = subprocess.run([sys.executable, "-S", "-c", probe], cwd=tmp_path, env=env, check=True,
+                         capture_output=True, text=True, timeout=120).stdout.splitlines()
+    assert Path(out[0]).is_relative_to(target) and int(out[1]) > 500
+
+
+def _site_dir(module: str) -> str:
+    """The site-packages folder a third-party module is imported from (PyYAML for the probe)."""
+    import importlib
+
+    return str(Path(importlib.import_module(module).__file__).resolve().parents[1])

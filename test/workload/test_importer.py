@@ -142,9 +142,6 @@ def test_missing_file_is_a_workload_error(tmp_path):
         import_public(tmp_path / "nope.json")
 
 
-@pytest.mark.skipif(
-    not (data_dir() / "data_sample_1.json").is_file(), reason="public TimelyLLM data not present"
-)
 @pytest.mark.parametrize(
     "name,count,agents",
     [

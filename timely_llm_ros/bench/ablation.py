@@ -1,4 +1,4 @@
-"""Ablation of the robust ``timely`` policy: each change switched off on its own (issue 8).
+"""Ablation of the robust ``timely`` policy: each change switched off on its own.
 
 ``python -m timely_llm_ros.bench.ablation --out results/ [--groups low,overload] [--variants ...]``
 

@@ -44,7 +44,7 @@ modes (combine freely; runs shared between them are done once):
   --overhead                         segmentation (Table 4) and scheduling (Table 5) overhead
 
 workloads: a preset (%(presets)s), a public TimelyLLM sample (%(samples)s; files
-in $TIMELY_LLM_DATA or ../shared/data/timelyllm), or a path to a workload file (YAML/JSON,
+shipped with the package; $TIMELY_LLM_DATA names another copy), or a path to a workload file (YAML/JSON,
 composer spec or task list; public JSON lists too). Composer workloads take overrides:
 wid2:agents=84,rate=0.5  wid1:seed=7,traces=6-8.
 

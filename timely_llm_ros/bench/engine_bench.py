@@ -1,4 +1,4 @@
-"""Benchmarks of the embedded llama.cpp engine (issue 6 closing note).
+"""Benchmarks of the embedded llama.cpp engine.
 
 ``python -m timely_llm_ros.bench.engine_bench [--threads N] [--repeats R] [--out FILE] [--quick]``
 

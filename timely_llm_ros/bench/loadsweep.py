@@ -1,4 +1,4 @@
-"""Urgent and normal % of Σβ versus load for every policy (issue 8, item 3).
+"""Urgent and normal % of Σβ versus load for every policy.
 
 ``python -m timely_llm_ros.bench.loadsweep --out results/ [--rates 0.1,0.25,0.5,0.75,1] [--cap 4]
 [--policies timely,edf-seg,...] [--metric pct_beta_clamped]``

@@ -1,8 +1,8 @@
-"""Benchmark scenarios beyond the paper's presets (issue 8, item 2).
+"""Benchmark scenarios beyond the paper's presets.
 
-At the published loads the simulated engine is busy only ~10–20 % of the time
-(``shared/notes/scheduling-pitfalls.md`` §5), so the presets cannot tell a policy that handles
-overload from one that does not. The scenarios here add load along the axes the issue names: the
+At the published loads the simulated engine is busy only ~10–20 % of the time (measured with
+``timely-llm bench``), so the presets cannot tell a policy that handles overload from one that
+does not. The scenarios here add load along several axes: the
 three public workloads, 2× and 3× WID 2's agents, event-rate sweeps, fixed max-batch caps 2/4/6/8
 and bursts.
 
@@ -86,7 +86,7 @@ def rate_spec(rate: float) -> str:
 
 # -------------------------------------------------------------------------------- the groups
 def low_load() -> list[Scenario]:
-    """The public samples and the presets as published (issue 8's low-load targets)."""
+    """The public samples and the presets as published (the low-load targets)."""
     return [from_spec(s) for s in PUBLIC + PRESETS]
 
 
@@ -110,7 +110,7 @@ def bursts(cap: int | None = None) -> list[Scenario]:
 
 
 def overload() -> list[Scenario]:
-    """2× WID 2 agents under caps 4 and 6 (issue 8's overload targets)."""
+    """2× WID 2 agents under caps 4 and 6 (the overload targets)."""
     return batch_caps(OVERLOAD_CAPS)
 
 

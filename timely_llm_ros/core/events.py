@@ -15,7 +15,7 @@ Event kinds (one :class:`TraceEvent` each):
 * ``EXEC_START`` / ``EXEC_END`` robot feedback for a segment.
 * ``COMPLETE`` the last segment finished executing; ``FAIL`` the task failed (``info`` = reason:
   unparsable segment, robot failure, engine error); ``DROP`` / ``EXPIRE`` reserved for policies
-  that give up on work (issue 8).
+  that give up on work.
 """
 
 from __future__ import annotations

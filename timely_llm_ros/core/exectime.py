@@ -4,7 +4,7 @@ TimelyLLM needs execution times twice: the scheduler estimates when a robot will
 it is executing (the suspended generation's waiting time uses the **minimum**, the worst case for
 being late, §4.3), and the simulator samples plausible times from profiled data ("During simulation,
 we randomly sample from this profiled data", §6). Models are data: ``config/exec_time/<robot>.yaml``,
-one file per robot type, numbers cited there (``shared/notes/robots-skills-and-traces.md``).
+one file per robot type, numbers and their public sources cited there.
 
 Model kinds (``model`` field of a skill), ``v`` = the call's first numeric argument:
 

@@ -1,7 +1,7 @@
-"""The robust ``timely`` policy (issue 8): utility-accrual ordering of segments + utility-guided admission.
+"""The robust ``timely`` policy: utility-accrual ordering of segments + utility-guided admission.
 
 ``timely-paper`` (:mod:`.priority`, :mod:`.scheduler`) is the paper's Eq. 4 and §4.4 read literally;
-``shared/notes/scheduling-pitfalls.md`` shows it losing to ``edf-seg``: the admission check stalls
+under overload it loses to ``edf-seg`` (``timely-llm bench --suite scenarios``): the admission check stalls
 behind late or unfittable generations, the speed estimate is fragile, and Eq. 4 gives late tasks a
 negative priority so they starve. This module keeps the paper's intent — utility per unit of
 generation time (PUD), execution-time-aware waiting of suspended generations, latency-guided batch

@@ -17,8 +17,8 @@ now finishes its segment at ``t + G`` and its action can start ``net`` later):
 * guard: ``L`` is replaced by ``max(L, L_MIN)`` with ``L_MIN`` = 1 ms. Eq. 4 divides by L; without
   the guard a generation would get an infinite priority at L = 0 and a sign-flipped one past it.
   With the guard a late generation keeps the largest priority its utility allows — which is the
-  most negative one once its utility is below 0: the literal Eq. 4 starves such tasks (pitfall 3 in
-  ``shared/notes/scheduling-pitfalls.md``); ``timely-paper`` keeps that on purpose;
+  most negative one once its utility is below 0: the literal Eq. 4 starves such tasks;
+  ``timely-paper`` keeps that on purpose;
 * ``Pri = U / (G · max(L, L_MIN))``, larger first; ties by submission order.
 
 EDF (``edf-seg``) ranks by the task's fixed deadline ``arrival + ERT`` and FCFS by arrival, for all

@@ -13,7 +13,7 @@ vllm            no         arrival                             none; whole plan 
 vllm-stream     no         arrival                             none; each statement dispatched at once
 ==============  =========  ==================================  ======================================
 
-(*) :mod:`.policy_timely` (issue 8): EDF on segment deadlines in underload, PUD-based deferral under
+(*) :mod:`.policy_timely`: EDF on segment deadlines in underload, PUD-based deferral under
 overload, a bounded late tier, and an admission that trades measured latency against utility.
 
 **§4.4 latency-guided admission as implemented** (:class:`LatencyGuidedAdmission`): before each
@@ -25,8 +25,8 @@ length, ``n`` the tokens it generated in its current segment and ``v`` the engin
 per-sequence decode speed (:meth:`Engine.speed`, pure decode steps only). Admit only if
 ``WCET ≤ L_r``. With no generation running, or no speed measured yet, the check passes (the paper's
 "lag for one generation": the effect of an admission is measured, not predicted). Read literally this
-refuses admissions while any running generation is already late (``L_r ≤ 0``) — pitfall 1 of
-``shared/notes/scheduling-pitfalls.md``; ``timely-paper`` keeps it.
+refuses admissions while any running generation is already late (``L_r ≤ 0``), which stalls the
+engine behind late work; ``timely-paper`` keeps it.
 
 Every policy also needs a free batch slot and ``mem_need ≤`` free KV memory (suspended contexts
 are evictable); a candidate that fails any check blocks the ones behind it (no overtaking), as in
@@ -135,7 +135,7 @@ def register_policy(name: str, segmented: bool, stream: bool,
                     strategies: Callable[[], tuple[PriorityStrategy, Admission]]) -> None:
     """Add (or replace) a policy: ``strategies()`` returns fresh (priority, admission) objects.
 
-    This is how variants plug in (issue 8: a robust ``timely``, ablations) without touching the
+    This is how variants plug in (a robust ``timely``, ablations) without touching the
     scheduler itself."""
     if not _SPEC.match(name) or "@" in name:
         raise ValueError(f"policy name {name!r} must be lower-case letters, digits and '-'")

@@ -2,8 +2,7 @@
 
 TimelyLLM detokenises every new token and suspends a generation as soon as the text produced since
 the last suspension holds an *executable* piece of plan, so the robot can start acting while the
-rest is generated later. The rule (``shared/notes/robots-skills-and-traces.md``, "When is a segment
-executable", from the public TimelyLLM code) is:
+rest is generated later. The rule (from the public TimelyLLM code) is:
 
 * robot plans: the newest text **ends a statement** — a ``)`` closing a call, ``;``, ``}``, or the
   ``{`` that opens a block — **and** the text since the last cut holds a complete skill call of the

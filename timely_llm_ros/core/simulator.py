@@ -42,7 +42,7 @@ class SimConfig:
     policy: str = "timely"
     profile: str | EngineProfile = "llama3-8b-fp16-rtx4090"
     exec_mode: str = "recorded"  # recorded (trace's exe_time_detail) | min | sampled
-    network_latency: float = 0.008  # planner -> robot (notes: 8 ms)
+    network_latency: float = 0.008  # planner -> robot (public TimelyLLM code: 8 ms)
     seed: int = 0
 
 

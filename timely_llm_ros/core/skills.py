@@ -8,7 +8,7 @@ executable segment. The planner uses the prompt as the shared prefix, feeds gene
 
 Languages (``language`` field):
 
-* ``minispec`` — TypeFly's drone plan language (grammar in ``shared/notes/robots-skills-and-traces.md``):
+* ``minispec`` — TypeFly's drone plan language (grammar as published with TypeFly, Chen et al., 2024):
   statements separated by ``;``, conditionals ``?cond{...}``, loops ``N{...}``, assignments
   ``_1=call``, returns ``->value``, conditions joined with ``&``/``|``, comparators ``> < == !=``,
   single- or double-quoted strings, and no-argument skills without parentheses (``tp``).

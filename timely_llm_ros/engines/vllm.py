@@ -2,7 +2,6 @@
 
 Importing this module never imports vLLM (it is CUDA-only on PyPI); :class:`VllmEngine` imports
 it when constructed and raises :class:`~.registry.BackendMissing` with what to install otherwise.
-Facts this design relies on are in ``shared/notes/llm-engines.md`` (vLLM section).
 
 Mapping of the :class:`~.base.Engine` protocol:
 

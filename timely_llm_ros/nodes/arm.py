@@ -3,8 +3,8 @@
 Backend ``sim`` only: the arm execution-time models (``config/exec_time/arm.yaml``: TimelyLLM's
 uniform ranges for sc/gt/pi/dr, the public FLTRNN samples for move_to/take/drop) waited in wall time,
 and a gripper state that refuses impossible plans (:mod:`timely_llm_ros.robots.arm_world`). There is
-no public interface data for a real arm driver here (the Indy7's gRPC API has no motion-time data,
-notes), so none is pretended. The node contract is in :mod:`timely_llm_ros.nodes.robot_base`.
+no public interface data for a real arm driver here (the Indy7's gRPC API, PyPI ``neuromeka``, has no
+motion-time data), so none is pretended. The node contract is in :mod:`timely_llm_ros.nodes.robot_base`.
 
 Run::
 

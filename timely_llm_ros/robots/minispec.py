@@ -3,7 +3,7 @@
 TimelyLLM dispatches a plan in *segments* (paper §4.1) while the rest is still being generated, so
 the robot must run a program whose text arrives in pieces: ``?s('cat')==True{`` may be one segment
 and ``g('cat')`` / ``}->False`` later ones. The language is TypeFly's MiniSpec
-(``shared/notes/robots-skills-and-traces.md``); one :class:`MiniSpecProgram` holds one task's
+(Chen et al., 2024); one :class:`MiniSpecProgram` holds one task's
 state across its segments.
 
 Semantics (decided here; the planner and the tests rely on them):

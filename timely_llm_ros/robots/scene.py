@@ -1,7 +1,7 @@
 """Scene descriptions: what a simulated robot "sees", parsed from a Task's ``scene`` string.
 
 TimelyLLM's tasks carry the robot's current view as text (public workloads,
-``shared/data/timelyllm/*.json``): ``[bottle_1 x:0.32 y:0.50 width:0.10 height:0.30]`` — one object
+``timely_llm_ros/data/timelyllm/*.json``): ``[bottle_1 x:0.32 y:0.50 width:0.10 height:0.30]`` — one object
 per entry, image coordinates 0..1 of its centre and its size as fractions of the image. Several
 objects are comma-separated inside one bracket pair, or given as several bracket groups; ``[]`` is
 an empty view. The sim backends answer perception skills (``iv``, ``ox``, ``ow``, ``od``...) from it,

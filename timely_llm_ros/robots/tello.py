@@ -1,6 +1,6 @@
 """Real Ryze Tello backend: MiniSpec skills → Tello SDK commands over djitellopy (:mod:`.tello_link`).
 
-Mapping (Tello SDK, ``shared/notes/robots-skills-and-traces.md``):
+Mapping (Ryze Tello SDK 2.0 user guide):
 
 =========  ==========================  =====================================================
 skill      SDK command(s)              notes
@@ -16,7 +16,7 @@ others     —                           perception and camera skills (iv s sa o
 =========  ==========================  =====================================================
 
 Splitting: djitellopy waits 7 s for a reply; a motion that lasts longer is re-sent while the drone
-still moves (notes: up/down from ~292 cm, ``cw 360`` ≈ 6.7 s is close). Every command is therefore
+still moves (with the fitted models: up/down from ~292 cm, ``cw 360`` ≈ 6.7 s is close). Every command is therefore
 split so that the fitted execution-time model (``config/exec_time/drone.yaml``) predicts at most
 ``max_command_s`` (default 5 s) per part: up/down ≤ 255 cm, horizontal ≤ 442 cm, turns ≤ 255°.
 

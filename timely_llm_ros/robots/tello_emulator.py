@@ -1,6 +1,6 @@
 """A Ryze Tello SDK emulator over UDP, for testing the tello backend without a drone.
 
-Faithful to the SDK facts in ``shared/notes/robots-skills-and-traces.md``:
+Faithful to the Ryze Tello SDK 2.0 user guide and to djitellopy 2.5.0's observed behaviour:
 
 * commands arrive on UDP 8889 and each gets one reply, ``ok`` or ``error``, sent to the command's
   sender **after the action finished** (motions take time, so do their replies); ``command`` enters

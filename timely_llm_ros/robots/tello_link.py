@@ -2,8 +2,8 @@
 
 djitellopy (``Tello``) owns the UDP sockets (it binds 8889 and 8890 on all interfaces), the
 receiver threads and the state-packet parser; this module uses those and replaces the retry logic
-of ``send_control_command``, because of behaviours recorded in
-``shared/notes/robots-skills-and-traces.md`` ("djitellopy behaviours that matter for a driver"):
+of ``send_control_command``, because of djitellopy 2.5.0 behaviours that matter for a driver
+(checked against :mod:`.tello_emulator`):
 
 * a command that times out is **re-sent** by djitellopy even though the drone may still be moving
   (a doubled motion), and the late ``ok`` then answers the *next* command, shifting every later

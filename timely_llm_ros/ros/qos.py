@@ -1,6 +1,6 @@
 """QoS profiles of the node graph (one place, so publishers and subscribers stay compatible).
 
-Conventions (shared/notes/ros2-without-a-distro.md, "Conventions worth following"): commands —
+Conventions (the usual ROS 2 practice): commands —
 here skill segments — are reliable, keep-last, volatile, with a ``lifespan`` bounding staleness.
 
 * **Segments** (planner → robot): reliable, keep-last 10, volatile. The lifespan is the task's

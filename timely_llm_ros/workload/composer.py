@@ -2,7 +2,7 @@
 
 A workload is a Poisson stream of *events*; each event makes several robots ask for a plan at
 (almost) the same time. Facts reused from the paper and the public generator
-(TimelyLLM ``dataset/data_sample_gen.py``, described in ../shared/notes):
+(TimelyLLM ``dataset/data_sample_gen.py``):
 
 - event inter-arrival times are exponential with mean ``1 / rate`` (rate in events per second);
 - an event holds between ``max_tpe // 2`` and ``max_tpe`` tasks (uniform), each drawn uniformly

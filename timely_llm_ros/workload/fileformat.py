@@ -32,8 +32,8 @@ composer spec or an explicit task list::
 A JSON file whose top level is a *list* is the public TimelyLLM format (importer.py).
 
 ``--workload`` accepts a preset name (any ``config/workloads/<name>.yaml``: wid1, wid2, wid3),
-``sample1`` / ``sample2`` / ``arm`` for the three public files (in ``$TIMELY_LLM_DATA`` or
-``../shared/data/timelyllm`` next to the repository), or a path. Composer workloads take
+``sample1`` / ``sample2`` / ``arm`` for the three public TimelyLLM traces (shipped in the package,
+``timely_llm_ros/data/timelyllm``, CC BY 4.0; ``$TIMELY_LLM_DATA`` names another copy), or a path. Composer workloads take
 overrides after a colon: ``wid2:agents=84,rate=0.5`` or ``wid1:seed=7,traces=6-8``.
 """
 
@@ -126,19 +126,19 @@ class Workload:
         return out
 
 
-def repo_root() -> Path:
-    return Path(__file__).resolve().parents[2]
+PACKAGED_DATA = Path(__file__).resolve().parents[1] / "data" / "timelyllm"
 
 
 def data_dir() -> Path:
-    """Directory of the public TimelyLLM files.
+    """Directory of the public TimelyLLM traces.
 
-    ``$TIMELY_LLM_DATA`` if set, else ``<repo>/../shared/data/timelyllm`` (the shared data folder
-    next to a source checkout)."""
+    The copies shipped inside the Python package (installed with it by pip, CMake and colcon, so a
+    clone and an installed package both have them; attribution and licence in that folder's
+    README.md and DATA_LICENSE), unless ``$TIMELY_LLM_DATA`` names another directory."""
     override = os.environ.get(DATA_ENV)
     if override:
         return Path(override)
-    return repo_root().parent / "shared" / "data" / "timelyllm"
+    return PACKAGED_DATA
 
 
 def presets() -> list[str]:
@@ -366,8 +366,9 @@ def resolve_workload(arg: str, catalog: TaskCatalog | None = None) -> Workload:
         if not sample.is_file():
             raise WorkloadError(
                 str(sample),
-                f"public sample {base!r} not found; set ${DATA_ENV} to the directory holding "
-                f"{PUBLIC_SAMPLES[base]} (the TimelyLLM dataset/ folder)",
+                f"public sample {base!r} not found in {sample.parent}"
+                + (f" (${DATA_ENV} is set)" if os.environ.get(DATA_ENV) else " (the package is incomplete)")
+                + f"; set ${DATA_ENV} to a directory holding {PUBLIC_SAMPLES[base]}",
             )
         workload = load_workload_file(sample, overrides=overrides, catalog=catalog)
         workload.name = base

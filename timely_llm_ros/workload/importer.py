@@ -1,6 +1,6 @@
 """Importer for the public TimelyLLM workload JSON (dataset/data_sample_*.json).
 
-Format (../shared/notes/robots-skills-and-traces.md): a JSON list, one object per task::
+Format (the TimelyLLM artifact's ``dataset/`` files, shipped in ``timely_llm_ros/data/timelyllm``): a JSON list, one object per task::
 
     {"job_id": int, "trigger time": float s, "agent_id": int, "trace_id": int,
      "task_input": "Scene: [...] Task: [A|Q|E] ...", "exe_time_detail": [[skill, seconds], ...],
