@@ -134,6 +134,7 @@ def test_replay_of_a_damaged_bag_plays_the_intact_records_via_the_cli(subprocess
     [
         (["-p", "bag:=/nonexistent/bag"], "no bag at"),
         (["-p", "BAG", "-p", "topics:=['/nope']"], "are not in the bag"),
+        (["-p", "BAG", "-p", "use_sim_time:=true"], "publishes /clock itself"),
     ],
 )
 def test_bad_replay_parameters_exit_2(subprocess_env, tmp_path, params, message):

@@ -346,3 +346,28 @@ def test_a_bag_recorded_with_an_older_task_definition_still_decodes(tmp_path, re
     info = got.task_infos()["t1"]
     assert info.tuf.ert == pytest.approx(0.2) and info.task_class == "" and info.trace_id is None
     assert any("differs from the installed definition" in p for p in got.problems)
+
+
+def test_metadata_names_the_environment_distro_and_writes_empty_custom_data_as_a_mapping(
+        tmp_path, monkeypatch):
+    from timely_llm_ros.lrtrace.bagio import ros_distro
+
+    monkeypatch.setenv("ROS_DISTRO", "jazzy")
+    with BagWriter(tmp_path / "a", DEFAULT_TOPICS, flush_every_s=None):
+        pass
+    meta = _meta(tmp_path / "a")
+    assert meta["ros_distro"] == "jazzy" and meta["custom_data"] == {}
+    assert "custom_data: {}" in (tmp_path / "a" / "metadata.yaml").read_text()
+    # the PyPI wheels set no ROS_DISTRO: the rclpy wheel's release series names it (9.x = kilted)
+    monkeypatch.delenv("ROS_DISTRO")
+    from importlib import metadata
+
+    try:
+        expected = {"9": "kilted", "7": "jazzy"}.get(metadata.version("ros-rclpy").split(".")[0], ts.DISTRO)
+    except metadata.PackageNotFoundError:
+        expected = ts.DISTRO
+    assert ros_distro() == expected
+    with BagWriter(tmp_path / "b", DEFAULT_TOPICS, flush_every_s=None, custom_data={"policy": "timely"}):
+        pass
+    assert _meta(tmp_path / "b")["ros_distro"] == expected
+    assert _meta(tmp_path / "b")["custom_data"] == {"policy": "timely"}

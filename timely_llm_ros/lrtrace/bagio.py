@@ -127,6 +127,29 @@ def _yaml() -> YAML:
     return y
 
 
+# rclpy major version -> ROS 2 distro (rclpy's release series per distro, index.ros.org): the PyPI
+# wheels set no ROS_DISTRO, their rclpy wheel's version says which distro they were built from.
+_RCLPY_DISTROS = {3: "humble", 4: "iron", 7: "jazzy", 9: "kilted"}
+
+
+def ros_distro() -> str:
+    """The ROS 2 distro a bag is written under (metadata ``ros_distro``, as ``ros2 bag`` records it).
+
+    ``$ROS_DISTRO`` (a sourced distro), else the distro of the installed rclpy wheel, else the distro
+    of the message definitions the typestore uses (:mod:`.typestore`; a bag written without ROS).
+    """
+    env = os.environ.get("ROS_DISTRO", "").strip()
+    if env:
+        return env
+    from importlib import metadata
+
+    try:
+        major = int(metadata.version("ros-rclpy").split(".")[0])
+    except (metadata.PackageNotFoundError, ValueError):
+        major = -1
+    return _RCLPY_DISTROS.get(major, ts.DISTRO)
+
+
 def _yaml_text(data: Any) -> str:
     out = io.StringIO()
     _yaml().dump(data, out)
@@ -333,8 +356,8 @@ class BagWriter:
                     "message_count": count,
                 }
             ],
-            "custom_data": dict(self.custom_data) or None,
-            "ros_distro": "kilted",
+            "custom_data": dict(self.custom_data),  # rosbag2 writes {} when there is none
+            "ros_distro": ros_distro(),
         }
         text = _yaml_text({"rosbag2_bagfile_information": info})
         tmp = self.path / "metadata.yaml.tmp"

@@ -54,6 +54,9 @@ def msg_dir() -> Path:
     )
 
 
+DISTRO = "kilted"  # the distro of the standard message definitions below
+
+
 def base_typestore() -> Any:
     """A fresh rosbags typestore with the ROS 2 kilted types only (for definitions read from a bag)."""
     return get_typestore(Stores.ROS2_KILTED)

@@ -16,6 +16,10 @@ replay can offer the same. The writer flushes at least every ``flush_period`` se
 complete, readable bag each time: a recorder killed with SIGKILL loses at most that much.
 ``ros2 bag info`` / ``ros2 bag play`` and ``rosbags`` open the result.
 
+Log times come from the node's clock, so with ``use_sim_time:=true`` a recording follows ``/clock``
+(e.g. a replay's bag time). As with ``ros2 bag record --use-sim-time``, nothing is written until the
+first ``/clock`` message arrives; such messages are counted and reported (warning, and at close).
+
 Run::
 
     python -m timely_llm_ros.nodes.recorder --ros-args -p output:=run1_bag -p agents:="['drone_1']"
@@ -114,6 +118,8 @@ class RecorderNode(Node):
         )
         self.path = path
         self.counts: dict[str, int] = {}
+        self.before_clock = 0  # messages received under use_sim_time before the first /clock
+        self._sim_time = bool(self.get_parameter("use_sim_time").value)
         self._subscribed: set[str] = set()
         for topic, (msg_type, bag_type, profile) in FIXED.items():
             self._record(topic, msg_type, bag_type, profile(), [bagio.qos_from_profile(profile())])
@@ -148,8 +154,14 @@ class RecorderNode(Node):
                 self._record_segments(name)
 
     def _write(self, topic: str, data: bytes) -> None:
+        t_ns = self.get_clock().now().nanoseconds
+        if self._sim_time and t_ns == 0:
+            self.before_clock += 1
+            self.get_logger().warning("use_sim_time is set and no /clock has arrived yet: messages are not "
+                                      "recorded until it does", throttle_duration_sec=5.0)
+            return
         try:
-            self.writer.write(topic, self.get_clock().now().nanoseconds, data)
+            self.writer.write(topic, t_ns, data)
             self.counts[topic] += 1
         except (ValueError, RuntimeError, OSError) as exc:  # a bad sample or a full disk: say so, go on
             self.get_logger().error(f"cannot record a message of {topic}: {exc}")
@@ -169,7 +181,8 @@ class RecorderNode(Node):
 
     def close(self) -> None:
         self.writer.close()
-        self.get_logger().info(f"bag {self.path} closed: {sum(self.counts.values())} messages {self.counts}")
+        note = f"; {self.before_clock} received before the first /clock, not recorded" if self.before_clock else ""
+        self.get_logger().info(f"bag {self.path} closed: {sum(self.counts.values())} messages {self.counts}{note}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,16 @@ classes are imported from the type names in the bag (``timely_llm_ros/msg/Task``
 (:mod:`timely_llm_ros.ros.qos`) for the LRTrace topics, keep-last 100 otherwise — and without the
 segments' original lifespan, which would discard replayed segments that are old by construction.
 
+**Clock.** Like ``ros2 bag play --clock``, the node publishes ``/clock`` (``rosgraph_msgs/Clock``,
+keep-last 1, best effort as ROS time sources subscribe) at ``clock_frequency`` Hz with the *bag
+time* being replayed: the log time of the first message while waiting for subscribers, then
+advancing at ``rate`` with the messages, held at the last message's time when done (and jumping
+back at each ``loop``). Nodes started with ``use_sim_time:=true`` — the rqt timeline, the recorder,
+``timely-llm rqt-timeline --use-sim-time`` — then live in the recording's time, so a replayed run
+shows in the timeline as it was recorded. ``clock_frequency:=0`` turns this off; a ``/clock`` topic
+recorded in the bag is not replayed while the node publishes its own. The node itself is the clock
+source and runs on the wall clock (``use_sim_time:=true`` on it is refused).
+
 Bags are read with ``rosbags``; a storage file it refuses (e.g. cut short by a crash) is scanned
 record by record up to the damage (:func:`timely_llm_ros.lrtrace.mcap.scan_records`) and what was
 readable is replayed, with a warning. With ``exit_when_done`` the node exits (status 0) after the
@@ -30,6 +40,7 @@ from typing import Any
 from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rosgraph_msgs.msg import Clock
 
 from timely_llm_ros.nodes.common import (
     Param,
@@ -47,6 +58,10 @@ DEPTHS = {
     topics.TRACE_EVENTS: qos.EVENT_DEPTH,
     topics.SEGMENT_FEEDBACK: qos.FEEDBACK_DEPTH,
 }
+CLOCK_TOPIC = "/clock"
+# what ROS time sources subscribe with (rclcpp::ClockQoS, rclpy's TimeSource): keep-last 1, best effort
+CLOCK_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.BEST_EFFORT,
+                       durability=DurabilityPolicy.VOLATILE)
 
 
 def _path_check(value: str) -> str | None:
@@ -76,8 +91,12 @@ PARAMS = (
         high=3600.0,
         read_only=True,
     ),
+    Param("min_subscribers", 1, "with wait_for_subscribers: how many subscribers every replayed topic "
+          "needs before the replay starts (e.g. a recorder and a viewer)", low=1, high=1000, read_only=True),
     Param("loop", 1, "how many times to play the bag", low=1, high=1_000_000, read_only=True),
     Param("exit_when_done", True, "exit after the last message", read_only=True),
+    Param("clock_frequency", 40.0, "publish /clock with the bag time this often (Hz; 0 = no /clock), "
+          "for nodes running with use_sim_time", low=0.0, high=1000.0, read_only=True),
 )
 
 
@@ -140,10 +159,40 @@ def message_class(msgtype: str) -> type:
         raise ValueError(f"message type {msgtype} is not installed here: {exc}") from None
 
 
+class BagClock:
+    """The bag time being replayed: anchored at (monotonic time, bag time), advancing at ``rate``,
+    never past ``cap_ns`` (the log time of the next message to publish, or the last one when done)."""
+
+    def __init__(self, start_ns: int) -> None:
+        self._lock = threading.Lock()
+        self._mono: float | None = None  # None: stopped at bag_ns
+        self._bag_ns = start_ns
+        self._cap_ns = start_ns
+        self._rate = 1.0
+
+    def run(self, mono: float, bag_ns: int, cap_ns: int, rate: float) -> None:
+        with self._lock:
+            self._mono, self._bag_ns, self._cap_ns, self._rate = mono, bag_ns, cap_ns, rate
+
+    def hold(self, bag_ns: int) -> None:
+        with self._lock:
+            self._mono, self._bag_ns, self._cap_ns = None, bag_ns, bag_ns
+
+    def now_ns(self, mono: float) -> int:
+        with self._lock:
+            if self._mono is None:
+                return self._bag_ns
+            ns = self._bag_ns + int((mono - self._mono) * self._rate * 1e9)
+            return min(max(ns, self._bag_ns), self._cap_ns)
+
+
 class ReplayNode(Node):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__("lrtrace_replay", **kwargs)
         self.p = declare_params(self, PARAMS, on_change=self._param_changed)
+        if self.p["clock_frequency"] > 0 and self.get_parameter("use_sim_time").value:
+            raise ParamError("use_sim_time:=true on the replay node: it publishes /clock itself and runs on "
+                             "the wall clock (set clock_frequency:=0 to follow another clock source)")
         self.rate = self.p["rate"]
         path = Path(self.p["bag"]).expanduser()
         types, records, problem = read_raw(path)
@@ -153,7 +202,15 @@ class ReplayNode(Node):
         unknown = sorted(wanted - set(types))
         if unknown:
             raise ParamError(f"parameter 'topics': {unknown} are not in the bag (it has {sorted(types)})")
+        if self.p["clock_frequency"] > 0 and CLOCK_TOPIC in wanted:
+            wanted.discard(CLOCK_TOPIC)
+            self.get_logger().info("the bag's own /clock is not replayed: this node publishes /clock")
         self.records = [r for r in records if r.topic in wanted]
+        self.clock = BagClock(self.records[0].t_ns if self.records else 0)
+        self._clock_pub = None
+        if self.p["clock_frequency"] > 0:
+            self._clock_pub = self.create_publisher(Clock, CLOCK_TOPIC, CLOCK_QOS)
+            self.create_timer(1.0 / self.p["clock_frequency"], self._publish_clock)
         self.pubs = {}
         for topic in sorted(wanted):
             profile = QoSProfile(
@@ -183,7 +240,7 @@ class ReplayNode(Node):
         while (
             not self._stop.is_set()
             and time.monotonic() < deadline
-            and not all(p.get_subscription_count() > 0 for p in self.pubs.values())
+            and not all(p.get_subscription_count() >= self.p["min_subscribers"] for p in self.pubs.values())
         ):
             self._stop.wait(0.05)
         for _ in range(self.p["loop"]):
@@ -194,16 +251,25 @@ class ReplayNode(Node):
             last_bag = t0_bag
             for rec in self.records:
                 # re-anchor on every message so a rate change applies from here on
-                t0 += (rec.t_ns - last_bag) / 1e9 / self.rate
+                rate = self.rate
+                self.clock.run(t0, last_bag, rec.t_ns, rate)
+                t0 += (rec.t_ns - last_bag) / 1e9 / rate
                 last_bag = rec.t_ns
                 if self._stop.wait(max(t0 - time.monotonic(), 0.0)):
                     return
+                self.clock.hold(rec.t_ns)
                 self.pubs[rec.topic].publish(rec.data)
                 self.published += 1
         for pub in self.pubs.values():  # reliable delivery of the tail before we may exit
             pub.wait_for_all_acked(Duration(seconds=5))
         self.get_logger().info(f"replay finished: {self.published} messages published")
         self.done.set()
+
+    def _publish_clock(self) -> None:
+        ns = self.clock.now_ns(time.monotonic())
+        msg = Clock()
+        msg.clock.sec, msg.clock.nanosec = divmod(ns, 1_000_000_000)
+        self._clock_pub.publish(msg)
 
     def _check_done(self) -> None:
         if self.done.is_set() and self.p["exit_when_done"]:
@@ -224,6 +290,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=float, default=1.0, help="replay speed factor (default 1)")
     parser.add_argument("--topics", nargs="*", default=[], help="topics to replay (default: all)")
     parser.add_argument("--loop", type=int, default=1, help="how many times to play the bag")
+    parser.add_argument("--clock", type=float, default=40.0, metavar="HZ",
+                        help="publish /clock with the bag time at HZ for use_sim_time nodes (0 = off; default 40)")
     parser.add_argument(
         "--wait-for-subscribers",
         type=float,
@@ -235,7 +303,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     params = {"bag": args.bag, "rate": float(args.rate), "loop": args.loop,
-              "wait_for_subscribers": float(args.wait_for_subscribers)}
+              "wait_for_subscribers": float(args.wait_for_subscribers), "clock_frequency": float(args.clock)}
     if args.topics:
         params["topics"] = list(args.topics)
     ros = ros_param_args(params)

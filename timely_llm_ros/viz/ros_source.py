@@ -3,14 +3,33 @@
 Shared by the rqt plugin (which gets its node from rqt) and ``timely-llm rqt-timeline`` (which
 makes its own), so both subscribe the same way: ``/trace_events`` for the timeline and ``/tasks``
 for each task's TUF (ERT markers, utilities). Callbacks run in the executor's thread and only hand
-the converted values to the widget's thread-safe queue.
+the converted values to the widget's thread-safe queue. Both window the timeline on the node's
+clock (:func:`node_clock`): wall time normally, the bag's time under ``use_sim_time`` while a
+replay publishes ``/clock``.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import Any
 
 from timely_llm_ros.core.tuf import TUF, InvalidTUF
+
+
+def node_clock(node: Any) -> Callable[[], float]:
+    """The widget's clock: ``node``'s ROS time in seconds, so it honours ``use_sim_time``.
+
+    Under sim time a node reads 0 until the first ``/clock`` message (e.g. from ``timely-llm
+    replay``) arrives; that is returned as NaN — "no time yet" — and the widget then windows on
+    the newest event instead of on the epoch.
+    """
+
+    def now() -> float:
+        ns = node.get_clock().now().nanoseconds
+        return ns * 1e-9 if ns > 0 else math.nan
+
+    return now
 
 
 def attach(

@@ -25,11 +25,8 @@ class TimelinePlugin(Plugin):
         super().__init__(context)
         self.setObjectName("TimelyLLMTimeline")
         self._node = context.node
-
-        def ros_now() -> float:
-            return self._node.get_clock().now().nanoseconds * 1e-9
-
-        self._widget = TimelineWidget(window_s=30.0, clock=ros_now)
+        # rqt's node clock: wall time, or the replayed bag's time when rqt runs with use_sim_time
+        self._widget = TimelineWidget(window_s=30.0, clock=ros_source.node_clock(self._node))
         title = "TimelyLLM timeline"
         if context.serial_number() > 1:
             title += f" ({context.serial_number()})"

@@ -2,6 +2,8 @@
 
 Live (default): an rclpy node subscribes to ``/trace_events`` and ``/tasks`` exactly as the plugin
 does (viz/ros_source.py); the executor spins in a background thread, Qt owns the main thread.
+``--use-sim-time`` runs that node with ``use_sim_time:=true``: the window follows ``/clock``, e.g.
+the bag time published by ``timely-llm replay`` (so a replayed run shows as it was recorded).
 Replay (``--bag``): the bag's events are fed on a virtual clock at ``--rate`` times real speed,
 each task announced when it arrives. ``--screenshot PNG`` saves the window after ``--duration``
 seconds and quits (documentation, headless checks with ``QT_QPA_PLATFORM=offscreen``).
@@ -23,6 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=float, default=1.0, help="replay speed (bag mode; default 1.0)")
     parser.add_argument("--window", type=float, default=30.0, help="seconds of history shown (default 30)")
     parser.add_argument("--trace-topic", default=None, help="trace event topic (default /trace_events)")
+    parser.add_argument("--use-sim-time", action="store_true",
+                        help="live mode: follow /clock (use_sim_time), e.g. the time of a replayed bag")
     parser.add_argument("--screenshot", type=Path, help="save the window to this PNG and quit")
     parser.add_argument(
         "--duration",
@@ -109,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         timers.append(feed)
     else:
         try:
-            ros = _start_ros(widget, args.trace_topic)
+            ros = _start_ros(widget, args.trace_topic, use_sim_time=args.use_sim_time)
         except Exception as exc:  # rclpy missing or the interfaces not built
             print(
                 f"timely-llm rqt-timeline: error: cannot subscribe to ROS ({type(exc).__name__}: {exc}); "
@@ -118,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
             )
             return 2
         widget.clock = ros.get("clock", wall_clock)
-        widget.setWindowTitle("TimelyLLM timeline — live")
+        widget.setWindowTitle("TimelyLLM timeline — " + ("sim time (/clock)" if args.use_sim_time else "live"))
     duration = args.duration if args.duration is not None else (3.0 if args.screenshot else None)
     if duration is not None:
 
@@ -141,14 +145,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _start_ros(widget: Any, trace_topic: str | None) -> dict[str, Any]:
+def _start_ros(widget: Any, trace_topic: str | None, use_sim_time: bool = False) -> dict[str, Any]:
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
+    from rclpy.parameter import Parameter
 
     from timely_llm_ros.viz import ros_source
 
     rclpy.init()
-    node = rclpy.create_node("timely_llm_timeline_viewer")
+    node = rclpy.create_node("timely_llm_timeline_viewer",
+                             parameter_overrides=[Parameter("use_sim_time", value=use_sim_time)])
     subs = ros_source.attach(node, widget, trace_topic=trace_topic)
     executor = SingleThreadedExecutor()
     executor.add_node(node)
@@ -159,7 +165,7 @@ def _start_ros(widget: Any, trace_topic: str | None) -> dict[str, Any]:
         "subs": subs,
         "executor": executor,
         "thread": thread,
-        "clock": lambda: node.get_clock().now().nanoseconds * 1e-9,
+        "clock": ros_source.node_clock(node),
     }
 
 

@@ -230,8 +230,12 @@ class TimelineWidget(QWidget):
 
     # -- GUI thread ----------------------------------------------------------------------------
     def now(self) -> float:
+        """The window's right edge: the clock, or the newest event while the clock has no time (NaN,
+        e.g. a sim-time node before the first /clock) or there is no clock."""
         if self.clock is not None:
-            return float(self.clock())
+            t = float(self.clock())
+            if math.isfinite(t):
+                return t
         return self.model.t_max if math.isfinite(self.model.t_max) else 0.0
 
     def set_window(self, seconds: float) -> None:
