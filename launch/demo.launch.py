@@ -2,7 +2,9 @@
 
 Includes fleet.launch.py with config/demo_fleet.yaml (planner with the simulated engine, three
 simulated drones, one simulated arm, time model, recorder and a 30 s mixed-TUF workload) and keeps
-DDS on loopback unless ``localhost:=false``. The same graph as processes:
+DDS on loopback unless ``localhost:=false``. fleet.launch.py's other arguments (``engine``,
+``model_path``, ``policy``, ``use_sim_time``, ``log_level``, ``params_file``) pass through, e.g.
+``ros2 launch timely_llm_ros demo.launch.py engine:=llamacpp``. The same graph as processes:
 ``timely-llm fleet config/demo_fleet.yaml --localhost``.
 """
 

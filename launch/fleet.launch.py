@@ -2,18 +2,32 @@
 
     ros2 launch timely_llm_ros fleet.launch.py                       # the installed config/fleet.yaml
     ros2 launch timely_llm_ros fleet.launch.py config:=my_fleet.yaml localhost:=true
+    ros2 launch timely_llm_ros fleet.launch.py engine:=llamacpp model_path:=/models/llama.gguf
+    ros2 launch timely_llm_ros fleet.launch.py --show-args            # every argument below
 
 The YAML is turned into nodes by ``timely_llm_ros.fleet.fleet_nodes`` — the same function that
 ``timely-llm fleet CONFIG.yaml`` uses to start the graph as plain processes — so both start the same
-nodes, names, namespaces and parameters. ``localhost:=true`` keeps DDS on loopback (tests, demos);
-by default the ROS 2 discovery settings of the environment apply. When the workload node exits
-(``exit_when_done``), the whole launch shuts down.
+nodes, names, namespaces and parameters. Each node's parameters are, in increasing precedence: the
+package's per-node file ``config/params/<node>.yaml`` (the defaults of the commonly tuned
+parameters), the fleet YAML's parameters, ``params_file:=`` (a usual ROS 2 parameter file for every
+node, ``/**:`` or keyed by node name), and the arguments ``engine``, ``model_path``, ``policy``
+(planner) and ``use_sim_time`` (all nodes but the planner, which runs on its engine's wall clock).
+``log_level`` sets every node's logger level. ``localhost:=true`` keeps DDS on loopback (tests,
+demos); by default the ROS 2 discovery settings of the environment apply. When the workload node
+exits (``exit_when_done``), the whole launch shuts down.
 """
 
 import os
 
+import yaml
 from ament_index_python.packages import get_package_share_directory
-from launch.actions import DeclareLaunchArgument, OpaqueFunction, SetEnvironmentVariable, Shutdown
+from launch.actions import (
+    DeclareLaunchArgument,
+    LogInfo,
+    OpaqueFunction,
+    SetEnvironmentVariable,
+    Shutdown,
+)
 from launch.conditions import IfCondition
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
@@ -21,36 +35,88 @@ from launch_ros.actions import Node
 from launch import LaunchDescription
 
 PACKAGE = "timely_llm_ros"
+ARGUMENTS = (  # name, default, description
+    ("config", None, "fleet YAML: planner, robots, time model, recorder, workload"),
+    ("localhost", "false", "true: keep all DDS traffic on this machine (loopback only)"),
+    ("use_sim_time", "false", "true: robots, time model, recorder and workload follow /clock (e.g. "
+     "timely-llm replay); the planner stays on its engine's wall clock"),
+    ("log_level", "info", "logger level of every node: debug, info, warn, error or fatal"),
+    ("engine", "", "planner engine: sim, llamacpp or vllm (empty: as in the fleet YAML)"),
+    ("model_path", "", "model of the llamacpp (GGUF file) or vllm (model directory) engine; empty: "
+     "as in the fleet YAML, else the engine's default"),
+    ("policy", "", "scheduling policy: timely, timely-paper, edf-seg, fcfs-seg, vllm, vllm-stream, "
+     "optionally @bN (empty: as in the fleet YAML)"),
+    ("params_file", "", "a ROS 2 parameter YAML applied to every node after the fleet YAML"),
+)
+
+
+def _arg(context, name: str) -> str:
+    return LaunchConfiguration(name).perform(context).strip()
+
+
+def _planner_overrides(context, params: dict) -> None:
+    """engine / policy / model_path arguments over the fleet YAML's planner parameters."""
+    for name in ("engine", "policy"):
+        if _arg(context, name):
+            params[name] = _arg(context, name)
+    model = _arg(context, "model_path")
+    if model:
+        options = yaml.safe_load(params.get("engine_options") or "{}") or {}
+        if not isinstance(options, dict):
+            raise ValueError(f"planner engine_options is not a mapping: {params.get('engine_options')!r}")
+        # llama.cpp takes a GGUF file (model_path), vLLM a model name or directory (model)
+        options["model" if params.get("engine", "sim") == "vllm" else "model_path"] = model
+        params["engine_options"] = yaml.safe_dump(options, default_flow_style=True).strip()
 
 
 def _fleet_nodes(context, *args, **kwargs):
     # imported at launch time: the package's Python modules are installed next to its messages
     from timely_llm_ros.fleet import fleet_nodes, load_fleet
 
-    config = LaunchConfiguration("config").perform(context)
+    share = get_package_share_directory(PACKAGE)
+    specs = fleet_nodes(load_fleet(_arg(context, "config")))
+    sim_time = _arg(context, "use_sim_time").lower() in ("true", "1", "yes")
+    params_file = _arg(context, "params_file")
     actions = []
-    for spec in fleet_nodes(load_fleet(config)):
+    for spec in specs:
+        params = dict(spec.params)
+        if spec.role == "planner":
+            _planner_overrides(context, params)
+        elif spec.role == "recorder" and _arg(context, "policy"):
+            params["policy"] = _arg(context, "policy")  # the bag's metadata names the policy run
+        layers = []
+        base = os.path.join(share, "config", "params", f"{spec.module}.yaml")
+        if os.path.isfile(base):
+            layers.append(base)
+        layers.append(params)
+        if params_file:
+            layers.append(params_file)
+        if spec.role != "planner":
+            layers.append({"use_sim_time": sim_time})
         actions.append(Node(
             package=PACKAGE,
             executable=spec.executable,
             name=spec.name,
             namespace=spec.namespace or None,
-            parameters=[spec.params],
+            parameters=layers,
+            ros_arguments=["--log-level", _arg(context, "log_level") or "info"],
             output="screen",
             emulate_tty=True,
             on_exit=[Shutdown(reason="workload finished")] if spec.role == "workload" else None,
         ))
+    if sim_time:
+        actions.insert(0, LogInfo(msg="use_sim_time: robots, time model, recorder and workload follow /clock; "
+                                      "the planner runs on its engine's wall clock"))
     return actions
 
 
 def generate_launch_description():
     share = get_package_share_directory(PACKAGE)
     localhost = LaunchConfiguration("localhost")
+    defaults = {"config": os.path.join(share, "config", "fleet.yaml")}
     return LaunchDescription([
-        DeclareLaunchArgument("config", default_value=os.path.join(share, "config", "fleet.yaml"),
-                              description="fleet YAML: planner, robots, time model, recorder, workload"),
-        DeclareLaunchArgument("localhost", default_value="false",
-                              description="true: keep all DDS traffic on this machine (loopback only)"),
+        *(DeclareLaunchArgument(name, default_value=defaults.get(name, default), description=text)
+          for name, default, text in ARGUMENTS),
         SetEnvironmentVariable("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST",
                                condition=IfCondition(localhost)),
         SetEnvironmentVariable("FASTDDS_DEFAULT_PROFILES_FILE",

@@ -175,6 +175,9 @@ def _stop_ros(ros: dict[str, Any]) -> None:
     import rclpy
 
     ros["executor"].shutdown()
+    # the spin thread must have left rclpy before the node and the context go away: a thread still
+    # inside the executor at interpreter exit aborts the process ("terminate called ...")
+    ros["thread"].join(timeout=10)
     ros["node"].destroy_node()
     if rclpy.ok():
         rclpy.shutdown()
