@@ -81,6 +81,34 @@ def log_text(proc: subprocess.Popen) -> str:
         return ""
 
 
+def run_fleet(cfg: dict[str, Any], tmp_path: Path, timeout: float) -> tuple[int, str, dict[str, Any]]:
+    """``timely-llm fleet`` on ``cfg`` (a fleet YAML as a dict) until it exits by itself (the workload
+    node's ``exit_when_done``); returns (exit status, log text, the WORKLOAD_SUMMARY). A fleet still
+    running after ``timeout`` is stopped and the test fails with the log's tail."""
+    import json
+    import re
+
+    import pytest
+
+    config = tmp_path / "fleet.yaml"
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    log = tmp_path / "fleet.log"
+    with open(log, "w", encoding="utf-8") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "timely_llm_ros.fleet", str(config)],
+                                env=dict(os.environ), stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGINT)
+        stop_process(proc, timeout=60)
+        pytest.fail(f"the fleet did not finish within {timeout:.0f} s:\n{log.read_text()[-6000:]}")
+    text = log.read_text(encoding="utf-8", errors="replace")
+    match = re.search(r"WORKLOAD_SUMMARY (\{.*\})", text)
+    assert match, text[-6000:]
+    return proc.returncode, text, json.loads(match.group(1))
+
+
 def wait_for(pred: Callable[[], bool], timeout: float, what: str = "condition", period: float = 0.05,
              procs: tuple[subprocess.Popen, ...] = ()) -> None:
     """Poll ``pred`` until true; fail with ``what`` (and the logs of dead ``procs``) on timeout."""

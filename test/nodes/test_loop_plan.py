@@ -14,16 +14,8 @@ segment, so the test fails without the fix. Outcomes only; bounds are generous.
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import signal
-import subprocess
-import sys
-
 import pytest
-import yaml
-from planner_testkit import stop_process
+from planner_testkit import run_fleet
 
 RUN_TIMEOUT = 240.0
 PLAN = "10{tc(90);tp}"
@@ -56,24 +48,9 @@ def test_a_loop_split_over_two_segments_completes(tmp_path):
             "workload": str(wl), "exit_when_done": True, "completion_timeout": 120.0,
             "discovery_timeout": 180.0}},
     }
-    config = tmp_path / "fleet.yaml"
-    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    log = tmp_path / "fleet.log"
-    with open(log, "w", encoding="utf-8") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "timely_llm_ros.fleet", str(config)],
-                                env=dict(os.environ), stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    try:
-        proc.wait(timeout=RUN_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGINT)
-        stop_process(proc, timeout=60)
-        pytest.fail(f"the fleet did not finish within {RUN_TIMEOUT:.0f} s:\n{log.read_text()[-6000:]}")
-    text = log.read_text(encoding="utf-8", errors="replace")
-    match = re.search(r"WORKLOAD_SUMMARY (\{.*\})", text)
-    assert match, text[-6000:]
-    assert json.loads(match.group(1))["final"] == {"COMPLETED": 1}, text[-6000:]
-    assert proc.returncode == 0, text[-6000:]
+    rc, text, summary = run_fleet(cfg, tmp_path, RUN_TIMEOUT)
+    assert summary["final"] == {"COMPLETED": 1}, text[-6000:]
+    assert rc == 0, text[-6000:]
 
     from timely_llm_ros.lrtrace.bagio import read_bag
 

@@ -9,16 +9,8 @@ resumption of a generation on the way. Outcomes only, with generous timeouts: no
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import signal
-import subprocess
-import sys
-
 import pytest
-import yaml
-from planner_testkit import stop_process
+from planner_testkit import run_fleet
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (make test installs it)")
 
@@ -48,25 +40,9 @@ def test_the_planner_serves_a_real_workload_on_the_embedded_llm(tmp_path):
             "workload": str(tmp_path / "llm.yaml"), "tuf_scale": 5.0, "exit_when_done": True,
             "completion_timeout": 200.0, "discovery_timeout": 200.0}},
     }
-    config = tmp_path / "fleet.yaml"
-    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    log = tmp_path / "fleet.log"
-    with open(log, "w", encoding="utf-8") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "timely_llm_ros.fleet", str(config)],
-                                env=dict(os.environ), stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    try:
-        proc.wait(timeout=RUN_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGINT)
-        stop_process(proc, timeout=60)
-        pytest.fail(f"the fleet did not finish within {RUN_TIMEOUT:.0f} s:\n{log.read_text()[-6000:]}")
-    text = log.read_text(encoding="utf-8", errors="replace")
-    assert proc.returncode == 0, text[-6000:]
+    rc, text, summary = run_fleet(cfg, tmp_path, RUN_TIMEOUT)
+    assert rc == 0, text[-6000:]
     assert "warm-up: prefilled the tello_minispec prompt" in text
-    match = re.search(r"WORKLOAD_SUMMARY (\{.*\})", text)
-    assert match, text[-6000:]
-    summary = json.loads(match.group(1))
     assert summary["final"] == {"COMPLETED": 3}, summary
 
     from timely_llm_ros.lrtrace.bagio import read_bag
