@@ -106,10 +106,10 @@ def test_a_replayed_bag_shows_in_the_widget_under_sim_time(sim_node, subprocess_
         assert sim.now() == 0.0  # sim time before any /clock: the newest event's time (none yet)
         subs = ros_source.attach(sim_node, sim) + ros_source.attach(sim_node, wall)
         _wait(lambda: "recording to" in (tmp_path / "recorder.log").read_text(), "the recorder", [recorder])
-        # the replay starts once the recorder and this viewer both subscribe to its topics
+        # the replay starts once the recorder and this viewer both subscribe to its topics and /clock
         replay = _start("timely_llm_ros.nodes.replay",
                         {"bag": str(bag), "topics": "['/tasks','/trace_events']", "wait_for_subscribers": 60.0,
-                         "min_subscribers": 2, "clock_frequency": 50.0},
+                         "min_subscribers": 2, "clock_subscribers": 2, "clock_frequency": 50.0},
                         subprocess_env, tmp_path / "replay.log")
         _wait(lambda: (sim.process_pending(), sim.events_processed)[1] >= len(SCENARIO),
               "every replayed event at the viewer", [replay, recorder])

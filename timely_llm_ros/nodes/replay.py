@@ -93,6 +93,10 @@ PARAMS = (
     ),
     Param("min_subscribers", 1, "with wait_for_subscribers: how many subscribers every replayed topic "
           "needs before the replay starts (e.g. a recorder and a viewer)", low=1, high=1000, read_only=True),
+    Param("clock_subscribers", 0, "with wait_for_subscribers and clock_frequency > 0: also wait for this many "
+          "/clock subscribers (nodes with use_sim_time, e.g. a recorder)", low=0, high=1000, read_only=True),
+    Param("delay", 0.0, "wait this long before the first message (s), after the subscribers (and at least "
+          "5 /clock periods when publishing /clock)", low=0.0, high=3600.0, read_only=True),
     Param("loop", 1, "how many times to play the bag", low=1, high=1_000_000, read_only=True),
     Param("exit_when_done", True, "exit after the last message", read_only=True),
     Param("clock_frequency", 40.0, "publish /clock with the bag time this often (Hz; 0 = no /clock), "
@@ -235,14 +239,21 @@ class ReplayNode(Node):
         if name == "rate":
             self.rate = float(value)
 
+    def _ready(self) -> bool:
+        """Every replayed topic has ``min_subscribers``, /clock has ``clock_subscribers``."""
+        clock_ok = self._clock_pub is None or (
+            self._clock_pub.get_subscription_count() >= self.p["clock_subscribers"])
+        return clock_ok and all(p.get_subscription_count() >= self.p["min_subscribers"] for p in self.pubs.values())
+
     def _play(self) -> None:
         deadline = time.monotonic() + self.p["wait_for_subscribers"]
-        while (
-            not self._stop.is_set()
-            and time.monotonic() < deadline
-            and not all(p.get_subscription_count() >= self.p["min_subscribers"] for p in self.pubs.values())
-        ):
+        while not self._stop.is_set() and time.monotonic() < deadline and not self._ready():
             self._stop.wait(0.05)
+        # the start time goes out on /clock a few times before the first message, so a sim-time
+        # subscriber (a recorder: nothing is recorded before the first /clock) has it by then
+        preroll = 5.0 / self.p["clock_frequency"] if self._clock_pub is not None else 0.0
+        if self._stop.wait(max(self.p["delay"], preroll)):
+            return
         for _ in range(self.p["loop"]):
             if not self.records:
                 break
@@ -292,6 +303,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--loop", type=int, default=1, help="how many times to play the bag")
     parser.add_argument("--clock", type=float, default=40.0, metavar="HZ",
                         help="publish /clock with the bag time at HZ for use_sim_time nodes (0 = off; default 40)")
+    parser.add_argument("--clock-subscribers", type=int, default=0, metavar="N",
+                        help="with --wait-for-subscribers: also wait for N /clock subscribers (sim-time nodes)")
     parser.add_argument(
         "--wait-for-subscribers",
         type=float,
@@ -303,7 +316,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     params = {"bag": args.bag, "rate": float(args.rate), "loop": args.loop,
-              "wait_for_subscribers": float(args.wait_for_subscribers), "clock_frequency": float(args.clock)}
+              "wait_for_subscribers": float(args.wait_for_subscribers), "clock_frequency": float(args.clock),
+              "clock_subscribers": args.clock_subscribers}
     if args.topics:
         params["topics"] = list(args.topics)
     ros = ros_param_args(params)
