@@ -8,7 +8,9 @@ parameters. File format (``config/fleet.yaml`` is the commented reference)::
     robots:                                   # one node per robot, in namespace /<agent>
       - {agent: drone_1, type: drone, parameters: {backend: sim}}
       - {agent: arm_1, type: arm}
+      - {agent: rover_1, type: rover}         # a type from an installed plugin (or module:attr)
     robot_defaults: {drone: {backend: sim}}   # parameters for every robot of a type (optional)
+    config_path: [my_config]                  # overlay config dirs (relative to this file), optional
     timemodel: {enabled: true, parameters: {}}
     recorder:  {enabled: true, parameters: {output: bags/fleet}}
     workload:  {enabled: false, parameters: {workload: wid1}}
@@ -18,6 +20,14 @@ Filled in unless given explicitly: the planner's ``agent_types``, the workload's
 misses the first task), each robot's ``agent_id``, and — for the simulated engine with a workload — the
 planner's ``sim_plans`` (``catalog`` + the workload). A ``workload`` that names a file relative to the
 YAML file is made absolute.
+
+Robot types are looked up by name (:mod:`timely_llm_ros.robots.plugins`: built-ins and installed
+plugins); every robot runs as ``python -m timely_llm_ros.nodes.robot TYPE``. Before anything starts,
+each robot's type, backend, skill set and the backend's mapping are checked, and ``config_path``
+entries must exist: a malformed plugin, skill set or mapping stops the fleet at start-up with the
+file, field and reason — never a robot mid-run. ``config_path`` is passed to every node as
+``TIMELY_LLM_CONFIG`` (before any directories the environment already names), so the planner and the
+robots see the same skill sets (:mod:`timely_llm_ros.core.paths`).
 
 Processes: ``python -m timely_llm_ros.nodes.<module> --ros-args -r __node:=… -r __ns:=…
 --params-file …`` (parameters written as ``/**: ros__parameters:`` files), each in its own process
@@ -44,9 +54,9 @@ from typing import Any
 import yaml
 
 PACKAGE = "timely_llm_ros"
-ROBOT_MODULES = {"drone": "drone", "arm": "arm"}  # robot type -> timely_llm_ros.nodes.<module>
+ROBOT_MODULE = "robot"  # every robot type runs as timely_llm_ros.nodes.robot TYPE
 SINGLETONS = ("planner", "timemodel", "recorder", "workload")
-_TOP_KEYS = {"planner", "robots", "robot_defaults", "timemodel", "recorder", "workload"}
+_TOP_KEYS = {"planner", "robots", "robot_defaults", "timemodel", "recorder", "workload", "config_path"}
 
 
 class FleetError(ValueError):
@@ -62,13 +72,16 @@ class NodeSpec:
     name: str
     namespace: str = ""
     params: dict[str, Any] = field(default_factory=dict)
+    arguments: list[str] = field(default_factory=list)  # before --ros-args (a robot's type)
+    env: dict[str, str] = field(default_factory=dict)  # added to the node's environment
 
     @property
     def executable(self) -> str:
         return self.module
 
     def command(self, params_file: Path, python: str = sys.executable) -> list[str]:
-        cmd = [python, "-m", f"{PACKAGE}.nodes.{self.module}", "--ros-args", "-r", f"__node:={self.name}"]
+        cmd = [python, "-m", f"{PACKAGE}.nodes.{self.module}", *self.arguments, "--ros-args",
+               "-r", f"__node:={self.name}"]
         if self.namespace:
             cmd += ["-r", f"__ns:=/{self.namespace}"]
         return cmd + ["--params-file", str(params_file)]
@@ -97,8 +110,62 @@ def load_fleet(path: str | Path) -> dict[str, Any]:
         raise FleetError(f"{p}: unknown key(s) {unknown}; known: {sorted(_TOP_KEYS)}")
     data["_dir"] = str(p.resolve().parent)
     data["_path"] = str(p)
-    fleet_nodes(data)  # validates everything else
+    nodes = fleet_nodes(data)  # validates the graph's shape
+    check_robots(data, nodes)  # and what each robot will load, before anything starts
     return data
+
+
+def config_dirs(cfg: dict[str, Any]) -> list[str]:
+    """The fleet's ``config_path`` entries as absolute directories (relative to the fleet file)."""
+    src = cfg.get("_path", "<fleet>")
+    raw = cfg.get("config_path") or []
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, list) or not all(isinstance(d, str) and d.strip() for d in raw):
+        raise FleetError(f"{src}: config_path must be a directory or a list of directories")
+    out = []
+    for d in raw:
+        path = Path(cfg.get("_dir", ".")) / Path(d).expanduser()
+        if not path.is_dir():
+            raise FleetError(f"{src}: config_path entry {d!r} is not a directory ({path})")
+        out.append(str(path.resolve()))
+    return out
+
+
+def fleet_env(cfg: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
+    """Environment additions for every node: the config search path (``TIMELY_LLM_CONFIG``)."""
+    from timely_llm_ros.core.paths import ENV_VAR
+
+    dirs = config_dirs(cfg)
+    if not dirs:
+        return {}
+    rest = [e for e in env.get(ENV_VAR, "").split(os.pathsep) if e.strip()]
+    return {ENV_VAR: os.pathsep.join(dirs + rest)}
+
+
+def check_robots(cfg: dict[str, Any], nodes: list[NodeSpec]) -> None:
+    """Resolve every robot's type, backend, skill set and mapping as its node will (FleetError if not)."""
+    from timely_llm_ros.core import paths
+    from timely_llm_ros.robots.plugins import check_robot
+
+    src = cfg.get("_path", "<fleet>")
+    extra = fleet_env(cfg, dict(os.environ))
+    saved = os.environ.get(paths.ENV_VAR)
+    try:
+        if extra:
+            os.environ[paths.ENV_VAR] = extra[paths.ENV_VAR]
+        for i, node in (pair for pair in enumerate(n for n in nodes if n.role == "robot")):
+            params = node.params
+            try:
+                check_robot(node.arguments[0], params.get("backend"), params.get("skill_set"))
+            except (ValueError, KeyError, OSError) as exc:
+                msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+                raise FleetError(f"{src}: robots[{i}] ({node.namespace}): {msg}") from None
+    finally:
+        if saved is None:
+            os.environ.pop(paths.ENV_VAR, None)
+        else:
+            os.environ[paths.ENV_VAR] = saved
 
 
 def fleet_nodes(cfg: dict[str, Any]) -> list[NodeSpec]:
@@ -108,9 +175,11 @@ def fleet_nodes(cfg: dict[str, Any]) -> list[NodeSpec]:
     if not isinstance(robots_raw, list):
         raise FleetError(f"{src}: 'robots' must be a list")
     defaults = _mapping(cfg.get("robot_defaults"), f"{src}: robot_defaults")
+    from timely_llm_ros.robots.plugins import registered_types  # no ROS import either
     from timely_llm_ros.ros.topics import valid_agent_id  # no rclpy import: topics.py is plain Python
 
     robots: list[NodeSpec] = []
+    type_names: list[str] = []
     seen: set[str] = set()
     for i, r in enumerate(robots_raw):
         r = _mapping(r, f"{src}: robots[{i}]")
@@ -121,13 +190,19 @@ def fleet_nodes(cfg: dict[str, Any]) -> list[NodeSpec]:
         if agent in seen:
             raise FleetError(f"{src}: robots[{i}]: agent {agent!r} appears twice")
         seen.add(agent)
-        if rtype not in ROBOT_MODULES:
-            raise FleetError(f"{src}: robots[{i}].type must be one of {sorted(ROBOT_MODULES)}, got {rtype!r}")
+        if not isinstance(rtype, str) or not (rtype in registered_types() or ":" in rtype):
+            raise FleetError(f"{src}: robots[{i}].type must be a robot type ({', '.join(sorted(registered_types()))}, "
+                             f"or module:attr of a RobotType), got {rtype!r}")
         params = {**_mapping(defaults.get(rtype), f"{src}: robot_defaults.{rtype}"),
                   **_mapping(r.get("parameters"), f"{src}: robots[{i}].parameters")}
         params.setdefault("agent_id", agent)
-        robots.append(NodeSpec("robot", ROBOT_MODULES[rtype], str(r.get("name") or rtype), agent, params))
-    agent_types = [f"{n.namespace}:{t}" for n, t in zip(robots, (r["type"] for r in robots_raw))]
+        try:
+            tname = _type_name(rtype)
+        except ValueError as exc:
+            raise FleetError(f"{src}: robots[{i}].type: {exc}") from None
+        type_names.append(tname)
+        robots.append(NodeSpec("robot", ROBOT_MODULE, str(r.get("name") or tname), agent, params, [rtype]))
+    agent_types = [f"{n.namespace}:{t}" for n, t in zip(robots, type_names)]
 
     parts: dict[str, dict[str, Any] | None] = {}
     for role in SINGLETONS:
@@ -159,6 +234,7 @@ def fleet_nodes(cfg: dict[str, Any]) -> list[NodeSpec]:
     if workload is not None and planner.get("engine", "sim") == "sim":
         planner.setdefault("sim_plans", ["catalog", workload["workload"]])
 
+    env = fleet_env(cfg, dict(os.environ))
     out: list[NodeSpec] = []
     if parts["timemodel"] is not None:
         out.append(NodeSpec("timemodel", "timemodel", "timemodel", "", parts["timemodel"]))
@@ -168,7 +244,18 @@ def fleet_nodes(cfg: dict[str, Any]) -> list[NodeSpec]:
     out.append(NodeSpec("planner", "planner", "planner", "", planner))
     if workload is not None:
         out.append(NodeSpec("workload", "workload", "workload", "", workload))
+    for node in out:
+        node.env.update(env)
     return out
+
+
+def _type_name(rtype: str) -> str:
+    """The robot type name of a fleet ``type:`` (a ``module:attr`` entry is resolved)."""
+    if ":" not in rtype:
+        return rtype
+    from timely_llm_ros.robots.plugins import robot_type
+
+    return robot_type(rtype).name
 
 
 def localhost_env(env: dict[str, str]) -> dict[str, str]:
@@ -195,7 +282,7 @@ class Fleet:
         for i, node in enumerate(self.nodes):
             pfile = self.workdir / f"{i:02d}_{node.namespace or 'root'}_{node.name}.yaml"
             pfile.write_text(yaml.safe_dump({"/**": {"ros__parameters": node.params}}, sort_keys=False))
-            proc = subprocess.Popen(node.command(pfile), env=self.env, start_new_session=True)
+            proc = subprocess.Popen(node.command(pfile), env={**self.env, **node.env}, start_new_session=True)
             self.procs.append((node, proc))
             print(f"[fleet] started {label(node)} (pid {proc.pid})", flush=True)
 
@@ -256,7 +343,8 @@ def run(args: argparse.Namespace) -> int:
     env = localhost_env(dict(os.environ)) if args.localhost else dict(os.environ)
     if args.dry_run:
         for node in nodes:
-            print(" ".join(node.command(Path(f"<{node.name}.yaml>"))))
+            envs = "".join(f"{k}={v} " for k, v in node.env.items())
+            print(envs + " ".join(node.command(Path(f"<{node.name}.yaml>"))))
             print("    " + yaml.safe_dump(node.params, default_flow_style=True, sort_keys=False).strip())
         return 0
     stop = []

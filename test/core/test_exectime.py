@@ -179,16 +179,17 @@ def _file(tmp_path: Path, skills: dict) -> Path:
 @pytest.mark.parametrize(
     "skills,fragment",
     [
-        ({"a": {"model": "magic"}}, "skills.a: field 'model' must be one of"),
-        ({"a": {"model": "poly", "coef": [], "arg_range": [0, 1]}}, "'coef' must be a non-empty list"),
+        ({"a": {"model": "magic"}}, "skills.a.model: must be one of poly"),
+        ({"a": {"model": "poly", "coef": [], "arg_range": [0, 1]}}, "skills.a.coef: must not be empty"),
         ({"a": {"model": "poly", "coef": [1.0], "arg_range": [5, 1]}}, "'arg_range' must be [low, high]"),
         ({"a": {"model": "poly", "coef": [1.0, -5.0], "arg_range": [0, 10]}}, "negative time"),
-        ({"a": {"model": "constant", "value": -1}}, "'value' must be a positive number"),
+        ({"a": {"model": "constant", "value": -1}}, "skills.a.value: must be >= 0, got -1"),
         ({"a": {"model": "iterations", "per_iteration": 1.0, "iterations": [0, 8]}}, "positive ints"),
-        ({"a": {"model": "uniform", "range": [2]}}, "'range' must be [low, high]"),
-        ({"a": {"model": "samples", "samples": []}}, "'samples' must be a non-empty list"),
-        ({"a": {"model": "reading", "words_per_minute": 0}}, "'words_per_minute' must be a positive"),
-        ({}, "field 'skills' must be a non-empty mapping"),
+        ({"a": {"model": "uniform", "range": [2]}}, "skills.a.range: [2] is too short"),
+        ({"a": {"model": "samples", "samples": []}}, "skills.a.samples: must not be empty"),
+        ({"a": {"model": "reading", "words_per_minute": 0}}, "skills.a.words_per_minute: must be > 0"),
+        ({}, "skills: must not be empty"),
+        ({"a": {"model": "constant", "value": 1, "extra": 2}}, "skills.a: unknown field(s) 'extra'; known: model, value"),
     ],
 )
 def test_bad_model_files(tmp_path, skills, fragment):

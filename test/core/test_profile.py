@@ -66,5 +66,5 @@ def test_bad_profile_values(field, value, word):
 def test_unknown_profile_and_fields(tmp_path):
     with pytest.raises(ProfileError, match="available"):
         load_profile("no-such-profile")
-    with pytest.raises(ProfileError, match="unknown profile field"):
+    with pytest.raises(ProfileError, match=r"unknown field\(s\) .speed.; known: context_limit"):
         EngineProfile.from_dict({"name": "x", "speed": 3})

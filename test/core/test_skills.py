@@ -277,24 +277,27 @@ def _base() -> dict:
     "mutate,fragment",
     [
         (lambda d: d.pop("robot_type"), "missing field 'robot_type'"),
-        (lambda d: d.update(max_segment_tokens="ten"), "field 'max_segment_tokens' must be int"),
-        (lambda d: d.update(max_segment_tokens=0), "'max_segment_tokens' must be positive"),
-        (lambda d: d.update(segment_gen_estimate_s=-1), "'segment_gen_estimate_s' must be a positive"),
-        (lambda d: d.update(language="lisp"), "field 'language' must be one of"),
-        (lambda d: d["skills"][0].pop("abbr"), "missing field skills[0].'abbr'"),
-        (lambda d: d["skills"][1].update(abbr="g t"), "skills[1].'abbr' 'g t' is not an identifier"),
-        (lambda d: d["skills"][0]["args"][0].update(type="text"), "skills[0].args[0].'type' must be one of"),
+        (lambda d: d.update(max_segment_tokens="ten"), "max_segment_tokens: must be int"),
+        (lambda d: d.update(max_segment_tokens=0), "max_segment_tokens: must be >= 1, got 0"),
+        (lambda d: d.update(segment_gen_estimate_s=-1), "segment_gen_estimate_s: must be > 0"),
+        (lambda d: d.update(language="lisp"), "language: must be one of minispec, call, chatbot"),
+        (lambda d: d["skills"][0].pop("abbr"), "skills[0]: missing field 'abbr'"),
+        (lambda d: d["skills"][1].update(abbr="g t"), "skills[1].abbr: 'g t' is not valid here"),
+        (lambda d: d["skills"][0]["args"][0].update(type="text"), "skills[0].args[0].type: must be one of int, float, str, bool"),
         (
             lambda d: d["skills"][0]["args"][0].update(type="int", min=5, max=1),
             "skills[0].args[0].min 5 is above max 1",
         ),
         (lambda d: d["skills"][0]["args"][0].update(min=1), "skills[0].args[0].'min' only applies"),
         (lambda d: d["skills"].append(dict(d["skills"][0])), "'sc' is defined twice"),
-        (lambda d: d["skills"][0].update(query="yes"), "skills[0].'query' must be bool"),
-        (lambda d: d.update(skills=[]), "field 'skills' is empty"),
+        (lambda d: d["skills"][0].update(query="yes"), "skills[0].query: must be bool"),
+        (lambda d: d.update(skills=[]), "skills: must not be empty"),
         (lambda d: d["examples"][0].update(plan="sc('a'); fly()"), "examples[0].plan does not parse"),
         (lambda d: d.update(segment={"mode": "sentence"}), "field 'segment.mode' must be statement"),
-        (lambda d: d.update(request_template="no placeholder"), "field 'request_template'"),
+        (lambda d: d.update(request_template="no placeholder"), "request_template: 'no placeholder' is not valid here"),
+        (lambda d: d.update(colour="red"), "unknown field(s) 'colour'; known: backends, examples"),
+        (lambda d: d.update(backends={"ros": {"skills": {"sc": {"name": "x"}}}}),
+         "backends.ros.skills.sc: give exactly one of 'action', 'service' or 'topic'"),
     ],
 )
 def test_bad_yaml_names_file_and_field(tmp_path, mutate, fragment):
@@ -317,13 +320,23 @@ def test_unreadable_yaml(tmp_path):
         load_skill_set_file(tmp_path / "missing.yaml")
 
 
-def test_config_override_and_name_check(tmp_path, monkeypatch):
+def test_config_overlay_adds_and_overrides_and_checks_names(tmp_path, monkeypatch):
     (tmp_path / "skills").mkdir()
     data = _base()
     _write(tmp_path / "skills", data, "my_arm.yaml")  # name field says robot_arm
     monkeypatch.setenv("TIMELY_LLM_CONFIG", str(tmp_path))
-    assert available_skill_sets() == ["my_arm"]
+    # the overlay adds to the shipped skill sets instead of replacing them
+    assert "my_arm" in available_skill_sets() and "tello_minispec" in available_skill_sets()
     with pytest.raises(SkillSetError, match="expected 'my_arm'"):
         load_skill_set("my_arm")
-    with pytest.raises(UnknownSkillSet, match="available: my_arm"):
-        load_skill_set("tello_minispec")
+    assert load_skill_set("tello_minispec").robot_type == "drone"
+    # a file of the same name overrides the shipped one
+    data["examples"] = data["examples"][:1]
+    _write(tmp_path / "skills", data, "robot_arm.yaml")
+    sset = load_skill_set("robot_arm")
+    assert sset.source_path == str(tmp_path / "skills" / "robot_arm.yaml") and len(sset.examples) == 1
+    with pytest.raises(UnknownSkillSet, match="available: .*my_arm"):
+        load_skill_set("nonexistent")
+    monkeypatch.setenv("TIMELY_LLM_CONFIG", str(tmp_path / "typo"))
+    with pytest.raises(FileNotFoundError, match="typo.*TIMELY_LLM_CONFIG"):
+        available_skill_sets()

@@ -47,7 +47,9 @@ from typing import Any
 
 import yaml
 
-from timely_llm_ros.core.paths import config_dir
+from timely_llm_ros.core.paths import config_files, describe_search_path
+from timely_llm_ros.core.schema import SchemaError
+from timely_llm_ros.core.schema import validate as validate_schema
 from timely_llm_ros.core.skills import SkillCall, SkillSet, Var
 
 MODEL_KINDS = ("poly", "argument", "constant", "iterations", "uniform", "samples", "reading")
@@ -356,6 +358,10 @@ def load_exec_time_file(path: str | Path) -> tuple[str, dict[str, SkillTimeModel
         raise ExecTimeError(f"{p}: cannot read: {exc}") from exc
     if not isinstance(data, dict):
         raise ExecTimeError(f"{p}: top level must be a mapping")
+    try:  # structure first (config/schema/exec_time.schema.json): file, field path, reason
+        validate_schema(data, "exec_time", p)
+    except SchemaError as exc:
+        raise ExecTimeError(str(exc)) from None
     robot_type = data.get("robot_type")
     if not isinstance(robot_type, str) or not robot_type:
         raise ExecTimeError(f"{p}: missing field 'robot_type'")
@@ -368,19 +374,22 @@ def load_exec_time_file(path: str | Path) -> tuple[str, dict[str, SkillTimeModel
 
 
 @cache
-def _load_dir(directory: str) -> ExecTimeModel:
+def _load_files(files: tuple[str, ...]) -> ExecTimeModel:
     models: dict[str, dict[str, SkillTimeModel]] = {}
-    files = sorted(Path(directory).glob("*.yaml"))
-    if not files:
-        raise ExecTimeError(f"no execution-time model files in {directory}")
+    origin: dict[str, str] = {}
     for f in files:
         robot_type, skills = load_exec_time_file(f)
         if robot_type in models:
-            raise ExecTimeError(f"{f}: robot_type {robot_type!r} is defined in two files")
+            raise ExecTimeError(f"{f}: robot_type {robot_type!r} is also defined in {origin[robot_type]}")
         models[robot_type] = skills
+        origin[robot_type] = f
     return ExecTimeModel(models)
 
 
 def load_exec_time_model() -> ExecTimeModel:
-    """All execution-time models under ``config/exec_time/`` (cached per config directory)."""
-    return _load_dir(str(config_dir() / "exec_time"))
+    """Every ``exec_time/*.yaml`` on the config search path (a user's file overrides the shipped one
+    of the same name; cached per set of files)."""
+    files = config_files("exec_time")
+    if not files:
+        raise ExecTimeError(f"no execution-time model files (exec_time/*.yaml) in {describe_search_path()}")
+    return _load_files(tuple(str(f) for f in files.values()))

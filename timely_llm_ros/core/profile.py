@@ -24,7 +24,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from timely_llm_ros.core.paths import config_path
+from timely_llm_ros.core.paths import config_files, config_path
+from timely_llm_ros.core.schema import SchemaError
+from timely_llm_ros.core.schema import validate as validate_schema
 
 
 class ProfileError(ValueError):
@@ -121,6 +123,10 @@ class EngineProfile:
     def from_dict(cls, data: dict, source: str = "<dict>") -> EngineProfile:
         if not isinstance(data, dict):
             raise ProfileError(f"{source}: a profile must be a mapping, got {type(data).__name__}")
+        try:  # structure first (config/schema/profile.schema.json): file, field path, reason
+            validate_schema(data, "profile", source)
+        except SchemaError as exc:
+            raise ProfileError(str(exc)) from None
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -147,10 +153,9 @@ def load_profile(name_or_path: str | Path) -> EngineProfile:
 
 def available_profiles() -> list[str]:
     try:
-        d = config_path("profiles")
+        return sorted(config_files("profiles"))
     except FileNotFoundError:
         return []
-    return sorted(f.stem for f in d.glob("*.yaml")) if d.is_dir() else []
 
 
 # -- least-squares fits ---------------------------------------------------------------------------

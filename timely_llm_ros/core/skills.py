@@ -40,7 +40,9 @@ from typing import Any
 
 import yaml
 
-from timely_llm_ros.core.paths import config_dir
+from timely_llm_ros.core.paths import config_files
+from timely_llm_ros.core.schema import SchemaError
+from timely_llm_ros.core.schema import validate as validate_schema
 from timely_llm_ros.core.segmenter import SegmentChecker, SegmentRule, split_segments
 
 LANGUAGES = ("minispec", "call", "chatbot")
@@ -155,6 +157,7 @@ class SkillSet:
     max_loop_count: int = 100
     examples: list[dict[str, str]] = field(default_factory=list)
     source_path: str = ""
+    backends: dict[str, Any] = field(default_factory=dict)  # per-backend config (e.g. ros: mapping)
 
     def new_checker(self) -> SegmentChecker:
         """A fresh stop checker for one generation with this skill set."""
@@ -658,6 +661,10 @@ def load_skill_set_file(path: str | Path) -> SkillSet:
         raise SkillSetError(f"{p}: cannot read: {exc}") from exc
     if not isinstance(data, dict):
         raise SkillSetError(f"{p}: top level must be a mapping")
+    try:  # structure first (config/schema/skill_set.schema.json): file, field path, reason
+        validate_schema(data, "skill_set", p)
+    except SchemaError as exc:
+        raise SkillSetError(str(exc)) from None
     name = _field(data, "name", p, str)
     robot_type = _field(data, "robot_type", p, str)
     language = _field(data, "language", p, str)
@@ -726,6 +733,7 @@ def load_skill_set_file(path: str | Path) -> SkillSet:
         max_loop,
         [dict(e) for e in examples],
         p,
+        dict(data.get("backends") or {}),
     )
     for i, ex in enumerate(sset.examples):
         try:
@@ -736,21 +744,22 @@ def load_skill_set_file(path: str | Path) -> SkillSet:
 
 
 def available_skill_sets() -> list[str]:
-    """Names of the skill sets shipped in (or pointed to by) the config directory."""
-    return sorted(f.stem for f in (config_dir() / "skills").glob("*.yaml"))
+    """Names of the skill sets on the config search path (shipped ones and users' overlays)."""
+    return sorted(config_files("skills"))
 
 
 @cache
-def _load_cached(name: str, directory: str) -> SkillSet:
-    return load_skill_set_file(Path(directory) / f"{name}.yaml")
+def _load_cached(path: str, mtime_ns: int) -> SkillSet:
+    return load_skill_set_file(path)
 
 
 def load_skill_set(name: str) -> SkillSet:
-    """The skill set ``config/skills/<name>.yaml`` (cached per config directory)."""
-    available = available_skill_sets()
-    if not isinstance(name, str) or name not in available:
-        raise UnknownSkillSet(str(name), available)
-    sset = _load_cached(name, str(config_dir() / "skills"))
+    """The skill set ``skills/<name>.yaml`` found first on the config search path (cached per file)."""
+    files = config_files("skills")
+    if not isinstance(name, str) or name not in files:
+        raise UnknownSkillSet(str(name), sorted(files))
+    path = files[name]
+    sset = _load_cached(str(path), path.stat().st_mtime_ns)
     if sset.name != name:
         raise SkillSetError(
             f"{sset.source_path}: field 'name' is {sset.name!r}, expected {name!r} (file name)"

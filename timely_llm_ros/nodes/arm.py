@@ -17,6 +17,7 @@ from typing import Any
 
 from timely_llm_ros.nodes.common import run_node
 from timely_llm_ros.nodes.robot_base import RobotNode, common_params
+from timely_llm_ros.robots.plugins import ARM
 
 
 class ArmNode(RobotNode):
@@ -24,7 +25,7 @@ class ArmNode(RobotNode):
     node_name = "arm"
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(common_params("arm", "robot_arm", ("sim",)), **kwargs)
+        super().__init__(common_params("arm", ARM.default_skill_set, ARM.backends), **kwargs)
 
 
 def main(argv: list[str] | None = None) -> int:

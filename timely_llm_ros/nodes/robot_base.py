@@ -180,12 +180,10 @@ class RobotNode(Node):
         return token
 
     def make_backend(self) -> RobotBackend:
-        return SimBackend(
-            self.skill_set,
-            exec_mode=self.p["exec_mode"],
-            seed=self.p["seed"],
-            time_scale=self.p["time_scale"],
-        )
+        # backends are found by name (robots/plugins.py): built-ins and installed plugins alike
+        from timely_llm_ros.robots.plugins import create_backend
+
+        return create_backend(self.p["backend"], self)
 
     def _param_changed(self, name: str, value: Any) -> None:
         self.p[name] = value

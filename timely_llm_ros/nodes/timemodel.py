@@ -40,7 +40,7 @@ from timely_llm_ros.msg import Segment, SegmentFeedback, Task
 from timely_llm_ros.srv import EstimateExecTime
 
 from timely_llm_ros.core.exectime import ExecTimeError, load_exec_time_model
-from timely_llm_ros.core.paths import config_dir
+from timely_llm_ros.core.paths import config_path
 from timely_llm_ros.core.skills import SkillParseError, available_skill_sets, load_skill_set
 from timely_llm_ros.nodes.common import Param, declare_params, run_node
 from timely_llm_ros.ros import convert, qos, topics
@@ -277,7 +277,7 @@ class TimeModelNode(Node):
     # ------------------------------------------------------------------ refit
     def refitted(self, robot_type: str) -> dict[str, Any]:
         """The model file content for ``robot_type`` with measured skills refitted."""
-        path = config_dir() / "exec_time" / f"{robot_type}.yaml"
+        path = config_path("exec_time", f"{robot_type}.yaml")
         data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {
             "robot_type": robot_type, "skills": {}}
         skills = dict(data.get("skills") or {})

@@ -49,7 +49,7 @@ from typing import Any
 
 import yaml
 
-from timely_llm_ros.core.paths import config_dir
+from timely_llm_ros.core.paths import config_files
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.workload.composer import (
     ComposerSpec,
@@ -144,7 +144,7 @@ def data_dir() -> Path:
 def presets() -> list[str]:
     """Names of the workload presets shipped in ``config/workloads``."""
     try:
-        return sorted(p.stem for p in (config_dir() / "workloads").glob("*.yaml"))
+        return sorted(config_files("workloads"))
     except FileNotFoundError:
         return []
 
@@ -373,8 +373,8 @@ def resolve_workload(arg: str, catalog: TaskCatalog | None = None) -> Workload:
         workload = load_workload_file(sample, overrides=overrides, catalog=catalog)
         workload.name = base
         return workload
-    preset = config_dir() / "workloads" / f"{base}.yaml"
-    if preset.is_file():
+    preset = config_files("workloads").get(base)
+    if preset is not None:
         return load_workload_file(preset, overrides=overrides, catalog=catalog)
     if sep and Path(base).exists():
         return load_workload_file(Path(base), overrides=overrides, catalog=catalog)
