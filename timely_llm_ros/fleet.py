@@ -105,6 +105,12 @@ def load_fleet(path: str | Path) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         raise FleetError(f"{p}: not valid YAML: {exc}") from None
     data = _mapping(data, str(p))
+    from timely_llm_ros.core.schema import SchemaError, validate
+
+    try:  # structure (config/schema/fleet.schema.json): file, field path, reason
+        validate(data, "fleet", str(p))
+    except SchemaError as exc:
+        raise FleetError(str(exc)) from None
     unknown = sorted(set(data) - _TOP_KEYS)
     if unknown:
         raise FleetError(f"{p}: unknown key(s) {unknown}; known: {sorted(_TOP_KEYS)}")
