@@ -96,6 +96,8 @@ def _fleet_nodes(context, *args, **kwargs):
         actions.append(Node(
             package=PACKAGE,
             executable=spec.executable,
+            arguments=spec.arguments or None,  # a robot's type: `robot TYPE` (byo-robot)
+            additional_env=spec.env or None,  # the fleet's config_path as TIMELY_LLM_CONFIG
             name=spec.name,
             namespace=spec.namespace or None,
             parameters=layers,

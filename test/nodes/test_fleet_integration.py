@@ -310,14 +310,14 @@ def test_fleet_files_with_errors_are_refused_with_the_field(tmp_path):
     from timely_llm_ros.fleet import FleetError, load_fleet
 
     robot = {"agent": "drone_1", "type": "drone"}
-    cases = [({"robots": [robot], "planer": {}}, "unknown key(s) ['planer']"),
+    cases = [({"robots": [robot], "planer": {}}, "unknown field(s) 'planer'; known: config_path, planner"),
              ({"robots": [robot, robot]}, "agent 'drone_1' appears twice"),
              ({"robots": [{"agent": "drone 1", "type": "drone"}]}, "robots[0].agent must be a ROS name"),
-             ({"robots": [{"agent": "boat_1", "type": "boat"}]}, "robots[0].type must be one of"),
+             ({"robots": [{"agent": "boat_1", "type": "boat"}]}, "robots[0].type must be a robot type (arm, drone"),
              ({"robots": [robot], "workload": {"enabled": True}}, "workload.parameters.workload is required"),
              ({"robots": [robot], "planner": {"enabled": False}}, "the planner cannot be disabled"),
              ({"robots": [robot], "timemodel": {"enabled": "yes"}},
-              "timemodel.enabled must be true or false")]
+              "timemodel.enabled: must be bool, got 'yes'")]
     for data, needle in cases:
         with pytest.raises(FleetError, match=re.escape(needle)):
             load_fleet(_write(tmp_path, data))
@@ -332,7 +332,7 @@ def test_the_shipped_fleet_files_describe_the_documented_graphs():
         nodes = fleet_nodes(load_fleet(REPO / "config" / name))
         roles = [n.role for n in nodes]
         assert roles.count("robot") == 4 and roles.count("planner") == 1
-        robots = [(n.module, n.namespace, n.params["agent_id"]) for n in nodes if n.role == "robot"]
+        robots = [(n.arguments[0], n.namespace, n.params["agent_id"]) for n in nodes if n.role == "robot"]
         assert robots == [("drone", "drone_1", "drone_1"), ("drone", "drone_2", "drone_2"),
                           ("drone", "drone_3", "drone_3"), ("arm", "arm_1", "arm_1")]
         planner = next(n for n in nodes if n.role == "planner")
@@ -353,7 +353,7 @@ def test_dry_run_prints_every_node_command(tmp_path):
     assert out.returncode == 0, out.stderr
     cmds = [ln for ln in out.stdout.splitlines() if " -m timely_llm_ros.nodes." in ln]
     assert len(cmds) == 7  # time model, recorder, 3 drones, arm, planner (workload disabled)
-    assert any("timely_llm_ros.nodes.drone" in c and "__ns:=/drone_2" in c for c in cmds)
+    assert any("timely_llm_ros.nodes.robot drone --ros-args" in c and "__ns:=/drone_2" in c for c in cmds)
     bad = subprocess.run([sys.executable, "-m", "timely_llm_ros.fleet", str(tmp_path / "none.yaml")],
                          capture_output=True, text=True, timeout=120, env=dict(os.environ))
     assert bad.returncode == 2 and "cannot read" in bad.stderr
