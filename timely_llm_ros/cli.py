@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("timely_llm_ros.viz.report", "metrics tables and bar charts of a recorded run (bag)"),
     "record": ("timely_llm_ros.nodes.recorder", "record an LRTrace bag (rosbag2, MCAP) from a running fleet"),
     "replay": ("timely_llm_ros.nodes.replay", "republish a recorded bag's topics with the original timing"),
+    "skills": ("timely_llm_ros.skills_cli", "check a skill-set file (schema, grammar, examples, mappings); list skill sets"),
     "tello-emulator": ("timely_llm_ros.robots.tello_emulator", "run a Tello SDK emulator over UDP for tests"),
     "rqt-timeline": ("timely_llm_ros.viz.standalone", "live timeline window (ROS 2 /trace_events, or --bag replay)"),
 }

@@ -26,6 +26,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -59,6 +61,17 @@ def add_config_dirs(dirs: list[str | Path]) -> None:
         p = _checked(Path(d).expanduser(), "--config-path")
         if p not in _added:
             _added.append(p)
+
+
+@contextmanager
+def extra_config_dirs(dirs: list[str | Path]) -> Iterator[None]:
+    """:func:`add_config_dirs` for the duration of a ``with`` block (a CLI command, a test)."""
+    before = list(_added)
+    try:
+        add_config_dirs(dirs)
+        yield
+    finally:
+        _added[:] = before
 
 
 def _checked(p: Path, origin: str) -> Path:

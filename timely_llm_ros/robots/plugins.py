@@ -85,7 +85,7 @@ BUILTIN_TYPES = {"drone": "timely_llm_ros.robots.plugins:DRONE", "arm": "timely_
 BUILTIN_BACKENDS = {
     "sim": "timely_llm_ros.robots.plugins:sim_backend",
     "tello": "timely_llm_ros.nodes.drone:tello_backend",
-    "ros": "timely_llm_ros.robots.ros_backend:RosBackend",
+    "ros": "timely_llm_ros.robots.ros_backend_map:ros_backend",
 }
 
 

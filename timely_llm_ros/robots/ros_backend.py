@@ -61,8 +61,6 @@ class RosBackend(RobotBackend):
             self._clients[b.name] = ((b.kind, b.type_name), self._make(b))
         self._watch_status()
 
-    check_skill_set = staticmethod(lambda skill_set: parse_mapping(skill_set))
-
     # ------------------------------------------------------------------ set-up
     def _make(self, b: Binding) -> Any:
         if b.kind == "action":

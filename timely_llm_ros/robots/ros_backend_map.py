@@ -323,6 +323,17 @@ def check_skill_set(skill_set: Any) -> None:
     parse_mapping(skill_set)
 
 
+def ros_backend(node: Any) -> Any:
+    """The ``ros`` backend's factory (registered by name): rclpy is imported only here, so a fleet
+    file or a skill set can be checked (``check_skill_set``) on a machine without it."""
+    from timely_llm_ros.robots.ros_backend import RosBackend
+
+    return RosBackend(node)
+
+
+ros_backend.check_skill_set = check_skill_set  # type: ignore[attr-defined]
+
+
 # ------------------------------------------------------------------------- filling and reading
 def _walk(msg: Any, path: str) -> tuple[Any, str, int | None]:
     parts = path.split(".")
