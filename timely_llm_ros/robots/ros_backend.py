@@ -40,6 +40,12 @@ _STATUS = {GoalStatus.STATUS_SUCCEEDED: "succeeded", GoalStatus.STATUS_ABORTED: 
 _POLL_S = 0.05
 
 
+def _cancel_if_accepted(future: Any) -> None:
+    handle = future.result() if future.done() and future.exception() is None else None
+    if handle is not None and handle.accepted:
+        handle.cancel_goal_async()
+
+
 class RosBackend(RobotBackend):
     """A robot driven through ROS 2 interfaces of another stack (see the module docstring)."""
 
@@ -188,7 +194,14 @@ class RosBackend(RobotBackend):
     def _action(self, b: Binding, goal: Any, call: Call) -> Any:
         self._ready(b, call)
         until = time.monotonic() + b.timeout
-        handle = self._wait(self._client(b).send_goal_async(goal), until, b, call, "waiting for acceptance")
+        sent = self._client(b).send_goal_async(goal)
+        try:
+            handle = self._wait(sent, until, b, call, "waiting for acceptance")
+        except SkillFailure as exc:
+            sent.add_done_callback(_cancel_if_accepted)  # a goal accepted after we gave up must not run
+            if "timed out" in exc.reason:
+                raise SkillFailure(f"{exc.reason}; goal cancelled") from None
+            raise
         if not handle.accepted:
             raise SkillFailure(f"{call.source}: {b.label} rejected the goal")
         with self._goal_lock:
