@@ -46,9 +46,9 @@ def test_check_names_file_field_and_reason(tmp_path, capsys):
     assert main(["skills", "check", str(bad)]) == 1
     assert "examples[0].plan does not parse: argument 'steps' of drive" in capsys.readouterr().err
     # no time model for the robot type (the copy's config dir has no exec_time/)
-    ok = _copy(tmp_path, lambda d: None)
+    ok = _copy(tmp_path, lambda d: d.update(robot_type="hovercraft"))
     assert main(["skills", "check", str(ok)]) == 1
-    assert "no execution-time model for skill(s) dock, drive, light of robot type 'rover'" in \
+    assert "no execution-time model for skill(s) dock, drive, light of robot type 'hovercraft'" in \
         capsys.readouterr().err
     # a mapping naming a field the interface does not have
     bad = _copy(tmp_path, lambda d: d["backends"]["ros"]["skills"]["drive"].update(goal={"steps": "$steps"}))

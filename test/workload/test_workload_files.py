@@ -60,8 +60,8 @@ def test_explicit_task_list(tmp_path):
     [
         ("tasks:\n  - {trace: 6, agent: a}\n", "'arrival': missing"),
         ("tasks:\n  - {trace: 60, arrival: 1, agent: a}\n", "unknown trace id 60"),
-        ("tasks:\n  - {trace: 6, arrival: -1, agent: a}\n", "negative"),
-        ("tasks:\n  - {trace: 6, arrival: 1, agent: a, tuff: [1, 1, 2]}\n", "unknown key"),
+        ("tasks:\n  - {trace: 6, arrival: -1, agent: a}\n", r"tasks\[0\].arrival: must be >= 0, got -1"),
+        ("tasks:\n  - {trace: 6, arrival: 1, agent: a, tuff: [1, 1, 2]}\n", r"tasks\[0\]: unknown field\(s\) 'tuff'"),
         ("tasks:\n  - {trace: 6, arrival: 1, agent: a, tuf: [1, 2, 2]}\n", "t_zero"),
         ("tasks:\n  - {arrival: 1, agent: a, instruction: x}\n", "required for a task without 'trace'"),
         (
@@ -69,8 +69,9 @@ def test_explicit_task_list(tmp_path):
             "  - {trace: 1, arrival: 2, agent: b, task_id: x}\n",
             "duplicate task_id",
         ),
-        ("composer: {rate: 1}\ntasks: []\n", "exactly one of"),
-        ("workload: {}\n", "unknown top-level"),
+        ("composer: {rate: 1}\ntasks: []\n", "tasks: must not be empty"),
+        ("composer: {rate: 1}\ntasks: [{trace: 6, arrival: 1, agent: a}]\n", "exactly one of"),
+        ("workload: {}\n", r"unknown field\(s\) 'workload'; known: composer, description, name, tasks"),
         ("composer: {rate: 1, max_tpe: 2, traces: 1-2, agents: 3}\n", "'duration': missing"),
         ("tasks: [\n", "not valid YAML"),
     ],

@@ -7,7 +7,7 @@ call :func:`validate` first, so a structural mistake is reported as *file: field
 e.g. ``my_rover.yaml: skills[2].args[0].type: must be one of int, float, str, bool, got 'text'`` —
 before the loader's own checks (ranges that depend on each other, examples that must parse, ...).
 
-Schemas: ``skill_set``, ``exec_time``, ``profile``, ``fleet``. The schemas are the package's own
+Schemas: ``skill_set``, ``exec_time``, ``profile``, ``fleet``, ``workload``. The schemas are the package's own
 (the shipped directory, never an overlay: a user file must not redefine the format).
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 from timely_llm_ros.core.paths import shipped_config_dir
 
-SCHEMAS = ("skill_set", "exec_time", "profile", "fleet")
+SCHEMAS = ("skill_set", "exec_time", "profile", "fleet", "workload")
 
 
 class SchemaError(ValueError):

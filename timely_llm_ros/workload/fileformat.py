@@ -50,6 +50,7 @@ from typing import Any
 import yaml
 
 from timely_llm_ros.core.paths import config_files
+from timely_llm_ros.core.schema import problems as schema_problems
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.workload.composer import (
     ComposerSpec,
@@ -273,6 +274,9 @@ def workload_from_data(
         raise WorkloadError(
             source, "expected a mapping with 'composer' or 'tasks', or a list in the public format"
         )
+    found = schema_problems(data, "workload")  # structure (config/schema/workload.schema.json)
+    if found:
+        raise WorkloadError(source, found[0] + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""))
     unknown = sorted(set(data) - {"name", "description", "composer", "tasks"})
     if unknown:
         raise WorkloadError(
