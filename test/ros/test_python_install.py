@@ -37,6 +37,10 @@ def test_wheel_installs_core_entry_point_and_share_files(tmp_path):
     traces = {"data_sample_1.json", "data_sample_2.json", "data_sample_robotarm_fltrnn.json", "DATA_LICENSE",
               "README.md"}
     assert {f"timely_llm_ros/data/timelyllm/{n}" for n in traces} <= names  # CC BY 4.0 + attribution
+    assert f"{data}/timely_llm_ros/config/schema/skill_set.schema.json" in names
+    (eps,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    eps_text = zipfile.ZipFile(wheel).read(eps).decode()  # built-in robots are registered like plugins
+    assert "[timely_llm_ros.robot_types]" in eps_text and "drone = timely_llm_ros.robots.plugins:DRONE" in eps_text
 
     target = tmp_path / "target"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "-q",
