@@ -67,7 +67,7 @@ setup(
         "timely_llm_ros.robot_types": ["drone = timely_llm_ros.robots.plugins:DRONE",
                                        "arm = timely_llm_ros.robots.plugins:ARM"],
         "timely_llm_ros.robot_backends": ["sim = timely_llm_ros.robots.plugins:sim_backend",
-                                          "tello = timely_llm_ros.nodes.drone:tello_backend",
+                                          "tello = timely_llm_ros.robots.plugins:tello_backend",
                                           "ros = timely_llm_ros.robots.ros_backend_map:ros_backend"],
     },
     zip_safe=False,

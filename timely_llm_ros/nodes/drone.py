@@ -21,7 +21,6 @@ from typing import Any
 
 from timely_llm_ros.nodes.common import Param, run_node
 from timely_llm_ros.nodes.robot_base import RobotNode, common_params
-from timely_llm_ros.robots.base import RobotBackend
 from timely_llm_ros.robots.plugins import DRONE
 
 TELLO_PARAMS = [
@@ -77,21 +76,6 @@ class DroneNode(RobotNode):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(common_params("drone", DRONE.default_skill_set, DRONE.backends) + TELLO_PARAMS, **kwargs)
-
-
-def tello_backend(node: DroneNode) -> RobotBackend:
-    """The ``tello`` backend (registered by name in robots/plugins.py), from the drone's parameters."""
-    from timely_llm_ros.robots.tello import TelloBackend
-
-    return TelloBackend(
-        node.skill_set,
-        host=node.p["tello_host"],
-        response_timeout_s=node.p["response_timeout"],
-        retry_count=node.p["retry_count"],
-        keepalive_s=node.p["keepalive_period"],
-        late_reply_s=node.p["late_reply_timeout"],
-        max_command_s=node.p["max_command_time"],
-    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -84,7 +84,7 @@ ARM = RobotType("arm", "robot_arm", ("sim", "ros"), "timely_llm_ros.nodes.arm:Ar
 BUILTIN_TYPES = {"drone": "timely_llm_ros.robots.plugins:DRONE", "arm": "timely_llm_ros.robots.plugins:ARM"}
 BUILTIN_BACKENDS = {
     "sim": "timely_llm_ros.robots.plugins:sim_backend",
-    "tello": "timely_llm_ros.nodes.drone:tello_backend",
+    "tello": "timely_llm_ros.robots.plugins:tello_backend",
     "ros": "timely_llm_ros.robots.ros_backend_map:ros_backend",
 }
 
@@ -174,7 +174,7 @@ def check_robot(type_name: str, backend: str | None, skill_set_name: str | None)
 
     rtype = robot_type(type_name)
     backend = backend or rtype.backends[0]
-    if backend not in rtype.backends and ":" not in backend:
+    if backend not in rtype.backends:
         raise PluginError(f"backend {backend!r} is not one of robot type {rtype.name!r}'s backends "
                           f"({', '.join(rtype.backends)})")
     sset_name = skill_set_name or rtype.default_skill_set
@@ -204,3 +204,13 @@ def sim_backend(node: Any) -> Any:
 
     return SimBackend(node.skill_set, exec_mode=node.p["exec_mode"], seed=node.p["seed"],
                       time_scale=node.p["time_scale"])
+
+
+def tello_backend(node: Any) -> Any:
+    """A real Ryze Tello (djitellopy), from the drone node's ``tello_*`` parameters."""
+    from timely_llm_ros.robots.tello import TelloBackend
+
+    p = node.p
+    return TelloBackend(node.skill_set, host=p["tello_host"], response_timeout_s=p["response_timeout"],
+                        retry_count=p["retry_count"], keepalive_s=p["keepalive_period"],
+                        late_reply_s=p["late_reply_timeout"], max_command_s=p["max_command_time"])
