@@ -20,13 +20,9 @@ from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.core.tuf import NORMAL_TUF, URGENT_TUF
 from timely_llm_ros.engines.base import EngineError, EngineOutOfMemory
 
-try:
-    from timely_llm_ros.engines.llamacpp_native import default_model_path, load_llama_cpp
+from llamacpp_guard import require_llamacpp
 
-    load_llama_cpp()
-    default_model_path()
-except EngineError as exc:  # BackendMissing or the model package is absent
-    pytest.skip(f"llamacpp engine cannot run here: {exc}", allow_module_level=True)
+require_llamacpp()
 
 from timely_llm_ros.engines.llamacpp import LlamaCppEngine  # noqa: E402
 

@@ -15,16 +15,13 @@ import pytest
 
 from timely_llm_ros.engines.base import EngineError
 
-try:
-    from timely_llm_ros.engines.llamacpp_native import default_model_path, load_llama_cpp
+from llamacpp_guard import require_llamacpp
 
-    load_llama_cpp()
-    default_model_path()
-except EngineError as exc:  # BackendMissing or the model package is absent
-    pytest.skip(f"llamacpp engine cannot run here: {exc}", allow_module_level=True)
+require_llamacpp()
 
 from timely_llm_ros.engines.chat_template import ChatTemplateError, split_template  # noqa: E402
 from timely_llm_ros.engines.llamacpp import LlamaCppEngine  # noqa: E402
+from timely_llm_ros.engines.llamacpp_native import default_model_path  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
