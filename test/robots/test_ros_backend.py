@@ -23,6 +23,7 @@ SKILLS = [
     {"abbr": "drive", "name": "drive", "args": [{"name": "steps", "type": "int", "min": 1, "max": 20}]},
     {"abbr": "odo", "name": "odometer", "args": [{"name": "steps", "type": "int"}], "returns": "int",
      "query": True},
+    {"abbr": "far", "name": "far", "args": [{"name": "steps", "type": "int"}], "returns": "int", "query": True},
     {"abbr": "refused", "name": "refused", "args": [{"name": "steps", "type": "int"}]},
     {"abbr": "crash", "name": "crash", "args": []},
     {"abbr": "hang", "name": "hang", "args": []},
@@ -32,12 +33,14 @@ SKILLS = [
     {"abbr": "say", "name": "say", "args": [{"name": "text", "type": "str"}]},
 ]
 MAPPING = {
-    "wait_for_servers": 5.0,
+    "wait_for_servers": 30.0,  # generous: discovery on a loaded 2-core machine can take seconds
     "skills": {
         "drive": {"action": "test_msgs/action/Fibonacci", "name": "drive", "goal": {"order": "$steps"},
                   "timeout": 20},
         "odo": {"action": "test_msgs/action/Fibonacci", "name": "drive", "goal": {"order": "$steps"},
                 "returns": "sequence[-1]", "timeout": 20},
+        "far": {"action": "test_msgs/action/Fibonacci", "name": "drive", "goal": {"order": "$steps"},
+                "returns": "sequence[9]"},
         "refused": {"action": "test_msgs/action/Fibonacci", "name": "drive_reject", "goal": {"order": "$steps"}},
         "crash": {"action": "test_msgs/action/Fibonacci", "name": "drive_abort", "goal": {"order": 2}},
         "hang": {"action": "test_msgs/action/Fibonacci", "name": "drive_hang", "goal": {"order": 1},
@@ -198,6 +201,8 @@ def test_actions_services_and_topics_succeed_and_return_values(graph):
     ("crash();", "action 'drive_abort' (test_msgs/action/Fibonacci) aborted"),
     ("light(False);", "reported failure (success = False): bulb broken: cannot switch off"),
     ("slow();", "service 'slow' (std_srvs/srv/Trigger) timed out after 0.5 s"),
+    ("far(2);", "action 'drive' (test_msgs/action/Fibonacci) replied without the mapped field"),
+    ("drive(0);", "argument 'steps' of drive (drive) = 0 is below the minimum 1"),
 ])
 def test_rejected_failed_and_slow_calls_fail_the_segment_with_the_reason(graph, plan, reason):
     _, runner = _runner(graph)

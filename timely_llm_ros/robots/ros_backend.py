@@ -38,6 +38,13 @@ from timely_llm_ros.robots.ros_backend_map import Binding, MappingError, fill, p
 _STATUS = {GoalStatus.STATUS_SUCCEEDED: "succeeded", GoalStatus.STATUS_ABORTED: "aborted",
            GoalStatus.STATUS_CANCELED: "cancelled", GoalStatus.STATUS_UNKNOWN: "unknown"}
 _POLL_S = 0.05
+# DDS discovery is asymmetric: right after this client sees a server, the server may not know this
+# client's reply reader yet, and a request sent in that window can lose its reply. Requests wait
+# until a server has been seen for this long.
+SETTLE_S = 0.5
+# A goal whose acceptance is not answered within this long (a lost reply, a hung server) fails;
+# if it is accepted later it is cancelled at once.
+ACCEPT_TIMEOUT_S = 10.0
 
 
 def _cancel_if_accepted(future: Any) -> None:
@@ -60,10 +67,13 @@ class RosBackend(RobotBackend):
         self._goal_lock = threading.Lock()
         self._cancelled: str | None = None  # why the planner ended the running task
         self.counters = {"calls": 0, "failed": 0, "cancelled": 0, "timeouts": 0}
-        for b in self.mapping.bindings.values():
-            if b.name in self._clients and self._clients[b.name][0] != (b.kind, b.type_name):
-                raise MappingError(f"{self.skill_set.source_path}: {b.label} is also mapped with another "
-                                   "kind or type")
+        self._seen: dict[str, float] = {}  # interface name -> when its server was first seen ready
+        for b in self.mapping.bindings.values():  # one client per interface name, shared by skills
+            if b.name in self._clients:
+                if self._clients[b.name][0] != (b.kind, b.type_name):
+                    raise MappingError(f"{self.skill_set.source_path}: {b.label} is also mapped with "
+                                       "another kind or type")
+                continue
             self._clients[b.name] = ((b.kind, b.type_name), self._make(b))
         self._watch_status()
 
@@ -142,7 +152,7 @@ class RosBackend(RobotBackend):
         named = {a.name: v for a, v in zip(spec.args, args, strict=False)}
         try:
             request = fill(b, named)
-        except (ValueError, TypeError, AssertionError) as exc:  # rclpy asserts field ranges and types
+        except (ValueError, TypeError, AssertionError, IndexError) as exc:  # rclpy asserts ranges and types
             raise SkillFailure(f"{call.source}: cannot fill {b.label}: {exc}") from None
         self.counters["calls"] += 1
         try:
@@ -155,7 +165,8 @@ class RosBackend(RobotBackend):
             self.counters["failed"] += 1
             raise
 
-    def _wait(self, future: Any, until: float, b: Binding, call: Call, what: str) -> Any:
+    def _wait(self, future: Any, until: float, b: Binding, call: Call, what: str,
+              limit_s: float | None = None) -> Any:
         """Wait for ``future``; SkillFailure on timeout, shutdown or task cancel."""
         done = threading.Event()
         future.add_done_callback(lambda _f: done.set())
@@ -166,7 +177,8 @@ class RosBackend(RobotBackend):
                 raise SkillFailure(f"{call.source}: abandoned: {self._cancelled}")
             if time.monotonic() >= until:
                 self.counters["timeouts"] += 1
-                raise SkillFailure(f"{call.source}: {b.label} timed out after {b.timeout:g} s ({what})")
+                limit = b.timeout if limit_s is None else limit_s
+                raise SkillFailure(f"{call.source}: {b.label} timed out after {limit:g} s ({what})")
         exc = future.exception()
         if exc is not None:
             raise SkillFailure(f"{call.source}: {b.label} failed: {exc}")
@@ -177,9 +189,14 @@ class RosBackend(RobotBackend):
         ready = client.server_is_ready if b.kind == "action" else client.service_is_ready
         deadline = time.monotonic() + max(self.mapping.wait_for_servers, 0.0)
         while not ready():
+            self._seen.pop(b.name, None)
             if time.monotonic() >= deadline or self.stop_event.is_set():
                 raise SkillFailure(f"{call.source}: {b.label} has no server at {self._resolved(b)}")
             time.sleep(_POLL_S)
+        seen = self._seen.setdefault(b.name, time.monotonic())
+        settle = seen + SETTLE_S - time.monotonic()
+        if settle > 0:
+            self.stop_event.wait(settle)
 
     def _service(self, b: Binding, request: Any, call: Call) -> Any:
         self._ready(b, call)
@@ -196,7 +213,9 @@ class RosBackend(RobotBackend):
         until = time.monotonic() + b.timeout
         sent = self._client(b).send_goal_async(goal)
         try:
-            handle = self._wait(sent, until, b, call, "waiting for acceptance")
+            accept_by = time.monotonic() + ACCEPT_TIMEOUT_S
+            handle = self._wait(sent, min(until, accept_by), b, call, "waiting for acceptance",
+                                None if until <= accept_by else ACCEPT_TIMEOUT_S)
         except SkillFailure as exc:
             sent.add_done_callback(_cancel_if_accepted)  # a goal accepted after we gave up must not run
             if "timed out" in exc.reason:
@@ -235,6 +254,12 @@ class RosBackend(RobotBackend):
             return f"(error field {b.error!r} unreadable: {exc})"
 
     def _judge(self, b: Binding, reply: Any, call: Call) -> Any:
+        try:
+            return self._read_reply(b, reply, call)
+        except (IndexError, AttributeError) as exc:  # e.g. returns: poses[0] of an empty list
+            raise SkillFailure(f"{call.source}: {b.label} replied without the mapped field: {exc}") from None
+
+    def _read_reply(self, b: Binding, reply: Any, call: Call) -> Any:
         if b.success is not None:
             path, want = b.success
             got = read(reply, path)
@@ -242,12 +267,7 @@ class RosBackend(RobotBackend):
                 detail = self._error_text(b, reply)
                 raise SkillFailure(f"{call.source}: {b.label} reported failure ({path} = {got!r})"
                                    + (f": {detail}" if detail else ""))
-        if b.returns is None:
-            return None
-        try:
-            return read(reply, b.returns)
-        except IndexError:
-            raise SkillFailure(f"{call.source}: {b.label} returned no element {b.returns!r}") from None
+        return None if b.returns is None else read(reply, b.returns)
 
     # ------------------------------------------------------------------ cancel / stop
     def cancel_running(self, reason: str) -> None:
