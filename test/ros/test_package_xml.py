@@ -16,6 +16,7 @@ ROSDEP = {
     "yaml": "python3-yaml", "ruamel": "python3-ruamel.yaml", "lz4": "python3-lz4",
     "numpy": "python3-numpy", "matplotlib": "python3-matplotlib",
     "python_qt_binding": "python_qt_binding", "rqt_gui_py": "rqt_gui_py",
+    "jsonschema": "python3-jsonschema", "jinja2": "python3-jinja2", "action_msgs": "action_msgs",
 }
 # import name -> the pip distribution the README names (no rosdep key); compression is the
 # Python >= 3.14 standard library, backports.zstd its fallback that rosbags already pulls in
