@@ -85,7 +85,7 @@ def _fleet_nodes(context, *args, **kwargs):
         elif spec.role == "recorder" and _arg(context, "policy"):
             params["policy"] = _arg(context, "policy")  # the bag's metadata names the policy run
         layers = []
-        base = os.path.join(share, "config", "params", f"{spec.module}.yaml")
+        base = os.path.join(share, "config", "params", f"{spec.kind}.yaml")  # a robot: its type
         if os.path.isfile(base):
             layers.append(base)
         layers.append(params)

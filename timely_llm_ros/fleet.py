@@ -79,6 +79,11 @@ class NodeSpec:
     def executable(self) -> str:
         return self.module
 
+    @property
+    def kind(self) -> str:
+        """The module, or a robot's type (``config/params/<kind>.yaml`` holds its parameter defaults)."""
+        return self.arguments[0] if self.role == "robot" and self.arguments else self.module
+
     def command(self, params_file: Path, python: str = sys.executable) -> list[str]:
         cmd = [python, "-m", f"{PACKAGE}.nodes.{self.module}", *self.arguments, "--ros-args",
                "-r", f"__node:={self.name}"]
