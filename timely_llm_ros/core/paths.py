@@ -44,7 +44,8 @@ class ConfigPathError(FileNotFoundError):
 
 def shipped_config_dir() -> Path:
     """The package's own ``config`` directory (source checkout or install prefix)."""
-    candidates = [Path(__file__).resolve().parents[2] / "config"]
+    here = Path(__file__).resolve().parents[2]  # the checkout, or site-packages / a --target dir
+    candidates = [here / "config", here / "share" / PACKAGE / "config"]  # the latter: pip --target
     for prefix in [sys.prefix, *os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep)]:
         if prefix:
             candidates.append(Path(prefix) / "share" / PACKAGE / "config")
@@ -109,9 +110,13 @@ def config_dirs() -> list[Path]:
             dirs.append(_checked(Path(entry.strip()).expanduser(), f"${ENV_VAR}"))
     dirs += _added
     dirs += [d for _, d in plugin_config_dirs()]
-    shipped = shipped_config_dir().resolve()
+    try:
+        dirs.append(shipped_config_dir().resolve())
+    except ConfigPathError:
+        if not dirs:  # nothing to search at all (a broken install)
+            raise
     out: list[Path] = []
-    for d in [*dirs, shipped]:
+    for d in dirs:
         if d not in out:
             out.append(d)
     return out
@@ -130,11 +135,12 @@ def config_files(kind: str, suffix: str = ".yaml") -> dict[str, Path]:
 
 def config_path(*parts: str) -> Path:
     """The first ``<dir>/<parts...>`` that exists on the search path (else the shipped one's path)."""
-    for d in config_dirs():
+    dirs = config_dirs()
+    for d in dirs:
         p = d.joinpath(*parts)
         if p.exists():
             return p
-    return shipped_config_dir().joinpath(*parts)
+    return dirs[-1].joinpath(*parts)
 
 
 def config_dir() -> Path:

@@ -17,7 +17,7 @@ import json
 from functools import cache
 from typing import Any
 
-from timely_llm_ros.core.paths import shipped_config_dir
+from timely_llm_ros.core.paths import ConfigPathError, config_path, shipped_config_dir
 
 SCHEMAS = ("skill_set", "exec_time", "profile", "fleet", "workload")
 
@@ -30,7 +30,10 @@ def schema_path(name: str):
     """Path of the shipped schema ``name`` (``config/schema/<name>.schema.json``)."""
     if name not in SCHEMAS:
         raise KeyError(f"no schema {name!r}; known: {', '.join(SCHEMAS)}")
-    return shipped_config_dir() / "schema" / f"{name}.schema.json"
+    try:
+        return shipped_config_dir() / "schema" / f"{name}.schema.json"
+    except ConfigPathError:  # an install whose config is only reachable through the search path
+        return config_path("schema", f"{name}.schema.json")
 
 
 @cache
