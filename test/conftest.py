@@ -12,7 +12,9 @@ parallel runs on one machine do not see each other. ``TIMELY_TEST_DOMAIN_ID`` pi
 
 Tests marked ``ros`` need rclpy and the generated interfaces. Outside the project venv they are
 skipped with the reason; with ``TIMELY_REQUIRE_ROS=1`` (set by the Makefile, so `make test` and
-CI) they fail instead, so a broken interface build can never pass as "skipped".
+CI) they fail instead, so a broken interface build can never pass as "skipped". Tests marked
+``vllm`` likewise need the vLLM environment: skipped with the reason elsewhere, failed under
+``TIMELY_REQUIRE_VLLM=1`` (make test-vllm); `make test` deselects them.
 """
 
 from __future__ import annotations
@@ -77,7 +79,35 @@ def ros_unavailable_reason() -> str | None:
     return _ros_reason[0]
 
 
+def vllm_unavailable_reason() -> str | None:
+    """Why tests marked ``vllm`` cannot run here (None when they can): vLLM and a model directory.
+
+    Needs nothing of ROS: the vLLM tests run from a plain source checkout with pytest + vllm
+    (``TIMELY_VLLM_MODEL=DIR python -m pytest -m vllm test/engines``), e.g. on a GPU machine.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return "vLLM is not installed here (make vllm for the CPU build, pip install vllm on a GPU)"
+    from timely_llm_ros.engines.base import EngineError
+    from timely_llm_ros.engines.vllm import default_model
+
+    try:
+        model = Path(default_model())
+    except EngineError as exc:
+        return str(exc)
+    if not (model / "config.json").is_file():
+        return f"TIMELY_VLLM_MODEL={model} is not a model directory (no config.json)"
+    return None
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("vllm") is not None:
+        reason = vllm_unavailable_reason()
+        if reason is not None:
+            if os.environ.get("TIMELY_REQUIRE_VLLM") == "1":
+                pytest.fail(f"TIMELY_REQUIRE_VLLM=1 but {reason}", pytrace=False)
+            pytest.skip(reason)
     if item.get_closest_marker("ros") is None:
         return
     reason = ros_unavailable_reason()

@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
              "the main job: a ROS 2 fleet planned by the embedded LLM, live progress, summary, timeline"),
     "bench": ("timely_llm_ros.bench.cli", "run the scheduling benchmarks on the simulator"),
     "profile": ("timely_llm_ros.bench.profile_cli", "measure an LLM engine's speed and fit its profile"),
+    "realbench": ("timely_llm_ros.bench.realbench",
+                  "policies side by side on a real engine (llamacpp, vllm) vs the simulator's prediction"),
     "fleet": ("timely_llm_ros.fleet",
               "start a fleet's node graph (planner, robots, time model, recorder, workload) from one YAML"),
     "timeline": ("timely_llm_ros.viz.timeline", "plot a recorded run's timeline from a bag (PNG, SVG or HTML)"),

