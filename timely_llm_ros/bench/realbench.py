@@ -108,13 +108,7 @@ def drive(engine: Engine, tasks: list[TaskSpec], policy: str, *, realtime: bool,
 
     exec_model = load_exec_time_model()
     robot = RobotSim(exec_model, schedule, exec_mode=exec_mode, network_latency=network_latency, seed=seed)
-    plans: dict[str, list[str]] = {}
-
-    def dispatch(d: Any) -> None:
-        plans.setdefault(d.task_id, []).append(d.text)
-        robot.dispatch(d)
-
-    planner = PlannerCore(engine, policy, dispatch=dispatch, exec_model=exec_model,
+    planner = PlannerCore(engine, policy, dispatch=robot.dispatch, exec_model=exec_model,
                           network_latency=network_latency)
     for spec in tasks:
         n += 1
@@ -143,13 +137,22 @@ def drive(engine: Engine, tasks: list[TaskSpec], policy: str, *, realtime: bool,
             time.sleep(min(max(heap[0][0] - engine.now(), 0.0), 0.05))
         else:
             engine.advance_to(heap[0][0])  # type: ignore[attr-defined]
-    return Run(policy, planner.records, {k: "".join(v) for k, v in plans.items()},
-               time.monotonic() - started)
+    # the whole generated text (dispatched segments and any tail after the last one) of each task
+    plans = {tid: "".join(gen.text) for tid, gen in planner._tasks.items()}
+    return Run(policy, planner.records, plans, time.monotonic() - started)
 
 
-def predict(engine: Engine, tasks: list[TaskSpec], run: Run, profile: str, seed: int) -> Run:
-    """The simulator's run of the same tasks, emitting the plans the real engine generated."""
+def predictor(engine: Engine, profile: str, probe: TaskSpec, skill_sets: list[str]) -> SimEngine:
+    """The simulated engine that predicts the real runs, prepared like the real one: the same probe
+    and warm-up before the first run (a warm prefix cache and speed meter, as on the real engine)."""
     sim = SimEngine(load_profile(profile), tokenizer=ModelPieces(engine))
+    first_segment_time(sim, probe)
+    PlannerCore(sim, "timely").warm_up(skill_sets)
+    return sim
+
+
+def predict(sim: SimEngine, tasks: list[TaskSpec], run: Run, seed: int) -> Run:
+    """The simulator's run of the same tasks, emitting the plans the real engine generated."""
     with_plans = [dataclasses.replace(t, reference_plan=run.plans.get(t.task_id) or None) for t in tasks]
     return drive(sim, with_plans, run.policy, realtime=False, seed=seed)
 
@@ -313,11 +316,12 @@ def run(args: argparse.Namespace) -> int:
         tasks = load_tasks(args.workload, args.tasks, scale)
         sets = sorted({t.skill_set for t in tasks})
         PlannerCore(engine, "timely").warm_up(sets)
+        sim = predictor(engine, profile, urgent, sets)
         results = []
         for pol in policies:
             print(f"[realbench] {args.engine} / {pol}: {len(tasks)} tasks ...", flush=True)
             real = drive(engine, tasks, pol, realtime=realtime, seed=args.seed)
-            pred = predict(engine, tasks, real, profile, args.seed)
+            pred = predict(sim, tasks, real, args.seed)
             results.append(compare(real, pred))
             print(f"[realbench]   done in {real.wall:.0f} s; mean |err| "
                   f"{100 * results[-1]['mean_abs_rel_err']:.1f}%", flush=True)
