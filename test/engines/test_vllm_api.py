@@ -22,6 +22,7 @@ from timely_llm_ros.engines.vllm import (
     _FINISH,
     VllmEngine,
     build_engine_args,
+    default_model,
     continuation_gbnf,
     sampling_kwargs,
     supported_engine_args,
@@ -52,7 +53,7 @@ def _params(annotated: typing.Callable) -> dict[str, inspect.Parameter]:
     {"engine_args": {"block_size": 32, "async_scheduling": True}},
 ])
 def test_engine_args_are_accepted_by_vllm_engine_args(kw):
-    args = build_engine_args("/models/some-model", **kw)
+    args = build_engine_args(default_model(), **kw)  # a real local directory: vLLM validates it
     eargs = vllm.EngineArgs(**args)  # a field vLLM lacks raises TypeError (-> EngineError in the engine)
     for name, value in args.items():
         assert getattr(eargs, name) == value, name
@@ -147,6 +148,7 @@ def _engine_grammar(name: str, resumed: bool) -> object | None:
     """``VllmEngine._grammar`` (our code path) on an engine that was never started."""
     eng = object.__new__(VllmEngine)
     eng._grammar_spec, eng._grammars, eng._so_cls = "auto", {}, sp.StructuredOutputsParams
+    eng._prefetched, eng._prefetch = set(), lambda structured: None  # no vLLM engine to prefetch into
     return eng._grammar(name, resumed)
 
 
