@@ -112,6 +112,17 @@ def _kv_bytes_per_token(cfg: object) -> int | None:
         return None
 
 
+def _cpu_has_bf16() -> bool:
+    """Whether this CPU computes bfloat16 natively (AVX512-BF16 or AMX). Without it vLLM's CPU
+    backend emulates bfloat16 matmuls: measured on a 2-core AVX2 EPYC, a 512-token prefill of
+    SmolLM2-135M took 30 s in bfloat16 and 6 s in float32, so ``dtype="auto"`` means float32 there."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return True  # unknown: keep the model's dtype
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def _is_cpu(vllm: object) -> bool:
     try:
         return bool(importlib.import_module("vllm.platforms").current_platform.is_cpu())
@@ -255,8 +266,10 @@ class VllmEngine(Engine):
                                  kv_offloading_size=kv_offloading_size,
                                  kv_offloading_backend=kv_offloading_backend, priority=priority, seed=seed,
                                  enforce_eager=enforce_eager, engine_args=engine_args)
-        if "block_size" not in args and _is_cpu(vllm):
-            args["block_size"] = CPU_BLOCK_SIZE
+        if _is_cpu(vllm):
+            args.setdefault("block_size", CPU_BLOCK_SIZE)
+            if args.get("dtype") == "auto" and not _cpu_has_bf16():
+                args["dtype"] = "float32"
         if dataclasses.is_dataclass(vllm.EngineArgs):
             args = supported_engine_args(args, {f.name for f in dataclasses.fields(vllm.EngineArgs)})
         try:
