@@ -242,6 +242,10 @@ class VllmEngine(Engine):
         if cpu_kvcache_gib is not None:  # read by vLLM's CPU backend only
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = f"{float(cpu_kvcache_gib):g}"
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KVCACHE_GIB)
+        # vLLM's CPU backend pins its compute thread to a core ("auto"); on a shared machine two
+        # engines (or an engine and a busy process) then queue on one core while the other idles.
+        # A dedicated server may set VLLM_CPU_OMP_THREADS_BIND=auto (or a core list) itself.
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         try:
             vllm = importlib.import_module("vllm")
             inputs = importlib.import_module("vllm.inputs")
