@@ -50,6 +50,21 @@ def _prompt(eng: LlamaCppEngine, sset, task: str) -> tuple[list[int], int]:
     return pre + eng.tokenize(sset.format_request(task)[len(sset.prompt):]), len(pre)
 
 
+def admit_batch(eng, sset, b: int, first_gid: int, max_tokens: int) -> list[int]:
+    """Admit ``b`` of :data:`TASKS` without grammar (shared skill prompt) for a throughput run."""
+    for i in range(b):
+        ids, plen = _prompt(eng, sset, TASKS[i % len(TASKS)])
+        eng.admit(first_gid + i, ids, max_tokens=max_tokens, prefix_key="bench-no-grammar", prefix_len=plen)
+    return list(range(first_gid, first_gid + b))
+
+
+def rates(b: int, durations: list[float]) -> dict:
+    """Tokens/s of a batch of ``b`` from its decode-step durations (median)."""
+    med = statistics.median(durations)
+    return {"step_ms": med * 1e3, "tokens_per_s": b / med, "per_seq_tokens_per_s": 1 / med,
+            "steps": len(durations)}
+
+
 def throughput(eng: LlamaCppEngine, batches: tuple[int, ...], steps: int) -> dict:
     """Aggregate and per-sequence decode tokens/s at each batch size (module docstring, 1)."""
     sset = load_skill_set("tello_minispec")
@@ -58,12 +73,8 @@ def throughput(eng: LlamaCppEngine, batches: tuple[int, ...], steps: int) -> dic
     gid = 10_000
     try:
         for b in batches:
-            gens = []
-            for i in range(b):
-                ids, plen = _prompt(eng, sset, TASKS[i % len(TASKS)])
-                eng.admit(gid, ids, max_tokens=steps + 2, prefix_key="bench-no-grammar", prefix_len=plen)
-                gens.append(gid)
-                gid += 1
+            gens = admit_batch(eng, sset, b, gid, steps + 2)
+            gid += b
             eng.step()
             durs = []
             kv = 0
@@ -75,9 +86,7 @@ def throughput(eng: LlamaCppEngine, batches: tuple[int, ...], steps: int) -> dic
                     kv = st.kv_tokens
             for g in gens:
                 eng.release(g)
-            med = statistics.median(durs)
-            res[b] = {"step_ms": med * 1e3, "tokens_per_s": b / med, "per_seq_tokens_per_s": 1 / med,
-                      "steps": len(durs), "kv_tokens_per_seq": kv // b}
+            res[b] = rates(b, durs) | {"kv_tokens_per_seq": kv // b}
     finally:
         eng.ignore_eos = False
     return res

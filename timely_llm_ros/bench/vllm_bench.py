@@ -30,14 +30,9 @@ import sys
 import time
 from pathlib import Path
 
-from timely_llm_ros.bench.engine_bench import TASKS
+from timely_llm_ros.bench.engine_bench import TASKS, _prompt, admit_batch, rates
 from timely_llm_ros.core.skills import load_skill_set
 from timely_llm_ros.engines.vllm import VllmEngine
-
-
-def _prompt(eng: VllmEngine, sset, task: str) -> tuple[list[int], int]:
-    pre = eng.tokenize(sset.prompt)
-    return pre + eng.tokenize(sset.format_request(task)[len(sset.prompt):]), len(pre)
 
 
 def _timed(eng: VllmEngine) -> tuple[list, float]:
@@ -53,19 +48,13 @@ def throughput(eng: VllmEngine, batches: tuple[int, ...], steps: int) -> dict:
     gid = 10_000
     try:
         for b in batches:
-            gens = []
-            for i in range(b):
-                ids, plen = _prompt(eng, sset, TASKS[i % len(TASKS)])
-                eng.admit(gid, ids, max_tokens=steps + 2, prefix_key="bench-no-grammar", prefix_len=plen)
-                gens.append(gid)
-                gid += 1
+            gens = admit_batch(eng, sset, b, gid, steps + 2)
+            gid += b
             eng.step()
             durs = [dt for outs, dt in (_timed(eng) for _ in range(steps)) if len(outs) == b]
             for g in gens:
                 eng.release(g)
-            med = statistics.median(durs)
-            res[b] = {"step_ms": med * 1e3, "tokens_per_s": b / med, "per_seq_tokens_per_s": 1 / med,
-                      "steps": len(durs)}
+            res[b] = rates(b, durs)
     finally:
         eng.ignore_eos = False
     return res
