@@ -42,7 +42,7 @@ from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.exectime import load_exec_time_model
 from timely_llm_ros.core.metrics import summarize
 from timely_llm_ros.core.planner import PlannerCore
-from timely_llm_ros.core.profile import load_profile
+from timely_llm_ros.core.profile import EngineProfile, load_profile
 from timely_llm_ros.core.robot_sim import RobotSim
 from timely_llm_ros.core.task import TaskRejected, TaskSpec, task_class
 from timely_llm_ros.core.tokenizer import SimTokenizer
@@ -142,10 +142,25 @@ def drive(engine: Engine, tasks: list[TaskSpec], policy: str, *, realtime: bool,
     return Run(policy, planner.records, plans, time.monotonic() - started)
 
 
-def predictor(engine: Engine, profile: str, probe: TaskSpec, skill_sets: list[str]) -> SimEngine:
+def fit_now(engine: Engine, out: Path) -> EngineProfile:
+    """A profile of ``engine`` measured now (the quick sweep of ``timely-llm profile``), so that the
+    prediction sees the machine as loaded as the runs do; written to ``out`` for the record."""
+    from timely_llm_ros.bench import profile_cli as pc
+
+    meas = pc.measure(engine, pc.SweepPlan.quick())
+    coef = pc.fit(meas)
+    prof = pc.build_profile(engine, coef, f"{Path(engine.info.name).name}-now", pc.machine_description())
+    load = os.getloadavg()[0]
+    pc.write_profile(out, prof, pc.header("realbench --profile fit", engine, coef, pc.machine_description(),
+                                          (load, load)))
+    return prof
+
+
+def predictor(engine: Engine, profile: str | EngineProfile, probe: TaskSpec, skill_sets: list[str]) -> SimEngine:
     """The simulated engine that predicts the real runs, prepared like the real one: the same probe
     and warm-up before the first run (a warm prefix cache and speed meter, as on the real engine)."""
-    sim = SimEngine(load_profile(profile), tokenizer=ModelPieces(engine))
+    sim = SimEngine(profile if isinstance(profile, EngineProfile) else load_profile(profile),
+                    tokenizer=ModelPieces(engine))
     first_segment_time(sim, probe)
     PlannerCore(sim, "timely").warm_up(skill_sets)
     return sim
@@ -287,8 +302,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", type=int, default=7, help="the first N tasks of the workload (default 7: "
                         "the demo's first two waves, the paper's Figure 2 situation)")
     parser.add_argument("--tuf-scale", default="auto", help="ERT multiplier, or auto (module docstring)")
-    parser.add_argument("--profile", help="profile the simulator predicts with (default: the engine's "
-                        "shipped profile)")
+    parser.add_argument("--profile", help="profile the simulator predicts with: a name or file (default: "
+                        "the engine's shipped profile), or 'fit' to measure one on the engine right before "
+                        "the runs (a shared machine's load changes the engine's speed)")
     parser.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE",
                         help="engine constructor parameter (YAML value), repeatable")
     parser.add_argument("--seed", type=int, default=0, help="robot execution-time draws")
@@ -300,9 +316,11 @@ def run(args: argparse.Namespace) -> int:
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     profile = args.profile or DEFAULT_PROFILES[args.engine]
-    load_profile(profile)  # fail before the slow part
+    if profile != "fit":
+        load_profile(profile)  # fail before the slow part
     params = {**ENGINE_OPTIONS[args.engine], **dict(args.param)}
-    engine = create_engine(args.engine, **params) if args.engine != "sim" else SimEngine(profile)
+    engine = (create_engine(args.engine, **params) if args.engine != "sim"
+              else SimEngine(DEFAULT_PROFILES["sim"] if profile == "fit" else profile))
     realtime = args.engine != "sim"
     try:
         probe = load_tasks(args.workload, args.tasks, 1.0)
@@ -316,7 +334,12 @@ def run(args: argparse.Namespace) -> int:
         tasks = load_tasks(args.workload, args.tasks, scale)
         sets = sorted({t.skill_set for t in tasks})
         PlannerCore(engine, "timely").warm_up(sets)
-        sim = predictor(engine, profile, urgent, sets)
+        if profile == "fit":
+            args.out.mkdir(parents=True, exist_ok=True)
+            prof = fit_now(engine, args.out / "profile-fit.yaml")
+            print(f"[realbench] fitted now: {args.out / 'profile-fit.yaml'}", flush=True)
+            PlannerCore(engine, "timely").warm_up(sets)  # the sweep's prompts may have evicted them
+        sim = predictor(engine, prof if profile == "fit" else profile, urgent, sets)
         results = []
         for pol in policies:
             print(f"[realbench] {args.engine} / {pol}: {len(tasks)} tasks ...", flush=True)
