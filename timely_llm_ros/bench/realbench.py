@@ -147,7 +147,16 @@ def fit_now(engine: Engine, out: Path) -> EngineProfile:
     prediction sees the machine as loaded as the runs do; written to ``out`` for the record."""
     from timely_llm_ros.bench import profile_cli as pc
 
-    meas = pc.measure(engine, pc.SweepPlan.quick())
+    # as `timely-llm profile` runs it: whole prompts in one step, fixed-length generations
+    saved = {k: getattr(engine, k) for k in ("prefill_chunk", "ignore_eos") if hasattr(engine, k)}
+    for k, v in (("prefill_chunk", None), ("ignore_eos", True)):
+        if k in saved:
+            setattr(engine, k, v)
+    try:
+        meas = pc.measure(engine, pc.SweepPlan.quick())
+    finally:
+        for k, v in saved.items():
+            setattr(engine, k, v)
     coef = pc.fit(meas)
     prof = pc.build_profile(engine, coef, f"{Path(engine.info.name).name}-now", pc.machine_description())
     load = os.getloadavg()[0]
