@@ -54,7 +54,7 @@ test: bootstrap
 	$(PY) -m pytest -m "not vllm" $(PYTEST_ARGS)
 	$(VENV)/bin/ruff check .
 
-# --- vLLM (issue 12): a second environment layered over the project venv (tools/vllm_setup.py) ---
+# --- vLLM: a second environment layered over the project venv (tools/vllm_setup.py) ---
 VLLM_VENV ?= $(CURDIR)/.venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_SETUP := $(PYTHON) $(CURDIR)/tools/vllm_setup.py --venv $(VENV) --vllm-venv $(VLLM_VENV)

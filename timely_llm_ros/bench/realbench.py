@@ -1,5 +1,5 @@
 """``timely-llm realbench``: one scaled workload on a *real* engine under several policies, next to
-the simulator's prediction of the same runs (issue 12: do the headline numbers hold on an engine
+the simulator's prediction of the same runs (do the headline numbers hold on an engine
 that really computes?).
 
 For each policy the workload's tasks go through :class:`~timely_llm_ros.core.planner.PlannerCore`

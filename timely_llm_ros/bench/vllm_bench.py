@@ -1,4 +1,4 @@
-"""Benchmarks of the vLLM engine (issue 12), the counterpart of :mod:`.engine_bench` (llama.cpp).
+"""Benchmarks of the vLLM engine, the counterpart of :mod:`.engine_bench` (llama.cpp).
 
 ``python -m timely_llm_ros.bench.vllm_bench [--model DIR] [--repeats R] [--out FILE] [--quick]``
 (in the vLLM environment: ``make vllm``; on a GPU with ``pip install vllm``).
