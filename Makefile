@@ -32,7 +32,7 @@ export TIMELY_REQUIRE_ROS := 1
 .PHONY: help bootstrap demo test lint clean distclean freeze vllm test-vllm demo-vllm
 
 help:
-	@echo "make demo       set up (venv, ROS 2 wheels, interface build) and run the demo"
+	@echo "make demo       set up (venv, ROS 2 wheels, interface build) and run the demo (DEMO_ARGS=--compare: timely next to the vllm baseline)"
 	@echo "make test       set up, then run pytest (whole suite) and ruff"
 	@echo "make lint       ruff check"
 	@echo "make bootstrap  only the set-up"
@@ -47,7 +47,7 @@ bootstrap:
 
 demo: bootstrap
 	@echo "[demo] ROS_DOMAIN_ID=$(ROS_DOMAIN_ID) (loopback only)"
-	$(VENV)/bin/timely-llm demo
+	$(VENV)/bin/timely-llm demo $(DEMO_ARGS)
 
 test: bootstrap
 	@echo "[test] tests marked 'vllm' are deselected here (they need the 3.5 GB vLLM environment): make test-vllm"
