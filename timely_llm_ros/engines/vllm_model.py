@@ -16,6 +16,7 @@ load as a GGUF-quantized model; the weights are already dequantized, so both are
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import shutil
 import sys
@@ -33,9 +34,10 @@ def is_built(out: Path) -> bool:
 
 def build_hf_model(gguf: Path, out: Path, dtype: str = "bfloat16") -> Path:
     """Convert ``gguf`` to a Hugging Face directory at ``out`` (replaced atomically; see module doc)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    # optional, like vLLM itself (which brings both): not dependencies of the package
+    torch = importlib.import_module("torch")
+    transformers = importlib.import_module("transformers")
+    AutoModelForCausalLM, AutoTokenizer = transformers.AutoModelForCausalLM, transformers.AutoTokenizer
     if not gguf.is_file():
         raise FileNotFoundError(f"GGUF file not found: {gguf}")
     tmp = out.with_name(out.name + ".partial")
