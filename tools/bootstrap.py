@@ -352,6 +352,26 @@ class Bootstrap:
         if removed:
             say(f"build: removed {len(removed)} installed module(s) deleted from the source tree")
 
+    def do_llama_server(self) -> None:
+        """llama.cpp's HTTP server for engine: openai tests (tools/build_llama_server.py); own stamp, so
+        it is rebuilt only when the pip step or its build files change (a few minutes once)."""
+        files = [TOOLS / "build_llama_server.py", TOOLS / "llama_server" / "CMakeLists.txt"]
+        key = digest(self.key_pip(), *files)
+        binary = self.venv / "bin" / "llama-server"
+        if self.stamps.is_current("llama-server", key, [binary]):
+            say("llama-server: up to date")
+            return
+        started = time.monotonic()
+        say("llama-server: building llama.cpp's server from the llama-cpp-python sources (once, a few min)")
+        run_logged("llama-server", [str(self.py), str(TOOLS / "build_llama_server.py"), "--venv", str(self.venv),
+                                    "--work", str(self.build_dir.parent / "llama_server"),
+                                    "--jobs", str(self.jobs)],
+                   self.logs / "llama-server.log",
+                   f"building llama-server failed (full log: {self.logs / 'llama-server.log'}); the engine: "
+                   "openai tests need it. Run make again after fixing the cause.", env=self.env())
+        self.stamps.record("llama-server", key)
+        say(f"llama-server: done in {time.monotonic() - started:.1f} s")
+
     def prune_stale_modules(self) -> list[Path]:
         """Delete installed hand-written modules whose source file is gone (cmake --install never does)."""
         installed = self.site_packages() / "timely_llm_ros"
@@ -419,6 +439,7 @@ class Bootstrap:
             say("build: cmake build + install into the venv (incremental)")
             self.do_build()
             say(f"build: done in {time.monotonic() - started:.1f} s")
+            self.do_llama_server()
         self.do_env()
         say(f"env: {self.venv / 'local_setup.bash'}")
 

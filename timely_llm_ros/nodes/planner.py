@@ -64,7 +64,7 @@ from timely_llm_ros.nodes.common import Param, ParamError, declare_params, nonem
 from timely_llm_ros.nodes.sim_support import CATALOG, PlanTable, RealtimeSimEngine
 from timely_llm_ros.ros import convert, qos, topics
 
-ENGINES = ("sim", "llamacpp", "vllm")
+ENGINES = ("sim", "llamacpp", "vllm", "openai")
 
 
 # Options the planner gives an engine unless engine_options says otherwise. llama.cpp: feed prompts in
@@ -124,7 +124,7 @@ def _agent_types_check(value: list[str]) -> str | None:
 
 
 PARAMS = (
-    Param("engine", "sim", "LLM engine: sim (simulated engine in real time), llamacpp or vllm",
+    Param("engine", "sim", "LLM engine: sim (simulated engine in real time), llamacpp, vllm or openai",
           choices=ENGINES, read_only=True),
     Param("engine_options", "", "YAML/JSON mapping of options for the llamacpp/vllm engine "
           "(passed to timely_llm_ros.engines.registry.create_engine, over the planner's defaults: "
