@@ -28,6 +28,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "profile": ("timely_llm_ros.bench.profile_cli", "measure an LLM engine's speed and fit its profile"),
     "realbench": ("timely_llm_ros.bench.realbench",
                   "policies side by side on a real engine (llamacpp, vllm) vs the simulator's prediction"),
+    "bench-replicas": ("timely_llm_ros.bench.replicas",
+                       "replica scaling on the simulator; a real multi-server run next to its prediction"),
     "fleet": ("timely_llm_ros.fleet",
               "start a fleet's node graph (planner, robots, time model, recorder, workload) from one YAML"),
     "timeline": ("timely_llm_ros.viz.timeline", "plot a recorded run's timeline from a bag (PNG, SVG or HTML)"),

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from timely_llm_ros.core.skills import SkillParseError, SkillSet, load_skill_set
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
 from timely_llm_ros.core.tuf import TUF, InvalidTUF
-from timely_llm_ros.engines.base import Engine
+from timely_llm_ros.engines.base import Engine, EngineError
 
 
 @dataclass(slots=True)
@@ -61,8 +61,11 @@ class Intake:
             full = sset.format_request(spec.instruction, spec.scene)
         except SkillParseError as exc:
             raise TaskRejected(exc.reason) from None
-        prefix = self.prefix_ids(sset)
-        prompt = prefix + self.engine.tokenize(full[len(sset.prompt):])
+        try:  # a remote engine (engine: openai) tokenizes on its server, which may be unreachable
+            prefix = self.prefix_ids(sset)
+            prompt = prefix + self.engine.tokenize(full[len(sset.prompt):])
+        except EngineError as exc:
+            raise TaskRejected(f"the engine cannot tokenize the prompt: {exc}") from None
         limit = self.engine.info.context_limit
         if len(prompt) >= limit:
             raise TaskRejected(f"prompt of {len(prompt)} tokens does not fit the engine context of "

@@ -29,7 +29,8 @@ from timely_llm_ros.core.planner import PlannerCore
 from timely_llm_ros.core.profile import EngineProfile
 from timely_llm_ros.core.robot_sim import RobotSim
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
-from timely_llm_ros.engines.replicas import simulated_replicas
+from timely_llm_ros.engines.replicas import ReplicaSetEngine, simulated_replicas
+from timely_llm_ros.engines.sim import SimEngine
 
 _ARRIVAL = 0
 _FEEDBACK = 1
@@ -57,10 +58,14 @@ class SimResult:
 
 
 def simulate(tasks: list[TaskSpec], config: SimConfig | None = None,
-             progress: Callable[[int, int, float], None] | None = None) -> SimResult:
-    """Run ``tasks`` to completion; ``progress(done, total, sim_time)`` is called as tasks finish."""
+             progress: Callable[[int, int, float], None] | None = None,
+             engine: SimEngine | ReplicaSetEngine | None = None) -> SimResult:
+    """Run ``tasks`` to completion; ``progress(done, total, sim_time)`` is called as tasks finish.
+
+    ``engine``: a prepared virtual-clock engine (e.g. simulated replicas sharing a real model's
+    tokenizer); default: ``config.replicas`` simulated engines timed by ``config.profile``."""
     config = config or SimConfig()
-    engine = simulated_replicas(config.profile, config.replicas)
+    engine = engine if engine is not None else simulated_replicas(config.profile, config.replicas)
     heap: list[tuple[float, int, int, object]] = []
     counter = 0
 

@@ -402,6 +402,32 @@ class OpenAIEndpointEngine(Engine):
         if gen is not None and math.isfinite(priority):
             gen.priority = priority
 
+    def warm_prefix(self, prefix_ids: list[int], prefix_len: int) -> float:
+        """Prefill a shared prompt prefix (a skill set's fixed prompt) into every slot; seconds taken.
+
+        Why: llama.cpp's server keeps one KV cache per slot and does not share a prefix between slots
+        (its RAM prompt cache only holds prompts of slots that were idle when a task started), so
+        without this every slot pays the skill prompt's prefill on its first task — 40 s for the
+        1.2k-token drone prompt on the loaded 2-core machine. vLLM shares cached blocks across all
+        requests: one request suffices. A blocking, one-time cost per skill set and server.
+        """
+        self._need_connection()
+        t0 = self._clock()
+        head = self._wrap(list(prefix_ids), prefix_len)
+        if self._template is not None:  # keep head + prefix + the user-turn header: shared by every task
+            head = head[:len(self._template[0]) + prefix_len + len(self._template[1])]
+        slots = range(self.max_running or 1) if self.kind == "llamacpp" else [None]
+        for k in slots:
+            body = completion_body(self.kind, model=str(self.model), prompt_ids=head, max_tokens=1,
+                                   temperature=0.0, seed=None, grammar=None, priority=None, stop=[],
+                                   first=True)
+            body["stream"] = False
+            body.pop("stream_options", None)
+            if k is not None:
+                body["id_slot"] = k
+            call(self.endpoint, "POST", "/v1/completions", body, timeout=self.timeouts["first_token_timeout"])
+        return self._clock() - t0
+
     def take_faults(self) -> list[Fault]:
         """Generations whose stream failed since the last call (they are no longer running here)."""
         out, self._faults = self._faults, []

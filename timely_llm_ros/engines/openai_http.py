@@ -206,8 +206,9 @@ class Stream:
                                           f"{self.stall_timeout:g} s between tokens)", transport=True))
         except ProtocolError as exc:
             self._put(failure=HttpFailure(f"{what}: {exc}", transport=False))
-        except (OSError, http.client.HTTPException, ValueError) as exc:
-            self._put(failure=HttpFailure(f"{what}: {type(exc).__name__}: {exc}", transport=True))
+        except Exception as exc:  # noqa: BLE001 - OSError, HTTPException, or http.client racing close()
+            if not self.closed:
+                self._put(failure=HttpFailure(f"{what}: {type(exc).__name__}: {exc}", transport=True))
         finally:
             with self._lock:
                 conn = self._conn

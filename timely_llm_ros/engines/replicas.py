@@ -117,6 +117,8 @@ class ReplicaSetEngine(Engine):
         self._errors: list[TokenOut] = []
         self._wake = threading.Event()
         self.failures: dict[int, str] = {}
+        self._warmed: set[str] = set()
+        self.warm_log: list[tuple[str, dict[str, float]]] = []
         self.placements: list[Placement] = []
         self._refresh_info()
 
@@ -199,12 +201,48 @@ class ReplicaSetEngine(Engine):
         if gen_id in self._meta:
             raise EngineError(f"generation {gen_id} already admitted")
         meta = _Meta(len(prompt_ids), prefix_key, prefix_len if prefix_key is not None else 0, max_tokens)
+        if prefix_key is not None and meta.prefix_len > 0 and prefix_key not in self._warmed:
+            self.warm_prefix(list(prompt_ids[:meta.prefix_len]), prefix_key)
         self._meta[gen_id] = meta
         try:
             self._place_new(gen_id, prompt_ids, script, meta, "admit")
         except EngineError:
             self._meta.pop(gen_id, None)
             raise
+
+    def warm_prefix(self, prefix_ids: list[int], prefix_key: str) -> dict[str, float]:
+        """Prefill a new shared prefix on every healthy replica that can (in parallel; blocking).
+
+        Called on the first admission with a new ``prefix_key`` (the planner's warm-up at start-up,
+        else the first task of a skill set), so later placements find the skill prompt cached on
+        whichever replica — and, on llama.cpp, whichever slot — they land. A replica that fails here
+        is marked down (it is probed and warmed again when it comes back: the key is forgotten then).
+        """
+        self._warmed.add(prefix_key)
+        took: dict[str, float] = {}
+        errors: dict[str, str] = {}
+
+        def warm(r: _Replica) -> None:
+            try:
+                took[r.name] = r.engine.warm_prefix(prefix_ids, len(prefix_ids))  # type: ignore[attr-defined]
+                r.prefixes.add(prefix_key)
+            except EngineError as exc:
+                errors[r.name] = str(exc)
+
+        threads = [threading.Thread(target=warm, args=(r,), daemon=True)
+                   for r in self._healthy() if hasattr(r.engine, "warm_prefix")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for r in self.replicas:
+            if r.name in errors:
+                self._mark_down(r, f"warm-up: {errors[r.name]}")
+        if took:
+            log.info("skill prompt %r prefilled on %s", prefix_key,
+                     ", ".join(f"{k} ({v:.1f} s)" for k, v in took.items()))
+        self.warm_log.append((prefix_key, took))
+        return took
 
     def _place_new(self, gen_id: int, prompt_ids: list[int], script: list[int] | None, meta: _Meta,
                    kind: str) -> bool:
@@ -356,6 +394,8 @@ class ReplicaSetEngine(Engine):
                 if ok:
                     log.warning("replica %s is back after %.1f s", r.name, now - r.down_since)
                     r.healthy, r.error, r.backoff = True, "", 0.0
+                    r.prefixes.clear()  # a restarted server has lost its cache: warm again
+                    self._warmed.clear()
                     self._refresh_info()
                 else:
                     r.backoff = min(self.retry_max, max(self.retry_base, r.backoff * 2))
@@ -457,14 +497,15 @@ class ReplicaSetEngine(Engine):
         return wait + uncached / prefill + n_tok / per_seq
 
 
-def simulated_replicas(profile: object, n: int) -> Engine:
-    """``n`` simulated engines with ``profile`` (one engine when ``n == 1``) on one virtual clock."""
+def simulated_replicas(profile: object, n: int, tokenizer: object = None) -> Engine:
+    """``n`` simulated engines with ``profile`` (one engine when ``n == 1``) on one virtual clock;
+    ``tokenizer``: shared by all (default: a new :class:`~timely_llm_ros.core.tokenizer.SimTokenizer`)."""
     from timely_llm_ros.core.tokenizer import SimTokenizer
     from timely_llm_ros.engines.sim import SimEngine
 
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise EngineError(f"replicas must be a positive integer, got {n!r}")
+    tok = tokenizer or SimTokenizer()  # one vocabulary: ids tokenized on one replica, emitted by another
     if n == 1:
-        return SimEngine(profile)  # type: ignore[arg-type]
-    tok = SimTokenizer()  # one vocabulary: ids tokenized on one replica are emitted by another
+        return SimEngine(profile, tokenizer=tok)  # type: ignore[arg-type]
     return ReplicaSetEngine([SimEngine(profile, tokenizer=tok) for _ in range(n)])  # type: ignore[arg-type]

@@ -1,0 +1,124 @@
+"""The OpenAI-server dialects: request bodies, stream chunks, server detection, endpoint URLs.
+
+Pure functions (no server): what each server kind is sent and how its answers are read. The chunk
+samples are the shapes llama.cpp's server and vLLM stream (fields as in their sources / checked on
+this machine, see the module docstring of timely_llm_ros.engines.openai_protocol)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from timely_llm_ros.engines.base import EngineError
+from timely_llm_ros.engines.openai_http import Endpoint
+from timely_llm_ros.engines.openai_protocol import (
+    ProtocolError,
+    completion_body,
+    detect_kind,
+    parse_chunk,
+    parse_prometheus,
+    vllm_kv_capacity,
+)
+
+
+def _body(kind: str, **kw: object) -> dict:
+    args = dict(model="m", prompt_ids=[1, 2, 3], max_tokens=7, temperature=0.0, seed=5, grammar="root ::= \"a\"",
+                priority=3, stop=["\n"], first=True)
+    args.update(kw)
+    return completion_body(kind, **args)  # type: ignore[arg-type]
+
+
+def test_llamacpp_body_sends_ids_grammar_and_asks_for_ids_and_cache_counts():
+    b = _body("llamacpp")
+    assert b["prompt"] == [1, 2, 3] and b["stream"] is True and b["max_tokens"] == 7
+    assert b["grammar"] == 'root ::= "a"' and b["n_probs"] == 1 and b["cache_prompt"] is True
+    assert b["timings_per_token"] is True and b["stop"] == ["\n"]
+    assert "priority" not in b  # llama.cpp's server has none: never sent
+    assert "seed" not in b  # greedy: a seed means nothing
+
+
+def test_vllm_body_uses_structured_outputs_priority_and_token_ids():
+    b = _body("vllm", temperature=0.7)
+    assert b["structured_outputs"] == {"grammar": 'root ::= "a"'} and b["priority"] == 3
+    assert b["return_tokens_as_token_ids"] is True and b["logprobs"] == 1
+    assert b["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    assert b["min_tokens"] == 1 and b["seed"] == 5
+    assert "min_tokens" not in _body("vllm", first=False)  # a resumption may end at once
+    assert "structured_outputs" not in _body("vllm", grammar=None)
+
+
+def test_unknown_kind_is_refused():
+    with pytest.raises(ProtocolError):
+        _body("sglang")
+
+
+def test_llamacpp_chunk_ids_text_and_cached_count():
+    data = json.dumps({"choices": [{"text": "sc(", "index": 0, "finish_reason": None,
+                                    "logprobs": {"content": [{"id": 1201, "token": "sc", "logprob": -0.1},
+                                                             {"id": 7, "token": "(", "logprob": -0.2}]}}],
+                       "timings": {"cache_n": 420, "prompt_n": 3}})
+    ch = parse_chunk("llamacpp", data)
+    assert ch is not None and ch.ids == [1201, 7] and ch.text == "sc(" and ch.finish == ""
+    assert ch.cached == 420 and ch.prompt_tokens == 423
+
+
+def test_vllm_chunk_token_ids_usage_and_finish():
+    data = json.dumps({"choices": [{"text": ");", "finish_reason": "stop",
+                                    "logprobs": {"tokens": ["token_id:12", "token_id:30"]}}],
+                       "usage": {"prompt_tokens": 500, "prompt_tokens_details": {"cached_tokens": 496}}})
+    ch = parse_chunk("vllm", data)
+    assert ch is not None and ch.ids == [12, 30] and ch.finish == "eos"
+    assert ch.cached == 496 and ch.prompt_tokens == 500
+    usage_only = parse_chunk("vllm", json.dumps({"choices": [], "usage": {"prompt_tokens": 9}}))
+    assert usage_only is not None and usage_only.ids == [] and usage_only.prompt_tokens == 9
+
+
+def test_vllm_token_without_id_is_a_protocol_error():
+    with pytest.raises(ProtocolError, match="return_tokens_as_token_ids"):
+        parse_chunk("vllm", json.dumps({"choices": [{"text": "a", "logprobs": {"tokens": ["a"]}}]}))
+
+
+def test_done_errors_lengths_and_garbage():
+    assert parse_chunk("vllm", "[DONE]") is None
+    err = parse_chunk("llamacpp", json.dumps({"error": {"code": 500, "message": "boom"}}))
+    assert err is not None and err.finish == "error" and err.error == "boom"
+    length = parse_chunk("llamacpp", json.dumps({"choices": [{"text": "", "finish_reason": "length"}]}))
+    assert length is not None and length.finish == "length"
+    odd = parse_chunk("llamacpp", json.dumps({"choices": [{"text": "", "finish_reason": "abort"}]}))
+    assert odd is not None and odd.finish == "error" and "abort" in odd.error
+    with pytest.raises(ProtocolError):
+        parse_chunk("llamacpp", "{not json")
+
+
+def test_detect_kind():
+    assert detect_kind({"data": []}, {"default_generation_settings": {}}, None) == "llamacpp"
+    assert detect_kind({"data": [{"id": "m", "owned_by": "vllm"}]}, None, {"version": "0.32.0"}) == "vllm"
+    with pytest.raises(ProtocolError, match="llama-cpp-python"):
+        detect_kind({"data": [{"id": "m", "owned_by": "me"}]}, None, None)
+    with pytest.raises(ProtocolError, match="unrecognised"):
+        detect_kind({"data": [{"id": "m", "owned_by": "someone"}]}, None, None)
+
+
+def test_prometheus_and_vllm_capacity():
+    text = """# HELP vllm:cache_config_info info
+vllm:cache_config_info{block_size="16",cache_dtype="auto",num_gpu_blocks="2048"} 1.0
+vllm:num_requests_running{model_name="m"} 3.0
+garbage line
+"""
+    m = parse_prometheus(text)
+    assert m["vllm:num_requests_running"][0][1] == 3.0
+    assert vllm_kv_capacity(m) == 2048 * 16
+    assert vllm_kv_capacity({}) is None
+
+
+def test_endpoint_urls_and_api_key(monkeypatch):
+    ep = Endpoint.parse("http://127.0.0.1:8000/v1/")
+    assert (ep.host, ep.port, ep.prefix) == ("127.0.0.1", 8000, "")
+    assert "Authorization" not in ep.headers()
+    with pytest.raises(EngineError, match="http"):
+        Endpoint.parse("ftp://x:1")
+    with pytest.raises(EngineError, match="MY_KEY"):
+        Endpoint.parse("http://127.0.0.1:1", api_key_env="MY_KEY")
+    monkeypatch.setenv("MY_KEY", "s3cret")
+    assert Endpoint.parse("http://127.0.0.1:1", api_key_env="MY_KEY").headers()["Authorization"] == "Bearer s3cret"
