@@ -97,7 +97,7 @@ class LlamaServer:
 
 
 class FaultProxy:
-    """Forwards to ``target`` (a real server); ``/v1/completions`` gets ``mode``'s fault:
+    """Forwards to ``target`` (a real server); a streamed ``/v1/completions`` gets ``mode``'s fault:
     ``refuse`` (HTTP 503), ``drop`` (close the connection after ``after`` stream lines), ``hang``
     (send the headers, then nothing) or ``pass`` (no fault). ``faults`` counts injected faults."""
 
@@ -120,7 +120,8 @@ class FaultProxy:
                 conn = http.client.HTTPConnection(host, int(port), timeout=300)
                 conn.request(method, self.path, body=body, headers={"Content-Type": "application/json"})
                 resp = conn.getresponse()
-                if self.path.startswith("/v1/completions") and proxy.mode != "pass":
+                streamed = bool(body) and b'"stream": true' in body
+                if self.path.startswith("/v1/completions") and streamed and proxy.mode != "pass":
                     self._fault(resp)
                     conn.close()
                     return
@@ -142,12 +143,12 @@ class FaultProxy:
                     self.end_headers()
                     self.wfile.write(data)
                     return
-                self.send_response(200)
+                self.send_response(200)  # (the client may be gone already: a broken pipe is fine)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Connection", "close")
                 self.end_headers()
                 if proxy.mode == "hang":
-                    time.sleep(30)
+                    time.sleep(120)
                     return
                 lines = 0
                 for raw in resp:  # drop: pass a few lines, then cut the connection mid-stream
@@ -165,7 +166,11 @@ class FaultProxy:
             def do_POST(self) -> None:  # noqa: N802
                 self._forward("POST")
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(http.server.ThreadingHTTPServer):
+            def handle_error(self, request: object, client_address: object) -> None:
+                pass  # a client that hung up on an injected fault: expected
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)

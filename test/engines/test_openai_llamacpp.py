@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from test.engines.llama_server_kit import FaultProxy, LlamaServer
+from llama_server_kit import FaultProxy, LlamaServer
 from timely_llm_ros.bench.replicas import run_realtime
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.planner import PlannerCore
@@ -91,9 +91,10 @@ def test_segmented_plans_over_http_reuse_the_servers_cached_prompt(server: Llama
     sent: list = []
     planner = PlannerCore(engine, "timely", dispatch=sent.append, network_latency=0.0)
     try:
-        recs = [planner.submit(_spec(i, urgent=i == 0)) for i in range(3)]
+        # as many generations as the server has slots: each keeps its slot (and KV) while suspended
+        recs = [planner.submit(_spec(i, urgent=i == 0)) for i in range(2)]
         _drive(planner, engine, sent)
-        assert [r.state for r in recs] == [ev.COMPLETED] * 3, [(r.state, r.reason) for r in recs]
+        assert [r.state for r in recs] == [ev.COMPLETED] * 2, [(r.state, r.reason) for r in recs]
         for r in recs:
             SSET.parse_segments([s.text for s in r.segments])  # the grammar kept every plan valid
         assert sum(r.n_suspensions for r in recs) > 0  # suspended (stream closed) and resumed
@@ -102,7 +103,8 @@ def test_segmented_plans_over_http_reuse_the_servers_cached_prompt(server: Llama
         assert counted and len(counted) == len(log)
         # every resumption found its prompt (skill prompt + task + plan so far) in the server's cache:
         # at most one KV block (16 tokens) recomputed, on llama.cpp in practice 1 token
-        assert all(x.prompt_tokens - x.cached_tokens <= 16 for x in counted), counted
+        bad = [x for x in counted if x.prompt_tokens - x.cached_tokens > 16]
+        assert not bad, (bad, engine.replicas[0].engine.stats)
         assert engine.speed() and engine.running() == 0
     finally:
         engine.close()
@@ -130,7 +132,7 @@ def test_two_replicas_and_a_server_killed_mid_run_loses_no_task(logs: Path):
         assert all(r.reason for r in recs if r.state == ev.FAILED)
         assert sum(r.state == ev.COMPLETED for r in recs) >= 5, [(r.state, r.reason) for r in recs]
         status = {s["name"]: s for s in engine.status()}
-        assert status[b.url]["healthy"] is False and "b" and status[b.url]["error"]
+        assert status[b.url]["healthy"] is False and status[b.url]["error"]
         assert engine.stats["failovers"] >= 1
         assert any(p.kind == "failover" and p.replica == a.url for p in engine.placements)
     finally:
@@ -143,7 +145,10 @@ def test_two_replicas_and_a_server_killed_mid_run_loses_no_task(logs: Path):
 def test_faulty_replica_is_bypassed_then_comes_back(server: LlamaServer, mode: str):
     proxy = FaultProxy(server.url, mode=mode, after=3)
     # the proxy is listed first: with equal estimates the first replica gets the first generation
-    engine = _engine(proxy.url, server.url, first_token_timeout=4.0, stall_timeout=4.0)
+    # hang: the stream of the faulty replica is given up after 20 s without a token (the real server,
+    # prompt cached, answers well within that even on a loaded machine)
+    timeouts = dict(first_token_timeout=20.0, stall_timeout=20.0) if mode == "hang" else {}
+    engine = _engine(proxy.url, server.url, **timeouts)
     sent: list = []
     planner = PlannerCore(engine, "timely", dispatch=sent.append, network_latency=0.0)
     try:
@@ -151,8 +156,9 @@ def test_faulty_replica_is_bypassed_then_comes_back(server: LlamaServer, mode: s
         _drive(planner, engine, sent)
         assert rec.state == ev.COMPLETED, rec.reason
         assert proxy.faults >= 1
-        assert any(p.kind == "failover" and p.replica == server.url for p in engine.placements)
-        assert engine.replicas[0].healthy is False
+        assert engine.placements[0].replica == proxy.url  # first placed on the faulty one ...
+        assert any(p.kind == "failover" and p.replica == server.url for p in engine.placements)  # ... moved
+        assert [name for _, name, _ in engine.down_log] and engine.down_log[0][1] == proxy.url
         proxy.mode = "pass"  # the replica recovers: probed with backoff, then used again
         deadline = time.monotonic() + 60
         while not engine.replicas[0].healthy and time.monotonic() < deadline:

@@ -289,7 +289,8 @@ def plot(rows: list[dict[str, Any]], real: dict[str, Any] | None, path: Path) ->
             axes[i][j].set_xticks(REPLICAS, [str(x) for x in REPLICAS])
             axes[i][j].set_xlabel("replicas")
             axes[i][j].grid(alpha=0.3)
-            axes[i][j].legend(fontsize=8)
+            if rows:
+                axes[i][j].legend(fontsize=8)
     if real:
         for i, key in enumerate(("pct_beta_clamped", "response_mean")):
             ax = axes[i][2]

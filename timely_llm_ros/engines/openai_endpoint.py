@@ -92,7 +92,7 @@ class Fault:
 
 class _Gen:
     __slots__ = ("gen_id", "ids", "n_prompt", "max_tokens", "key", "state", "sub", "stream", "buf",
-                 "priority", "fault", "record", "last_t", "sent_at", "uncached", "text_carry")
+                 "priority", "fault", "record", "last_t", "sent_at", "uncached", "text_carry", "slot")
 
     def __init__(self, gen_id: int, ids: list[int], n_prompt: int, max_tokens: int, key: str | None) -> None:
         self.gen_id = gen_id
@@ -111,6 +111,7 @@ class _Gen:
         self.sent_at = math.nan
         self.uncached = 0
         self.text_carry = ""
+        self.slot: int | None = None  # llama.cpp slot of the last submission
 
     @property
     def n_gen(self) -> int:
@@ -174,6 +175,8 @@ class OpenAIEndpointEngine(Engine):
         self._wake_flag = threading.Event()
         self._external_wake = wake
         self._gens: dict[int, _Gen] = {}
+        self._slot_owner: dict[int, int] = {}  # llama.cpp slot -> generation that used it last
+        self._slot_used: dict[int, float] = {}  # llama.cpp slot -> when it was last given out
         self._faults: list[Fault] = []
         self._tok_cache: dict[tuple[str, bool], list[int]] = {}
         self._meter = SpeedMeter(speed_window)
@@ -184,7 +187,7 @@ class OpenAIEndpointEngine(Engine):
                                extra={"url": self.url})
         self.resume_log: list[ResumeRecord] = []
         self.stats = {"submissions": 0, "resubmits": 0, "closed_streams": 0, "faults": 0, "cached_tokens": 0,
-                      "tokens": 0, "prefix_cached_resumes": 0}
+                      "tokens": 0, "prefix_cached_resumes": 0, "slot_pins": 0}
         if connect:
             self.connect()
 
@@ -425,7 +428,9 @@ class OpenAIEndpointEngine(Engine):
             body.pop("stream_options", None)
             if k is not None:
                 body["id_slot"] = k
-            call(self.endpoint, "POST", "/v1/completions", body, timeout=self.timeouts["first_token_timeout"])
+            # a long prefill, not a first token of a running task: its own generous bound
+            call(self.endpoint, "POST", "/v1/completions", body,
+                 timeout=max(600.0, self.timeouts["first_token_timeout"]))
         return self._clock() - t0
 
     def take_faults(self) -> list[Fault]:
@@ -491,6 +496,9 @@ class OpenAIEndpointEngine(Engine):
                                max_tokens=gen.max_tokens - gen.n_gen, temperature=self.temperature,
                                seed=self.seed + gen.gen_id, grammar=self._grammar(gen.key, resumed),
                                priority=prio, stop=self.stop, first=not resumed)
+        slot = self._pick_slot(gen)
+        if slot is not None:
+            body["id_slot"] = slot
         if self.kind == "vllm" and "structured_outputs" in body and self._structured_field != "structured_outputs":
             body[self._structured_field] = body.pop("structured_outputs")["grammar"]
         gen.sub += 1
@@ -510,6 +518,40 @@ class OpenAIEndpointEngine(Engine):
                             wake=self._wake, **self.timeouts)
         gen.state = _RUNNING
         gen.stream.start()
+
+    def _pick_slot(self, gen: _Gen) -> int | None:
+        """llama.cpp: the slot for this submission, chosen here rather than by the server.
+
+        Why: the server picks the slot whose cached prompt is most similar *among idle slots*, but
+        a request whose stream we just closed keeps its slot busy until the server notices (at its
+        next token); a generation resumed at once would land on another slot and recompute its task
+        and plan tokens there (measured: 60 tokens, 2 s on this CPU). Pinning ``id_slot`` makes the
+        server wait for that slot instead (one token's time). Choice: the slot of the generation's
+        previous submission if none of our running generations holds it; else a free slot whose KV
+        belongs to no suspended generation of ours; else the free slot left longest ago. Assumes
+        this planner is the server's only client (another client's request on a pinned slot would
+        make ours wait for it). None (server's choice) when the slot count is unknown or all are busy.
+        """
+        if self.kind != "llamacpp" or not self.max_running:
+            return None
+        busy = {g.slot for g in self._gens.values() if g.state == _RUNNING and g.slot is not None}
+        if gen.slot is not None and gen.slot not in busy and self._slot_owner.get(gen.slot) == gen.gen_id:
+            slot = gen.slot
+            self.stats["slot_pins"] += 1
+        else:
+            free = [k for k in range(self.max_running) if k not in busy]
+            if not free:
+                return None
+
+            def keeps_kv(k: int) -> bool:
+                owner = self._gens.get(self._slot_owner.get(k, -1))
+                return owner is not None and owner.state == _SUSPENDED
+
+            slot = min(free, key=lambda k: (keeps_kv(k), self._slot_used.get(k, -math.inf)))
+        gen.slot = slot
+        self._slot_owner[slot] = gen.gen_id
+        self._slot_used[slot] = self._clock()
+        return slot
 
     def _feed(self, ev: StreamEvent) -> None:
         gen = self._gens.get(ev.key[0])

@@ -119,6 +119,7 @@ class ReplicaSetEngine(Engine):
         self.failures: dict[int, str] = {}
         self._warmed: set[str] = set()
         self.warm_log: list[tuple[str, dict[str, float]]] = []
+        self.down_log: list[tuple[float, str, str]] = []  # (time, replica, why) each time one went down
         self.placements: list[Placement] = []
         self._refresh_info()
 
@@ -353,7 +354,10 @@ class ReplicaSetEngine(Engine):
         for idx, r in enumerate(self.replicas):
             poll = getattr(r.engine, "poll", r.engine.step)
             if r.engine.running():
-                outs.extend(poll())
+                got = poll()
+                if got:
+                    r.backoff = 0.0  # it serves tokens: healthy for real, the next fault starts afresh
+                outs.extend(got)
             take = getattr(r.engine, "take_faults", None)
             if take is not None:
                 for fault in take():
@@ -393,7 +397,7 @@ class ReplicaSetEngine(Engine):
                 r.probing = False
                 if ok:
                     log.warning("replica %s is back after %.1f s", r.name, now - r.down_since)
-                    r.healthy, r.error, r.backoff = True, "", 0.0
+                    r.healthy, r.error = True, ""
                     r.prefixes.clear()  # a restarted server has lost its cache: warm again
                     self._warmed.clear()
                     self._refresh_info()
@@ -433,6 +437,10 @@ class ReplicaSetEngine(Engine):
         self._wake.set()
 
     # -- placement --------------------------------------------------------------------------------
+    def _prefill_speed(self) -> float | None:
+        known = [v for v in (getattr(r.engine, "prefill_speed", lambda: None)() for r in self.replicas) if v]
+        return sum(known) / len(known) if known else None
+
     def _healthy(self) -> list[_Replica]:
         return [r for r in self.replicas if r.healthy]
 
@@ -443,8 +451,10 @@ class ReplicaSetEngine(Engine):
         if r.healthy:
             log.warning("replica %s is down: %s", r.name, error)
             r.down_since = self._clock()
-            r.backoff = self.retry_base
+            # a replica that fails again before serving a token waits longer (no fast flapping)
+            r.backoff = min(self.retry_max, max(self.retry_base, r.backoff * 2))
             r.next_probe = self._clock() + r.backoff
+            self.down_log.append((self.now(), r.name, error))
         r.healthy = False
         r.error = error
 
@@ -486,8 +496,9 @@ class ReplicaSetEngine(Engine):
             kv = mem.running + mem.prefix + meta.prompt_len
             return (backlog + prof.prefill_batch_time([uncached])
                     + n_tok * prof.decode_time(running + 1, kv + running * n_tok))
+        # a replica without measurements yet is assumed as fast as the measured ones (same model)
         speed = e.speed() or self.speed() or 10.0
-        prefill = getattr(e, "prefill_speed", lambda: None)() or 200.0
+        prefill = getattr(e, "prefill_speed", lambda: None)() or self._prefill_speed() or 200.0
         # CPU/GPU decode is shared by the running sequences: aggregate throughput ≈ speed × running
         per_seq = speed * max(1, running) / (running + 1)
         wait = 0.0
