@@ -51,6 +51,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_healthy(port: int, proc: subprocess.Popen, timeout: float, log: Path) -> None:
+    """Poll ``GET /health`` on 127.0.0.1:``port`` until 200; RuntimeError (with the log tail) if the
+    process exits or ``timeout`` passes. Servers start slowly on the loaded machine."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited ({proc.returncode}); log: {log.read_text()[-3000:]}")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", "/health")
+            if conn.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"server on port {port} not ready after {timeout:g} s; log: {log.read_text()[-3000:]}")
+
+
 class LlamaServer:
     """One ``llama-server`` process on 127.0.0.1 (small: 1 thread, ``slots`` slots of 2048 tokens)."""
 
@@ -65,20 +83,11 @@ class LlamaServer:
         self._wait_ready(120.0)
 
     def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"llama-server exited ({self.proc.returncode}); log: {self.log.read_text()[-2000:]}")
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-                conn.request("GET", "/health")
-                if conn.getresponse().status == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"llama-server on {self.url} not ready after {timeout:g} s")
+        try:
+            wait_healthy(self.port, self.proc, timeout, self.log)
+        except RuntimeError:
+            self.stop()
+            raise
 
     def kill(self) -> None:
         """Crash it (SIGKILL): connections reset, nothing answers afterwards."""

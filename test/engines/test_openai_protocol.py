@@ -122,3 +122,28 @@ def test_endpoint_urls_and_api_key(monkeypatch):
         Endpoint.parse("http://127.0.0.1:1", api_key_env="MY_KEY")
     monkeypatch.setenv("MY_KEY", "s3cret")
     assert Endpoint.parse("http://127.0.0.1:1", api_key_env="MY_KEY").headers()["Authorization"] == "Bearer s3cret"
+
+
+def _dead_url() -> str:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on (loopback): connection refused
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_engine_configuration_errors_are_clear():
+    from timely_llm_ros.engines.openai import OpenAIEngine
+    from timely_llm_ros.engines.registry import create_engine
+
+    with pytest.raises(EngineError, match="base_url or endpoints"):
+        OpenAIEngine()
+    url = _dead_url()
+    with pytest.raises(EngineError, match="distinct"):
+        OpenAIEngine(endpoints=[url, url])
+    with pytest.raises(EngineError, match="no endpoint answered.*refused"):
+        OpenAIEngine(url, connect_timeout=1.0)
+    with pytest.raises(EngineError, match="no parameter"):
+        create_engine("openai", base_url=url, bogus=1)
+    with pytest.raises(EngineError, match="server must be"):
+        OpenAIEngine(url, server="sglang")

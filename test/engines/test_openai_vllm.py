@@ -13,7 +13,6 @@ cache: at most one KV block (16 tokens) recomputed, by vLLM's own count (``cache
 
 from __future__ import annotations
 
-import http.client
 import importlib.util
 import os
 import subprocess
@@ -22,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from llama_server_kit import free_port, wait_healthy
 
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.planner import PlannerCore
@@ -50,18 +50,10 @@ def _model() -> Path:
     return path
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory: pytest.TempPathFactory):
     model = _model()
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("vllm") / "server.log"
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
            "HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
@@ -72,20 +64,10 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory):
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
-        deadline = time.monotonic() + 900  # model load + warm-up on a loaded 2-core CPU
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM server exited ({proc.returncode}): {log.read_text()[-3000:]}", pytrace=False)
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-                conn.request("GET", "/health")
-                if conn.getresponse().status == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(1.0)
-        else:
-            pytest.fail(f"vLLM server not ready: {log.read_text()[-3000:]}", pytrace=False)
+        try:
+            wait_healthy(port, proc, 900.0, log)  # model load + warm-up on a loaded 2-core CPU
+        except RuntimeError as exc:
+            pytest.fail(f"vLLM server: {exc}", pytrace=False)
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()

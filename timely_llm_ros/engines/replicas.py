@@ -247,18 +247,28 @@ class ReplicaSetEngine(Engine):
 
     def _place_new(self, gen_id: int, prompt_ids: list[int], script: list[int] | None, meta: _Meta,
                    kind: str) -> bool:
-        tried: set[int] = set()
+        def run(r: _Replica) -> None:
+            r.engine.admit(gen_id, prompt_ids, max_tokens=meta.max_tokens, prefix_key=meta.prefix_key,
+                           prefix_len=meta.prefix_len, script=script)
+
+        return self._place(gen_id, meta, set(), run, _Orphan(0.0, "", prompt_ids=list(prompt_ids), script=script),
+                           kind)
+
+    def _place(self, gen_id: int, meta: _Meta, exclude: set[int], run: Callable[[_Replica], None],
+               orphan: _Orphan, kind: str) -> bool:
+        """Run ``run`` on the best healthy replica; one that fails in transport is marked down and
+        the next one tried; with none left the generation waits as ``orphan``. Request errors raise."""
+        tried = set(exclude)
         while True:
             idx, est = self._choose(meta, tried)
             if idx is None:
-                self._orphans[gen_id] = _Orphan(self.now() + self.failover_timeout, self._why_none(),
-                                                prompt_ids=list(prompt_ids), script=script)
+                orphan.deadline, orphan.reason = self.now() + self.failover_timeout, self._why_none()
+                self._orphans[gen_id] = orphan
                 return False
             r = self.replicas[idx]
             self._sync(r)
             try:
-                r.engine.admit(gen_id, prompt_ids, max_tokens=meta.max_tokens, prefix_key=meta.prefix_key,
-                               prefix_len=meta.prefix_len, script=script)
+                run(r)
             except EngineError as exc:
                 if not getattr(exc, "transport", False):
                     raise
@@ -287,28 +297,14 @@ class ReplicaSetEngine(Engine):
         self._adopt(gen_id, context, meta, exclude={idx}, kind="failover")
 
     def _adopt(self, gen_id: int, context: Context, meta: _Meta, exclude: set[int], kind: str) -> None:
-        tried = set(exclude)
-        while True:
-            idx, est = self._choose(meta, tried, n_cached_ok=False)
-            if idx is None:
-                self._orphans[gen_id] = _Orphan(self.now() + self.failover_timeout, self._why_none(),
-                                                context=context)
-                return
-            r = self.replicas[idx]
+        def run(r: _Replica) -> None:
             adopt = getattr(r.engine, "adopt", None)
             if adopt is None:
                 raise EngineError(f"replica {r.name} cannot continue a generation started elsewhere")
-            try:
-                adopt(gen_id, context, max_tokens=meta.max_tokens, prefix_key=meta.prefix_key)
-            except EngineError as exc:
-                if not getattr(exc, "transport", False):
-                    raise
-                self._mark_down(r, str(exc))
-                tried.add(idx)
-                continue
+            adopt(gen_id, context, max_tokens=meta.max_tokens, prefix_key=meta.prefix_key)
             r.failovers += 1
-            self._placed(gen_id, idx, kind, est)
-            return
+
+        self._place(gen_id, meta, exclude, run, _Orphan(0.0, "", context=context), kind)
 
     def suspend(self, gen_id: int, resume_hint: float | None = None) -> Context:
         idx = self._where.get(gen_id)
@@ -472,11 +468,13 @@ class ReplicaSetEngine(Engine):
             r.placed += 1
         self.placements.append(Placement(self.now(), gen_id, r.name, kind, est))
 
-    def _choose(self, meta: _Meta, exclude: set[int], n_cached_ok: bool = True) -> tuple[int | None, float]:
+    def _choose(self, meta: _Meta, exclude: set[int]) -> tuple[int | None, float]:
         best, best_est = None, math.inf
-        for idx, r in enumerate(self.replicas):
-            if idx in exclude or not r.healthy:
-                continue
+        usable = [i for i, r in enumerate(self.replicas) if i not in exclude and r.healthy]
+        # a replica with room now beats one that would queue the request (slots full)
+        roomy = [i for i in usable if self.replicas[i].engine.memory().free > 0]
+        for idx in roomy or usable:
+            r = self.replicas[idx]
             est = self.estimate(r, meta)
             if best is None or est < best_est:
                 best, best_est = idx, est
