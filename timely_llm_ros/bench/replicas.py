@@ -223,6 +223,11 @@ def real_vs_predicted(endpoints: list[str], workload: str, policy: str, profile:
             "real": _classes(real), "predicted": _classes(pred.records),
             "replica_status": engine.status(), "engine_stats": engine.stats,
             "resume_cache": _resume_cache(engine),
+            # how fast the real servers ran vs what the profile assumes (the machine may be loaded)
+            "measured_speed": {r.name: {"decode_tok_s_per_seq": r.engine.speed(),
+                                        "prefill_tok_s": r.engine.prefill_speed()} for r in engine.replicas},
+            "profile_speed": {"decode_tok_s_per_seq": 1.0 / prof.decode_time(1, 1300),
+                              "prefill_tok_s": 1000 / prof.prefill_time(1000)},
             "tasks": [{"task_id": r.task_id, "class": r.task_class, "state": r.state, "reason": r.reason,
                        "response_real": r.response_time, "response_pred": p.response_time,
                        "segments": len(r.segments)} for r, p in zip(real, pred.records)],
@@ -346,6 +351,8 @@ def run(args: argparse.Namespace) -> int:
               f"({args.workload}, TUF x{args.tuf_scale:g}):")
         print(real_table(result["real"]))
         print(f"resumed prompts taken from the servers' caches: {result['real']['resume_cache']}")
+        print(f"measured speeds {result['real']['measured_speed']}; the profile assumes "
+              f"{result['real']['profile_speed']}")
     (args.out / "replicas.json").write_text(json.dumps(result, indent=1))
     if result["scaling"] or result["real"]:
         png = plot(result["scaling"], result["real"], args.out / "replicas.png")

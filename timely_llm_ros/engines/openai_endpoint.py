@@ -181,6 +181,7 @@ class OpenAIEndpointEngine(Engine):
         self._tok_cache: dict[tuple[str, bool], list[int]] = {}
         self._meter = SpeedMeter(speed_window)
         self._prefill_tps: float | None = None
+        self.last_token_at = -math.inf  # engine clock of the last streamed token (estimates' freshness)
         self._admissions = 0
         self.connected = False
         self.info = EngineInfo(name=f"openai:{self.url}", context_limit=1 << 30, eos_id=-1,
@@ -585,6 +586,7 @@ class OpenAIEndpointEngine(Engine):
                 for _ in ch.ids:
                     self._meter.record(gap, pure_decode=True)
             gen.last_t = ev.t
+            self.last_token_at = ev.t
             for tok in ch.ids:
                 gen.buf.append([tok, "", ev.t, ""])
             gen.buf[-1][1] = gen.text_carry + ch.text

@@ -95,7 +95,8 @@ class ReplicaSetEngine(Engine):
 
     def __init__(self, replicas: list[Engine], *, names: list[str] | None = None, step_wait: float = 0.1,
                  retry_base: float = 0.5, retry_max: float = 30.0, failover_timeout: float = 60.0,
-                 placement_tokens: int = 32, clock: Callable[[], float] = time.monotonic) -> None:
+                 placement_tokens: int = 32, stale_after: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if not replicas:
             raise EngineError("a replica set needs at least one replica")
         names = list(names) if names is not None else [f"r{i}" for i in range(len(replicas))]
@@ -109,6 +110,7 @@ class ReplicaSetEngine(Engine):
         self.retry_max = float(retry_max)
         self.failover_timeout = float(failover_timeout)
         self.placement_tokens = int(placement_tokens)
+        self.stale_after = float(stale_after)
         self._clock = clock
         self._t = max(e.now() for e in replicas) if self.virtual else 0.0
         self._where: dict[int, int] = {}
@@ -433,8 +435,9 @@ class ReplicaSetEngine(Engine):
         self._wake.set()
 
     # -- placement --------------------------------------------------------------------------------
-    def _prefill_speed(self) -> float | None:
-        known = [v for v in (getattr(r.engine, "prefill_speed", lambda: None)() for r in self.replicas) if v]
+    def _mean_speed(self, what: str) -> float | None:
+        """Mean of the replicas' measured ``speed`` or ``prefill_speed`` (None before any)."""
+        known = [v for v in (getattr(r.engine, what, lambda: None)() for r in self.replicas) if v]
         return sum(known) / len(known) if known else None
 
     def _healthy(self) -> list[_Replica]:
@@ -494,9 +497,13 @@ class ReplicaSetEngine(Engine):
             kv = mem.running + mem.prefix + meta.prompt_len
             return (backlog + prof.prefill_batch_time([uncached])
                     + n_tok * prof.decode_time(running + 1, kv + running * n_tok))
-        # a replica without measurements yet is assumed as fast as the measured ones (same model)
-        speed = e.speed() or self.speed() or 10.0
-        prefill = getattr(e, "prefill_speed", lambda: None)() or self._prefill_speed() or 200.0
+        # Replicas serve one model. A replica's own measurements count while they are fresh; one that
+        # has streamed nothing for ``stale_after`` seconds (or never) is assumed as fast as the set's
+        # mean — else one slow spell would keep an idle replica out of every later placement.
+        fresh = self._clock() - getattr(e, "last_token_at", -math.inf) <= self.stale_after
+        speed = (e.speed() if fresh else None) or self._mean_speed("speed") or 10.0
+        prefill = ((getattr(e, "prefill_speed", lambda: None)() if fresh else None)
+                   or self._mean_speed("prefill_speed") or 200.0)
         # CPU/GPU decode is shared by the running sequences: aggregate throughput ≈ speed × running
         per_seq = speed * max(1, running) / (running + 1)
         wait = 0.0
