@@ -62,6 +62,8 @@ from timely_llm_ros.engines.openai_protocol import (
     completion_body,
     detect_kind,
     parse_prometheus,
+    prefix_cache_counters,
+    vllm_kv_blocks,
     vllm_kv_capacity,
 )
 
@@ -212,7 +214,7 @@ class OpenAIEndpointEngine(Engine):
             self.model = served[0]
         elif served and self.model not in served:
             raise EngineError(f"{self.url} does not serve model {self.model!r}; it serves {served}")
-        ctx_limit, capacity, slots = 1 << 30, None, None
+        ctx_limit, capacity, slots, block_size = 1 << 30, None, None, None
         if self.kind == "llamacpp" and isinstance(props, dict):
             dgs = props.get("default_generation_settings") or {}
             n_ctx = int(dgs.get("n_ctx") or 0)
@@ -225,7 +227,10 @@ class OpenAIEndpointEngine(Engine):
                     ctx_limit = int(m["max_model_len"])
             metrics = _try(ep, "/metrics", to, raw=True)
             if isinstance(metrics, str):
-                capacity = vllm_kv_capacity(parse_prometheus(metrics))
+                parsed = parse_prometheus(metrics)
+                capacity = vllm_kv_capacity(parsed)
+                blocks = vllm_kv_blocks(parsed)
+                block_size = blocks[1] if blocks else None
         self.capacity = self._kv_override or capacity or _UNKNOWN_CAPACITY
         self.max_running = self._max_running_override or slots
         self.caps = CAPS[self.kind]
@@ -236,6 +241,7 @@ class OpenAIEndpointEngine(Engine):
         self.info = EngineInfo(name=f"openai:{self.kind}:{self.model}@{self.url}", context_limit=ctx_limit,
                                eos_id=eos, extra={"url": self.url, "kind": self.kind, "model": self.model,
                                                   "slots": slots, "kv_capacity": self.capacity,
+                                                  "block_size": block_size,
                                                   "version": (version or {}).get("version")
                                                   if isinstance(version, dict) else None})
 
@@ -665,6 +671,9 @@ class OpenAIEndpointEngine(Engine):
                 pick = {k: sum(v for _, v in m[k]) for k in ("vllm:num_requests_running",
                                                               "vllm:num_requests_waiting",
                                                               "vllm:kv_cache_usage_perc") if k in m}
+                counters = prefix_cache_counters(m)
+                if counters is not None:  # streamed requests report cached tokens only at their end
+                    pick["prefix_cache_queries"], pick["prefix_cache_hits"] = counters
                 return pick
         return {}
 

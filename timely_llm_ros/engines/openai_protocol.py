@@ -214,11 +214,27 @@ def _split_labels(body: str) -> list[str]:
     return items
 
 
-def vllm_kv_capacity(metrics: dict[str, list[tuple[dict[str, str], float]]]) -> int | None:
-    """KV capacity in tokens from vLLM's ``cache_config_info`` (num_gpu_blocks × block_size)."""
+def vllm_kv_blocks(metrics: dict[str, list[tuple[dict[str, str], float]]]) -> tuple[int, int] | None:
+    """(number of KV blocks, block size in tokens) from vLLM's ``cache_config_info``; the block size is
+    what a resumption may recompute at most (16 on GPUs by default, 128 with vLLM's CPU backend)."""
     for labels, _ in metrics.get("vllm:cache_config_info", []):
         try:
-            return int(labels["num_gpu_blocks"]) * int(labels["block_size"])
+            return int(labels["num_gpu_blocks"]), int(labels["block_size"])
         except (KeyError, ValueError):
             continue
     return None
+
+
+def vllm_kv_capacity(metrics: dict[str, list[tuple[dict[str, str], float]]]) -> int | None:
+    """KV capacity in tokens from vLLM's ``cache_config_info`` (num_gpu_blocks × block_size)."""
+    blocks = vllm_kv_blocks(metrics)
+    return blocks[0] * blocks[1] if blocks else None
+
+
+def prefix_cache_counters(metrics: dict[str, list[tuple[dict[str, str], float]]]) -> tuple[float, float] | None:
+    """vLLM's cumulative prefix-cache (queried, hit) token counters, summed over engines."""
+    q = metrics.get("vllm:prefix_cache_queries_total")
+    h = metrics.get("vllm:prefix_cache_hits_total")
+    if q is None or h is None:
+        return None
+    return sum(v for _, v in q), sum(v for _, v in h)
