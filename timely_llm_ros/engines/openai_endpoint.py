@@ -16,9 +16,12 @@ honest:
 * **suspend** closes the stream (the server cancels the request: llama.cpp when its next write fails,
   vLLM on disconnect). The KV of prompt + generated tokens stays in the server's prefix cache (llama.cpp
   ``cache_prompt`` + its RAM prompt cache; vLLM automatic prefix caching), so **resume** re-submits the
-  ids and the server recomputes only what it lost: on vLLM at most the last partial block (16 tokens),
-  on llama.cpp nothing while the slot (or its RAM copy) still holds them. Each resumption's hit is
-  recorded from the server's own count (:attr:`OpenAIEndpointEngine.resume_log`).
+  ids and the server recomputes only what it lost: on vLLM at most the last partial KV block (16
+  tokens on GPUs, 128 with its CPU backend), on llama.cpp one token while the slot still holds them
+  (this engine picks the slot, :meth:`_pick_slot`). Each resumption's hit is recorded from the
+  server's own count where it streams one (:attr:`OpenAIEndpointEngine.resume_log`: llama.cpp on every
+  chunk; vLLM only in a request's final chunk — its ``/metrics`` prefix-cache counters,
+  :meth:`server_state`, cover the others).
 * **grammar**: the skill set's GBNF in the server's field (:mod:`.openai_protocol`); a resumed request
   is a new derivation and gets :func:`~.vllm.continuation_gbnf`. ``grammar: None`` turns it off
   explicitly (the segment parser still gates every segment).
