@@ -66,6 +66,9 @@ def test_fleet_on_two_llama_servers_survives_losing_one(tmp_path: Path):
         peer.watch_tasks()
         wait_for(lambda: any(peer.segments.values()), RUN_TIMEOUT / 2, "the first segment", period=0.2,
                  procs=(proc,))
+        # requests b served so far, beyond the skill-prompt warm-up of its 2 slots and the planner's
+        # one warm-up generation: b held a task's generation when it died
+        b_used = b.log.read_text().count("launch_slot_") > 3
         b.kill()
         proc.wait(timeout=RUN_TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -84,4 +87,5 @@ def test_fleet_on_two_llama_servers_survives_losing_one(tmp_path: Path):
     for t, (state, msg) in finals.items():
         assert state == "COMPLETED" or (state in ("FAILED", "EXPIRED") and msg.reason), (t, state)
     assert sum(s == "COMPLETED" for s, _ in finals.values()) >= 3, {t: (s, m.reason) for t, (s, m) in finals.items()}
-    assert f"replica {b.url} is down" in text, text[-6000:]
+    # the planner saw b go and moved its generations (b_used), or b's generation had finished already
+    assert not b_used or f"replica {b.url} is down" in text, text[-6000:]
