@@ -181,7 +181,7 @@ def test_no_replica_left_fails_the_task_with_a_reason_and_never_hangs(logs: Path
         with pytest.raises(TaskRejected, match="cannot tokenize"):
             planner.submit(_spec(2))  # a new prompt cannot be tokenized: rejected with the reason
         _drive(planner, engine, sent, timeout=120)
-        assert first.state == ev.FAILED and first.reason  # waited failover_timeout for a replica
+        assert first.state == ev.FAILED and "no healthy replica" in first.reason  # waited failover_timeout
         assert "no healthy replica" in next(iter(engine.failures.values()))
         assert [r.state for r in planner.records] == [ev.FAILED, ev.REJECTED]
     finally:
@@ -197,7 +197,7 @@ def test_a_request_the_server_rejects_fails_that_task_only(server: LlamaServer):
         rec = planner.submit(_spec(3))
         _drive(planner, engine, sent, timeout=300)
         assert rec.state == ev.FAILED and rec.reason
-        assert "rejected the request" in engine.failures[next(iter(engine.failures))]
+        assert "grammar" in engine.failures[next(iter(engine.failures))]
         assert engine.replicas[0].healthy  # the server is fine; the request was wrong
     finally:
         engine.close()

@@ -147,3 +147,62 @@ def test_engine_configuration_errors_are_clear():
         create_engine("openai", base_url=url, bogus=1)
     with pytest.raises(EngineError, match="server must be"):
         OpenAIEngine(url, server="sglang")
+
+
+def _offline_endpoint():
+    """An endpoint engine fed by hand (no server): for the failover replay logic."""
+    from timely_llm_ros.engines.openai_endpoint import OpenAIEndpointEngine
+    from timely_llm_ros.engines.openai_protocol import CAPS
+
+    ep = OpenAIEndpointEngine(_dead_url(), connect=False)
+    ep.kind, ep.caps, ep.connected, ep.model = "llamacpp", CAPS["llamacpp"], True, "m"
+    return ep
+
+
+def _feed(ep, gen_id: int, ids: list[int], text: str, finish: str = "") -> None:
+    from timely_llm_ros.engines.openai_http import StreamEvent
+    from timely_llm_ros.engines.openai_protocol import Chunk
+
+    g = ep._gens[gen_id]
+    ep._feed(StreamEvent((gen_id, g.sub), 0.0, chunk=Chunk(ids=ids, text=text, finish=finish)))
+
+
+def _start(ep, gen_id: int) -> None:  # what _send does, without the HTTP request
+    from timely_llm_ros.engines import openai_endpoint as oe
+
+    g = ep._gens[gen_id]
+    g.sub += 1
+    g.sub_start, g.sub_text, g.replay_seen = len(g.ids), [g.replay_text] if g.replay_ids else [], ""
+    g.state = oe._RUNNING
+
+
+def test_failover_replay_swallows_what_the_planner_has_and_delivers_only_new_tokens():
+    from timely_llm_ros.engines.base import Context
+
+    ep = _offline_endpoint()
+    # prompt 1..4, then a submission from the boundary at 6 delivered ids 7, 8 with text "sc('red_"
+    ctx = Context(gen_id=5, token_ids=[1, 2, 3, 4, 5, 6, 7, 8], n_prompt=4)
+    ep.adopt(5, ctx, max_tokens=20, prefix_key=None, boundary=6, replay_text="sc('red_")
+    assert ep._gens[5].ids == [1, 2, 3, 4, 5, 6]  # restarted at the boundary
+    _start(ep, 5)
+    _feed(ep, 5, [7], "sc('")
+    _feed(ep, 5, [8, 9], "red_box')")  # 8 verified, 9 is new: only its text is new
+    outs = ep.poll()
+    assert [(o.token_id, o.text) for o in outs] == [(9, "box')")]
+    assert ep._gens[5].ids == [1, 2, 3, 4, 5, 6, 7, 8, 9] and ep.stats["replayed"] == 2
+    det = ep.detach(5)
+    assert det.boundary == 6 and det.text == "sc('red_box')" and det.context.token_ids[-1] == 9
+
+
+def test_failover_replay_that_diverges_fails_the_generation_instead_of_splicing_a_plan():
+    from timely_llm_ros.engines.base import Context
+
+    ep = _offline_endpoint()
+    ep.adopt(6, Context(gen_id=6, token_ids=[1, 2, 3, 7, 8], n_prompt=3), max_tokens=20, prefix_key=None,
+             boundary=3, replay_text="sc(")
+    _start(ep, 6)
+    _feed(ep, 6, [7], "s")
+    _feed(ep, 6, [99], "x")  # 8 was delivered; the new server wrote 99
+    assert ep.poll() == []
+    fault = ep.take_faults()[0]
+    assert fault.gen_id == 6 and not fault.transport and "regenerated token 99" in fault.message

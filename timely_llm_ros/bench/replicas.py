@@ -212,20 +212,37 @@ def real_vs_predicted(endpoints: list[str], workload: str, policy: str, profile:
         cap = min(BATCH_PER_REPLICA, slots)
         prof = dataclasses.replace(prof, kv_capacity_tokens=max(prof.kv_capacity_tokens,
                                                                 engine.replicas[0].engine.capacity))
-        sim_engine = simulated_replicas(prof, len(endpoints), ServerTokenizer(engine))
-        for r in getattr(sim_engine, "replicas", []):  # warm like the real ones
-            r.prefixes.update(t.skill_set for t in tasks)
-        pred = simulate(pred_tasks, SimConfig(policy=f"{policy}@b{cap * len(endpoints)}", profile=prof,
-                                              replicas=len(endpoints)), engine=sim_engine)
+        tokenizer = ServerTokenizer(engine)
+
+        def predict(profile_: Any) -> Any:
+            sim_engine = simulated_replicas(profile_, len(endpoints), tokenizer)
+            for r in getattr(sim_engine, "replicas", []):  # warm like the real ones
+                r.prefixes.update(t.skill_set for t in tasks)
+            return simulate(pred_tasks, SimConfig(policy=f"{policy}@b{cap * len(endpoints)}", profile=profile_,
+                                                  replicas=len(endpoints)), engine=sim_engine)
+
+        pred = predict(prof)
+        # the same prediction with the profile slowed to the speeds the servers really had (a shared,
+        # loaded machine runs well below the profile measured on a quiet one)
+        measured = _measured(engine)
+        calibrated = None
+        if measured["decode_tok_s_per_seq"] and measured["prefill_tok_s"]:
+            f = (1.0 / prof.decode_time(1, 1300)) / measured["decode_tok_s_per_seq"]
+            g = (1000 / prof.prefill_time(1000)) / measured["prefill_tok_s"]
+            calibrated = predict(dataclasses.replace(
+                prof, prefill_a=prof.prefill_a * g, prefill_b=prof.prefill_b * g, prefill_c=prof.prefill_c * g,
+                decode_q=prof.decode_q * f, decode_p=prof.decode_p * f, decode_r=prof.decode_r * f))
         out = {
             "workload": wl.name, "policy": pol, "tuf_scale": tuf_scale, "profile": profile,
             "endpoints": endpoints, "wall_s": wall, "warm_up_s": warm,
             "real": _classes(real), "predicted": _classes(pred.records),
+            "predicted_at_measured_speed": _classes(calibrated.records) if calibrated else None,
             "replica_status": engine.status(), "engine_stats": engine.stats,
             "resume_cache": _resume_cache(engine),
             # how fast the real servers ran vs what the profile assumes (the machine may be loaded)
-            "measured_speed": {r.name: {"decode_tok_s_per_seq": r.engine.speed(),
-                                        "prefill_tok_s": r.engine.prefill_speed()} for r in engine.replicas},
+            "measured_speed": {**{r.name: {"decode_tok_s_per_seq": r.engine.speed(),
+                                           "prefill_tok_s": r.engine.prefill_speed()} for r in engine.replicas},
+                               "mean": measured},
             "profile_speed": {"decode_tok_s_per_seq": 1.0 / prof.decode_time(1, 1300),
                               "prefill_tok_s": 1000 / prof.prefill_time(1000)},
             "tasks": [{"task_id": r.task_id, "class": r.task_class, "state": r.state, "reason": r.reason,
@@ -235,6 +252,14 @@ def real_vs_predicted(endpoints: list[str], workload: str, policy: str, profile:
     finally:
         engine.close()
     return clean(out)
+
+
+def _measured(engine: Any) -> dict[str, float | None]:
+    def mean(what: str) -> float | None:
+        vals = [v for v in (getattr(r.engine, what)() for r in engine.replicas) if v]
+        return sum(vals) / len(vals) if vals else None
+
+    return {"decode_tok_s_per_seq": mean("speed"), "prefill_tok_s": mean("prefill_speed")}
 
 
 def _classes(records: list[Any]) -> dict[str, dict[str, Any]]:
@@ -257,15 +282,20 @@ def _mean(values: list[float]) -> float:
 
 
 def real_table(res: dict[str, Any]) -> str:
-    head = f"{'class':>7} | {'real %Σβ':>8} {'pred %Σβ':>8} | {'real resp':>9} {'pred resp':>9} | done/fail"
+    head = (f"{'class':>7} | {'real %Σβ':>8} {'pred':>6} {'pred@m':>6} | {'real resp':>9} {'pred':>6} "
+            f"{'pred@m':>6} | done/fail")
     lines = [head, "-" * len(head)]
+    cal = res.get("predicted_at_measured_speed") or {}
     for c in (*CLASSES, "all"):
-        r, p = res["real"].get(c), res["predicted"].get(c)
+        r, p, m = res["real"].get(c), res["predicted"].get(c, {}), cal.get(c, {})
         if r is None:
             continue
-        lines.append(f"{c:>7} | {_f(r.get('pct_beta_clamped'), 1):>8} {_f(p.get('pct_beta_clamped'), 1):>8} | "
-                     f"{_f(r.get('response_mean'), 2):>9} {_f(p.get('response_mean'), 2):>9} | "
+        lines.append(f"{c:>7} | {_f(r.get('pct_beta_clamped'), 1):>8} {_f(p.get('pct_beta_clamped'), 1):>6} "
+                     f"{_f(m.get('pct_beta_clamped'), 1):>6} | {_f(r.get('response_mean'), 2):>9} "
+                     f"{_f(p.get('response_mean'), 2):>6} {_f(m.get('response_mean'), 2):>6} | "
                      f"{r.get('n_completed')}/{r.get('n_failed')}")
+    lines.append("pred = simulator with the engine profile; pred@m = the same with the profile slowed to the "
+                 "speeds measured during the run")
     return "\n".join(lines)
 
 
@@ -276,10 +306,11 @@ def plot(rows: list[dict[str, Any]], real: dict[str, Any] | None, path: Path) ->
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ncols = 3 if real else 2
+    sim_cols = 2 if rows else 0
+    ncols = sim_cols + (1 if real else 0)
     fig, axes = plt.subplots(2, ncols, figsize=(4.2 * ncols, 7), squeeze=False)
     loads = list(dict.fromkeys(r["load"] for r in rows))
-    for j, c in enumerate(CLASSES):
+    for j, c in enumerate(CLASSES if rows else ()):
         for load in loads:
             sel = [r for r in rows if r["load"] == load]
             xs = [r["replicas"] for r in sel]
@@ -294,16 +325,17 @@ def plot(rows: list[dict[str, Any]], real: dict[str, Any] | None, path: Path) ->
             axes[i][j].set_xticks(REPLICAS, [str(x) for x in REPLICAS])
             axes[i][j].set_xlabel("replicas")
             axes[i][j].grid(alpha=0.3)
-            if rows:
-                axes[i][j].legend(fontsize=8)
+            axes[i][j].legend(fontsize=8)
     if real:
         for i, key in enumerate(("pct_beta_clamped", "response_mean")):
-            ax = axes[i][2]
+            ax = axes[i][sim_cols]
             xs = range(len(CLASSES))
-            ax.bar([x - 0.2 for x in xs], [real["real"].get(c, {}).get(key) or 0 for c in CLASSES], 0.4,
-                   label="real (llama-server ×2)")
-            ax.bar([x + 0.2 for x in xs], [real["predicted"].get(c, {}).get(key) or 0 for c in CLASSES], 0.4,
-                   label="simulated prediction")
+            series = [("real", f"real ({len(real['endpoints'])} servers)"), ("predicted", "predicted (profile)"),
+                      ("predicted_at_measured_speed", "predicted at measured speed")]
+            for k, (name, label) in enumerate(series):
+                data = real.get(name) or {}
+                ax.bar([x + (k - 1) * 0.27 for x in xs], [data.get(c, {}).get(key) or 0 for c in CLASSES], 0.27,
+                       label=label)
             ax.set_xticks(list(xs), list(CLASSES))
             ax.set_title(("% of Σβ" if i == 0 else "mean response (s)") + f", {len(real['endpoints'])} replicas")
             ax.legend(fontsize=8)

@@ -216,7 +216,7 @@ class PlannerCore:
             return
         if out.reason == "error":  # the engine gave up on this generation: fail it, keep the rest
             self._emit(out.t, ev.GEN_STOP, gen.record, len(gen.record.segments), "error", gen.seg_tokens)
-            self._fail(gen, out.t, "engine error: the engine ended the generation without finishing it")
+            self._fail(gen, out.t, f"engine error: {out.text or 'the engine ended the generation without finishing it'}")
             return
         gen.seg_tokens += 1
         gen.record.n_tokens += 1

@@ -54,7 +54,7 @@ class TokenOut:
     t: float  # engine clock when the token became available
     finished: bool  # EOS emitted or the token budget reached; the generation stopped running
     # "eos" | "length" when finished; "error": the engine ended this generation on a failure
-    # (token_id -1, no text): the planner fails its task with the reason
+    # (token_id -1; ``text`` may say why): the planner fails its task with that reason
     reason: str = ""
 
 

@@ -39,6 +39,7 @@ hands them to the replica set (:mod:`.replicas`), which re-places the generation
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import queue
@@ -60,6 +61,7 @@ from timely_llm_ros.engines.base import (
 from timely_llm_ros.engines.openai_http import Endpoint, HttpFailure, Stream, StreamEvent, call
 from timely_llm_ros.engines.openai_protocol import (
     CAPS,
+    Chunk,
     KINDS,
     ProtocolError,
     completion_body,
@@ -87,6 +89,18 @@ class ResumeRecord:
 
 
 @dataclass
+class Detached:
+    """A generation taken off a server: its ids, budget, prefix key, and the segment boundary where
+    its interrupted submission began with the text delivered since (for a verified replay)."""
+
+    context: Context
+    max_tokens: int
+    key: str | None
+    boundary: int
+    text: str
+
+
+@dataclass
 class Fault:
     """A generation whose stream failed; ``transport`` = the server is at fault (re-place it)."""
 
@@ -97,7 +111,8 @@ class Fault:
 
 class _Gen:
     __slots__ = ("gen_id", "ids", "n_prompt", "max_tokens", "key", "state", "sub", "stream", "buf",
-                 "priority", "fault", "record", "last_t", "sent_at", "uncached", "text_carry", "slot")
+                 "priority", "fault", "record", "last_t", "sent_at", "uncached", "text_carry", "slot",
+                 "sub_start", "sub_text", "replay_ids", "replay_text", "replay_seen")
 
     def __init__(self, gen_id: int, ids: list[int], n_prompt: int, max_tokens: int, key: str | None) -> None:
         self.gen_id = gen_id
@@ -117,6 +132,12 @@ class _Gen:
         self.uncached = 0
         self.text_carry = ""
         self.slot: int | None = None  # llama.cpp slot of the last submission
+        self.sub_start = len(ids)  # ids at the start of the current submission (a segment boundary)
+        self.sub_text: list[str] = []  # text delivered since then
+        # failover replay (see adopt): ids and text the planner already has, to regenerate and verify
+        self.replay_ids: deque[int] = deque()
+        self.replay_text = ""
+        self.replay_seen = ""
 
     @property
     def n_gen(self) -> int:
@@ -193,7 +214,7 @@ class OpenAIEndpointEngine(Engine):
                                extra={"url": self.url})
         self.resume_log: list[ResumeRecord] = []
         self.stats = {"submissions": 0, "resubmits": 0, "closed_streams": 0, "faults": 0, "cached_tokens": 0,
-                      "tokens": 0, "prefix_cached_resumes": 0, "slot_pins": 0}
+                      "tokens": 0, "prefix_cached_resumes": 0, "slot_pins": 0, "replayed": 0}
         if connect:
             self.connect()
 
@@ -362,14 +383,27 @@ class OpenAIEndpointEngine(Engine):
         self._check_fits(len(ids))
         self._gens[gen_id] = _Gen(gen_id, ids, len(ids), max_tokens, prefix_key)
 
-    def adopt(self, gen_id: int, context: Context, *, max_tokens: int, prefix_key: str | None) -> None:
-        """Continue on this server a generation that another replica started (its ids, as resumed)."""
+    def adopt(self, gen_id: int, context: Context, *, max_tokens: int, prefix_key: str | None,
+              boundary: int | None = None, replay_text: str = "") -> None:
+        """Continue on this server a generation that another replica started.
+
+        ``boundary``: where the interrupted submission began (a segment boundary: the grammar of a
+        new submission is valid there, not in the middle of a statement). The generation restarts
+        from there and the ids after it — already delivered to the planner, with ``replay_text`` — are
+        regenerated and *verified* instead of delivered again: greedy decoding of the same model
+        gives the same tokens; a different one fails the generation with the reason (never a spliced
+        plan). None: the context ends at a boundary (a suspended generation), nothing to replay.
+        """
         if gen_id in self._gens:
             raise EngineError(f"generation {gen_id} already on {self.url}")
         self._need_connection()
         self._check_fits(len(context.token_ids))
-        gen = _Gen(gen_id, list(context.token_ids), context.n_prompt, max_tokens, prefix_key)
-        if gen.n_gen >= max_tokens:
+        ids = list(context.token_ids)
+        cut = len(ids) if boundary is None else max(context.n_prompt, min(boundary, len(ids)))
+        gen = _Gen(gen_id, ids[:cut], context.n_prompt, max_tokens, prefix_key)
+        gen.replay_ids = deque(ids[cut:])
+        gen.replay_text = replay_text if gen.replay_ids else ""
+        if len(ids) - context.n_prompt >= max_tokens:
             raise EngineError(f"generation {gen_id} has no token budget left")
         self._gens[gen_id] = gen
 
@@ -397,12 +431,14 @@ class OpenAIEndpointEngine(Engine):
         return Context(gen_id=gen_id, token_ids=list(gen.ids), n_prompt=gen.n_prompt, kv=self.url,
                        location="device")
 
-    def detach(self, gen_id: int) -> tuple[Context, int, str | None]:
-        """Take a generation off this server (for re-placement): its context, budget and prefix key."""
+    def detach(self, gen_id: int) -> Detached:
+        """Take a generation off this server (for re-placement): what :meth:`adopt` needs elsewhere."""
         gen = self._gens.pop(gen_id)
         self._close(gen)
-        return (Context(gen_id=gen_id, token_ids=list(gen.ids), n_prompt=gen.n_prompt, kv=None,
-                        location="discarded"), gen.max_tokens, gen.key)
+        ids = list(gen.ids) + list(gen.replay_ids)  # ids still being verified: the planner has them
+        return Detached(Context(gen_id=gen_id, token_ids=ids, n_prompt=gen.n_prompt, kv=None,
+                                location="discarded"), gen.max_tokens, gen.key, gen.sub_start,
+                        "".join(gen.sub_text))
 
     def release(self, gen_id: int) -> None:
         gen = self._gens.pop(gen_id, None)
@@ -512,6 +548,9 @@ class OpenAIEndpointEngine(Engine):
         if self.kind == "vllm" and "structured_outputs" in body and self._structured_field != "structured_outputs":
             body[self._structured_field] = body.pop("structured_outputs")["grammar"]
         gen.sub += 1
+        gen.sub_start = len(gen.ids)
+        gen.sub_text = [gen.replay_text] if gen.replay_ids else []
+        gen.replay_seen = ""
         gen.buf.clear()
         gen.fault = None
         gen.text_carry = ""
@@ -584,6 +623,10 @@ class OpenAIEndpointEngine(Engine):
         if ch.error:
             gen.fault = HttpFailure(f"{self.url}: {ch.error}", transport=False)
             return
+        if gen.replay_ids or len(gen.replay_seen) < len(gen.replay_text):
+            ch = self._replay(gen, ch)
+            if ch is None:
+                return
         if ch.ids:
             if math.isnan(gen.last_t):  # first token: prefill (+ queueing) time
                 ttft = ev.t - gen.sent_at
@@ -616,11 +659,37 @@ class OpenAIEndpointEngine(Engine):
                 gen.buf.append([None, gen.text_carry, ev.t, ch.finish])
             gen.text_carry = ""
 
+    def _replay(self, gen: _Gen, ch: Chunk) -> Chunk | None:
+        """Verify regenerated tokens/text against what the planner already has (see :meth:`adopt`);
+        return the chunk's new part, or None after a divergence (the generation then fails)."""
+        new_ids = []
+        for tok in ch.ids:
+            if not gen.replay_ids:
+                new_ids.append(tok)
+            elif tok == gen.replay_ids[0]:
+                gen.ids.append(gen.replay_ids.popleft())  # verified; the planner has it already
+                self.stats["replayed"] += 1
+            else:
+                gen.fault = HttpFailure(f"{self.url}: after a failover the server regenerated token {tok} where "
+                                        f"{gen.replay_ids[0]} had been delivered; the plan cannot be continued "
+                                        "consistently", transport=False)
+                return None
+        seen = gen.replay_seen + ch.text
+        want = gen.replay_text
+        if not (want.startswith(seen) if len(seen) <= len(want) else seen.startswith(want)):
+            gen.fault = HttpFailure(f"{self.url}: after a failover the regenerated text {seen[:60]!r} differs from "
+                                    f"the delivered {want[:60]!r}", transport=False)
+            return None
+        gen.replay_seen = seen[:len(want)]
+        return dataclasses.replace(ch, ids=new_ids, text=seen[len(want):])
+
     def _deliver(self, gen: _Gen) -> TokenOut:
         tok, text, t, finish = gen.buf.popleft()
         if tok is not None:
             gen.ids.append(int(tok))
             self.stats["tokens"] += 1
+        if text:
+            gen.sub_text.append(text)
         if not finish and gen.n_gen >= gen.max_tokens:
             finish = "length"
         if finish:

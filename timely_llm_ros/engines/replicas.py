@@ -77,6 +77,8 @@ class _Orphan:
     prompt_ids: list[int] | None = None  # not admitted anywhere yet
     script: list[int] | None = None
     context: Context | None = None  # had run somewhere: continue from these ids
+    boundary: int | None = None  # ... restarting at this segment boundary (verified replay)
+    replay_text: str = ""
 
 
 @dataclass
@@ -298,15 +300,18 @@ class ReplicaSetEngine(Engine):
         del self._where[gen_id]
         self._adopt(gen_id, context, meta, exclude={idx}, kind="failover")
 
-    def _adopt(self, gen_id: int, context: Context, meta: _Meta, exclude: set[int], kind: str) -> None:
+    def _adopt(self, gen_id: int, context: Context, meta: _Meta, exclude: set[int], kind: str,
+               boundary: int | None = None, replay_text: str = "") -> None:
         def run(r: _Replica) -> None:
             adopt = getattr(r.engine, "adopt", None)
             if adopt is None:
                 raise EngineError(f"replica {r.name} cannot continue a generation started elsewhere")
-            adopt(gen_id, context, max_tokens=meta.max_tokens, prefix_key=meta.prefix_key)
+            adopt(gen_id, context, max_tokens=meta.max_tokens, prefix_key=meta.prefix_key, boundary=boundary,
+                  replay_text=replay_text)
             r.failovers += 1
 
-        self._place(gen_id, meta, exclude, run, _Orphan(0.0, "", context=context), kind)
+        self._place(gen_id, meta, exclude, run,
+                    _Orphan(0.0, "", context=context, boundary=boundary, replay_text=replay_text), kind)
 
     def suspend(self, gen_id: int, resume_hint: float | None = None) -> Context:
         idx = self._where.get(gen_id)
@@ -368,22 +373,24 @@ class ReplicaSetEngine(Engine):
         r = self.replicas[idx]
         gen_id = fault.gen_id  # type: ignore[attr-defined]
         message = fault.message  # type: ignore[attr-defined]
-        ctx, max_tokens, _key = r.engine.detach(gen_id)  # type: ignore[attr-defined]
+        det = r.engine.detach(gen_id)  # type: ignore[attr-defined]
         self._where.pop(gen_id, None)
         meta = self._meta.get(gen_id)
         if meta is None:
             return
-        meta.max_tokens = max_tokens
+        meta.max_tokens = det.max_tokens
         if not fault.transport:  # type: ignore[attr-defined]
-            self._fail(gen_id, f"replica {r.name} rejected the request: {message}")
+            self._fail(gen_id, f"replica {r.name}: {message}")
             return
         self._mark_down(r, message)
-        self._adopt(gen_id, ctx, meta, exclude={idx}, kind="failover")
+        # restart the interrupted submission at its segment boundary elsewhere, verifying the replay
+        self._adopt(gen_id, det.context, meta, exclude={idx}, kind="failover", boundary=det.boundary,
+                    replay_text=det.text)
 
     def _fail(self, gen_id: int, reason: str) -> None:
         log.error("generation %d failed: %s", gen_id, reason)
         self.failures[gen_id] = reason
-        self._errors.append(TokenOut(gen_id, -1, "", self.now(), True, "error"))
+        self._errors.append(TokenOut(gen_id, -1, reason, self.now(), True, "error"))
 
     def _housekeeping(self) -> None:
         now = self._clock()
@@ -414,7 +421,8 @@ class ReplicaSetEngine(Engine):
             if self._healthy():
                 del self._orphans[gen_id]
                 if orphan.context is not None:
-                    self._adopt(gen_id, orphan.context, meta, exclude=set(), kind="orphan-resume")
+                    self._adopt(gen_id, orphan.context, meta, exclude=set(), kind="orphan-resume",
+                                boundary=orphan.boundary, replay_text=orphan.replay_text)
                 else:
                     self._place_new(gen_id, orphan.prompt_ids or [], orphan.script, meta, "orphan-admit")
             elif now >= orphan.deadline:
