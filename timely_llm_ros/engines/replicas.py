@@ -12,8 +12,10 @@ the composition decides:
   KV), unless that replica is down.
 * **faults** (HTTP replicas): a replica whose stream is refused (HTTP 429/5xx), times out, is dropped
   or cannot be reached is marked down; each of its generations is re-placed on another healthy
-  replica with prompt + every generated id (a re-prefill there, never lost text) and continues
-  where it stopped. With no healthy replica the generation waits (``failover_timeout`` seconds) and
+  replica from its token ids (a re-prefill there, never re-tokenised text): a suspended one resumes
+  there at its segment boundary; a running one restarts its interrupted segment at the segment's
+  start and the tokens the planner already has are regenerated and verified, not delivered twice
+  (:meth:`~.openai_endpoint.OpenAIEndpointEngine.adopt`). With no healthy replica the generation waits (``failover_timeout`` seconds) and
   then ends with an ``error`` token and a reason in :attr:`ReplicaSetEngine.failures`, which the
   planner turns into a FAILED task: the planner never hangs and never loses a task. A down replica
   is probed with exponential backoff (``retry_base`` … ``retry_max`` seconds) and used again once it
