@@ -168,12 +168,7 @@ def _feed(ep, gen_id: int, ids: list[int], text: str, finish: str = "") -> None:
 
 
 def _start(ep, gen_id: int) -> None:  # what _send does, without the HTTP request
-    from timely_llm_ros.engines import openai_endpoint as oe
-
-    g = ep._gens[gen_id]
-    g.sub += 1
-    g.sub_start, g.sub_text, g.replay_seen = len(g.ids), [g.replay_text] if g.replay_ids else [], ""
-    g.state = oe._RUNNING
+    ep._begin(ep._gens[gen_id])
 
 
 def test_failover_replay_swallows_what_the_planner_has_and_delivers_only_new_tokens():
@@ -192,6 +187,28 @@ def test_failover_replay_swallows_what_the_planner_has_and_delivers_only_new_tok
     assert ep._gens[5].ids == [1, 2, 3, 4, 5, 6, 7, 8, 9] and ep.stats["replayed"] == 2
     det = ep.detach(5)
     assert det.boundary == 6 and det.text == "sc('red_box')" and det.context.token_ids[-1] == 9
+    # adopted at a boundary, suspended and resumed later: no replay, text flows normally
+    ep.adopt(5, det.context, max_tokens=20, prefix_key=None)
+    for text in (";gt(", "'x');"):
+        _start(ep, 5)
+        _feed(ep, 5, [len(ep._gens[5].ids) + 1], text)
+        assert [o.text for o in ep.poll()] == [text]
+        ep.resume(5, ep.suspend(5), max_tokens=20)
+
+
+def test_a_finished_replay_does_not_outlive_its_submission():
+    from timely_llm_ros.engines.base import Context
+
+    ep = _offline_endpoint()
+    ep.adopt(7, Context(gen_id=7, token_ids=[1, 2, 3, 7], n_prompt=3), max_tokens=20, prefix_key=None,
+             boundary=3, replay_text="gt('")
+    _start(ep, 7)
+    _feed(ep, 7, [7, 8], "gt('pi")
+    assert [o.text for o in ep.poll()] == ["pi"]
+    ep.resume(7, ep.suspend(7), max_tokens=20)  # the planner cut a segment; later it resumes
+    _start(ep, 7)
+    _feed(ep, 7, [9], "pi")  # new text of the next submission: delivered, not compared with "gt('"
+    assert [o.text for o in ep.poll()] == ["pi"] and not ep.take_faults()
 
 
 def test_failover_replay_that_diverges_fails_the_generation_instead_of_splicing_a_plan():

@@ -547,17 +547,7 @@ class OpenAIEndpointEngine(Engine):
             body["id_slot"] = slot
         if self.kind == "vllm" and "structured_outputs" in body and self._structured_field != "structured_outputs":
             body[self._structured_field] = body.pop("structured_outputs")["grammar"]
-        gen.sub += 1
-        gen.sub_start = len(gen.ids)
-        gen.sub_text = [gen.replay_text] if gen.replay_ids else []
-        gen.replay_seen = ""
-        gen.buf.clear()
-        gen.fault = None
-        gen.text_carry = ""
-        gen.last_t = math.nan
-        gen.sent_at = self._clock()
-        gen.uncached = len(gen.ids)
-        gen.record = None
+        self._begin(gen)
         if resumed:
             gen.record = ResumeRecord(gen.gen_id, len(gen.ids))
             self.resume_log.append(gen.record)
@@ -567,6 +557,24 @@ class OpenAIEndpointEngine(Engine):
                             wake=self._wake, **self.timeouts)
         gen.state = _RUNNING
         gen.stream.start()
+
+    def _begin(self, gen: _Gen) -> None:
+        """Per-submission state: a new submission number (late events of the old one are ignored),
+        the segment boundary it starts at, and what a failover replay still has to verify."""
+        gen.sub += 1
+        gen.sub_start = len(gen.ids)
+        if not gen.replay_ids:  # a replay only ever covers the submission that adopt() restarted
+            gen.replay_text = ""
+        gen.sub_text = [gen.replay_text] if gen.replay_text else []
+        gen.replay_seen = ""
+        gen.buf.clear()
+        gen.fault = None
+        gen.text_carry = ""
+        gen.last_t = math.nan
+        gen.sent_at = self._clock()
+        gen.uncached = len(gen.ids)
+        gen.record = None
+        gen.state = _RUNNING
 
     def _pick_slot(self, gen: _Gen) -> int | None:
         """llama.cpp: the slot for this submission, chosen here rather than by the server.
@@ -681,6 +689,8 @@ class OpenAIEndpointEngine(Engine):
                                     f"the delivered {want[:60]!r}", transport=False)
             return None
         gen.replay_seen = seen[:len(want)]
+        if not gen.replay_ids and len(seen) >= len(want):  # replay complete: back to normal delivery
+            gen.replay_text = gen.replay_seen = ""
         return dataclasses.replace(ch, ids=new_ids, text=seen[len(want):])
 
     def _deliver(self, gen: _Gen) -> TokenOut:
