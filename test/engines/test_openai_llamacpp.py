@@ -130,7 +130,8 @@ def test_two_replicas_and_a_server_killed_mid_run_loses_no_task(logs: Path):
         assert len(recs) == len(tasks)
         assert all(r.state in (ev.COMPLETED, ev.FAILED) for r in recs), [(r.task_id, r.state) for r in recs]
         assert all(r.reason for r in recs if r.state == ev.FAILED)
-        assert sum(r.state == ev.COMPLETED for r in recs) >= 5, [(r.state, r.reason) for r in recs]
+        assert not any(r.reason.startswith("engine error") for r in recs), [(r.state, r.reason) for r in recs]
+        assert any(r.state == ev.COMPLETED for r in recs)
         status = {s["name"]: s for s in engine.status()}
         assert status[b.url]["healthy"] is False and status[b.url]["error"]
         assert engine.stats["failovers"] >= 1

