@@ -1,6 +1,6 @@
 """``timely-llm bench-replicas``: how urgent/normal %Σβ and response times scale with engine replicas.
 
-Two parts (issue 13):
+Two parts:
 
 1. **Simulated scaling** (always): WID 2 at 2× and 4× its event rate (0.5 and 1.0 events/s, agents
    scaled as in :func:`~.scenarios.rate_spec`) through one planner over 1, 2, 4 and 8 simulated
