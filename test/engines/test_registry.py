@@ -14,8 +14,8 @@ from timely_llm_ros.engines.sim import SimEngine
 
 
 def test_registered_engines():
-    assert available_engines() == ["llamacpp", "sim", "vllm"]
-    for name in ("sim", "llamacpp", "vllm"):  # importing a backend's module never needs the backend
+    assert available_engines() == ["llamacpp", "openai", "sim", "vllm"]
+    for name in ("sim", "llamacpp", "vllm", "openai"):  # importing a backend's module never needs the backend
         assert issubclass(engine_class(name), Engine)
 
 
@@ -26,7 +26,7 @@ def test_create_sim_engine_with_parameters():
 
 
 def test_unknown_engine_lists_the_available_ones():
-    with pytest.raises(EngineError, match="unknown engine 'gpt'; available: llamacpp, sim, vllm"):
+    with pytest.raises(EngineError, match="unknown engine 'gpt'; available: llamacpp, openai, sim, vllm"):
         create_engine("gpt")
 
 
