@@ -188,3 +188,19 @@ class FaultProxy:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def drive_planner(planner, sent: list, timeout: float = 600.0) -> None:
+    """Step ``planner`` until nothing is left; a trivial robot starts and finishes each dispatched
+    segment (collected in ``sent`` by the planner's dispatch callback) at once."""
+    from timely_llm_ros.core import events as ev
+
+    deadline = time.monotonic() + timeout
+    while (planner.has_work() or sent) and time.monotonic() < deadline:
+        planner.step()
+        while sent:
+            d = sent.pop(0)
+            now = planner.clock()
+            planner.on_feedback(d.task_id, d.seg, ev.STARTED, now)
+            planner.on_feedback(d.task_id, d.seg, ev.DONE, now)
+    assert not planner.has_work(), "the planner did not finish within the test's generous timeout"

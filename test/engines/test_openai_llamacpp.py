@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_server_kit import FaultProxy, LlamaServer
+from llama_server_kit import FaultProxy, LlamaServer, drive_planner
 from timely_llm_ros.bench.replicas import run_realtime
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.planner import PlannerCore
@@ -60,19 +60,6 @@ def server(logs: Path):
     s.stop()
 
 
-def _drive(planner: PlannerCore, engine: OpenAIEngine, sent: list, timeout: float = 600.0) -> None:
-    """Step until nothing is left; robots finish every segment at once."""
-    deadline = time.monotonic() + timeout
-    while (planner.has_work() or sent) and time.monotonic() < deadline:
-        planner.step()
-        while sent:
-            d = sent.pop(0)
-            now = planner.clock()
-            planner.on_feedback(d.task_id, d.seg, ev.STARTED, now)
-            planner.on_feedback(d.task_id, d.seg, ev.DONE, now)
-    assert not planner.has_work(), "the planner did not finish within the test's generous timeout"
-
-
 def test_server_facts_and_registry(server: LlamaServer):
     eng = create_engine("openai", base_url=server.url + "/v1")
     try:
@@ -93,7 +80,7 @@ def test_segmented_plans_over_http_reuse_the_servers_cached_prompt(server: Llama
     try:
         # as many generations as the server has slots: each keeps its slot (and KV) while suspended
         recs = [planner.submit(_spec(i, urgent=i == 0)) for i in range(2)]
-        _drive(planner, engine, sent)
+        drive_planner(planner, sent)
         assert [r.state for r in recs] == [ev.COMPLETED] * 2, [(r.state, r.reason) for r in recs]
         for r in recs:
             SSET.parse_segments([s.text for s in r.segments])  # the grammar kept every plan valid
@@ -154,7 +141,7 @@ def test_faulty_replica_is_bypassed_then_comes_back(server: LlamaServer, mode: s
     planner = PlannerCore(engine, "timely", dispatch=sent.append, network_latency=0.0)
     try:
         rec = planner.submit(_spec(1))
-        _drive(planner, engine, sent)
+        drive_planner(planner, sent)
         assert rec.state == ev.COMPLETED, rec.reason
         assert proxy.faults >= 1
         assert engine.placements[0].replica == proxy.url  # first placed on the faulty one ...
@@ -181,7 +168,7 @@ def test_no_replica_left_fails_the_task_with_a_reason_and_never_hangs(logs: Path
         s.kill()
         with pytest.raises(TaskRejected, match="cannot tokenize"):
             planner.submit(_spec(2))  # a new prompt cannot be tokenized: rejected with the reason
-        _drive(planner, engine, sent, timeout=120)
+        drive_planner(planner, sent, timeout=120)
         assert first.state == ev.FAILED and "no healthy replica" in first.reason  # waited failover_timeout
         assert "no healthy replica" in next(iter(engine.failures.values()))
         assert [r.state for r in planner.records] == [ev.FAILED, ev.REJECTED]
@@ -196,7 +183,7 @@ def test_a_request_the_server_rejects_fails_that_task_only(server: LlamaServer):
     planner = PlannerCore(engine, "timely", dispatch=sent.append, network_latency=0.0)
     try:
         rec = planner.submit(_spec(3))
-        _drive(planner, engine, sent, timeout=300)
+        drive_planner(planner, sent, timeout=300)
         assert rec.state == ev.FAILED and rec.reason
         assert "grammar" in engine.failures[next(iter(engine.failures))]
         assert engine.replicas[0].healthy  # the server is fine; the request was wrong

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from llama_server_kit import free_port, wait_healthy
+from llama_server_kit import drive_planner, free_port, wait_healthy
 
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.planner import PlannerCore
@@ -88,13 +88,7 @@ def test_vllm_server_plans_segmented_with_the_grammar(vllm_server: str):
                                         skill_set=SSET.name, instruction=text, tuf=NORMAL_TUF, max_tokens=40))
                 for i, text in enumerate(("Pick up the red box and drop it on the blue box.",
                                           "Pick up the green box and drop it on the red box."))]
-        deadline = time.monotonic() + 1200
-        while (planner.has_work() or sent) and time.monotonic() < deadline:
-            planner.step()
-            while sent:
-                d = sent.pop(0)
-                planner.on_feedback(d.task_id, d.seg, ev.STARTED, planner.clock())
-                planner.on_feedback(d.task_id, d.seg, ev.DONE, planner.clock())
+        drive_planner(planner, sent, timeout=1200)
         assert [r.state for r in recs] == [ev.COMPLETED] * 2, [(r.state, r.reason) for r in recs]
         for r in recs:
             SSET.parse_segments([s.text for s in r.segments])
