@@ -222,24 +222,15 @@ def real_vs_predicted(endpoints: list[str], workload: str, policy: str, profile:
                                                   replicas=len(endpoints)), engine=sim_engine)
 
         pred = predict(prof)
-        # the same prediction with the profile slowed to the speeds the servers really had (a shared,
-        # loaded machine runs well below the profile measured on a quiet one)
         measured = _measured(engine)
-        calibrated = None
-        if measured["decode_tok_s_per_seq"] and measured["prefill_tok_s"]:
-            f = (1.0 / prof.decode_time(1, 1300)) / measured["decode_tok_s_per_seq"]
-            g = (1000 / prof.prefill_time(1000)) / measured["prefill_tok_s"]
-            calibrated = predict(dataclasses.replace(
-                prof, prefill_a=prof.prefill_a * g, prefill_b=prof.prefill_b * g, prefill_c=prof.prefill_c * g,
-                decode_q=prof.decode_q * f, decode_p=prof.decode_p * f, decode_r=prof.decode_r * f))
         out = {
             "workload": wl.name, "policy": pol, "tuf_scale": tuf_scale, "profile": profile,
             "endpoints": endpoints, "wall_s": wall, "warm_up_s": warm,
             "real": _classes(real), "predicted": _classes(pred.records),
-            "predicted_at_measured_speed": _classes(calibrated.records) if calibrated else None,
             "replica_status": engine.status(), "engine_stats": engine.stats,
             "resume_cache": _resume_cache(engine),
-            # how fast the real servers ran vs what the profile assumes (the machine may be loaded)
+            # the speeds the engine measured from the streams (gaps between tokens, time to first token:
+            # they include waiting behind other slots' prompts) next to what the profile assumes
             "measured_speed": {**{r.name: {"decode_tok_s_per_seq": r.engine.speed(),
                                            "prefill_tok_s": r.engine.prefill_speed()} for r in engine.replicas},
                                "mean": measured},
@@ -282,20 +273,15 @@ def _mean(values: list[float]) -> float:
 
 
 def real_table(res: dict[str, Any]) -> str:
-    head = (f"{'class':>7} | {'real %Σβ':>8} {'pred':>6} {'pred@m':>6} | {'real resp':>9} {'pred':>6} "
-            f"{'pred@m':>6} | done/fail")
+    head = f"{'class':>7} | {'real %Σβ':>8} {'pred':>6} | {'real resp':>9} {'pred':>6} | done/fail"
     lines = [head, "-" * len(head)]
-    cal = res.get("predicted_at_measured_speed") or {}
     for c in (*CLASSES, "all"):
-        r, p, m = res["real"].get(c), res["predicted"].get(c, {}), cal.get(c, {})
+        r, p = res["real"].get(c), res["predicted"].get(c, {})
         if r is None:
             continue
-        lines.append(f"{c:>7} | {_f(r.get('pct_beta_clamped'), 1):>8} {_f(p.get('pct_beta_clamped'), 1):>6} "
-                     f"{_f(m.get('pct_beta_clamped'), 1):>6} | {_f(r.get('response_mean'), 2):>9} "
-                     f"{_f(p.get('response_mean'), 2):>6} {_f(m.get('response_mean'), 2):>6} | "
+        lines.append(f"{c:>7} | {_f(r.get('pct_beta_clamped'), 1):>8} {_f(p.get('pct_beta_clamped'), 1):>6} | "
+                     f"{_f(r.get('response_mean'), 2):>9} {_f(p.get('response_mean'), 2):>6} | "
                      f"{r.get('n_completed')}/{r.get('n_failed')}")
-    lines.append("pred = simulator with the engine profile; pred@m = the same with the profile slowed to the "
-                 "speeds measured during the run")
     return "\n".join(lines)
 
 
@@ -330,11 +316,10 @@ def plot(rows: list[dict[str, Any]], real: dict[str, Any] | None, path: Path) ->
         for i, key in enumerate(("pct_beta_clamped", "response_mean")):
             ax = axes[i][sim_cols]
             xs = range(len(CLASSES))
-            series = [("real", f"real ({len(real['endpoints'])} servers)"), ("predicted", "predicted (profile)"),
-                      ("predicted_at_measured_speed", "predicted at measured speed")]
+            series = [("real", f"real ({len(real['endpoints'])} servers)"), ("predicted", "simulated prediction")]
             for k, (name, label) in enumerate(series):
                 data = real.get(name) or {}
-                ax.bar([x + (k - 1) * 0.27 for x in xs], [data.get(c, {}).get(key) or 0 for c in CLASSES], 0.27,
+                ax.bar([x + (k - 0.5) * 0.4 for x in xs], [data.get(c, {}).get(key) or 0 for c in CLASSES], 0.4,
                        label=label)
             ax.set_xticks(list(xs), list(CLASSES))
             ax.set_title(("% of Σβ" if i == 0 else "mean response (s)") + f", {len(real['endpoints'])} replicas")
