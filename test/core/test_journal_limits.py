@@ -56,7 +56,9 @@ def test_the_journal_compacts_itself_when_it_grows(tmp_path):
 
 def test_default_path_follows_ros_home(monkeypatch, tmp_path):
     monkeypatch.setenv("ROS_HOME", str(tmp_path))
-    assert default_path("planner") == tmp_path / "timely_llm_ros" / "planner.journal"
+    monkeypatch.setenv("ROS_DOMAIN_ID", "42")
+    assert default_path("planner") == tmp_path / "timely_llm_ros" / "42_planner.journal"
+    assert default_path("/fleet/planner", 7).name == "7_fleet.planner.journal"
 
 
 def fields(**kw):
@@ -74,6 +76,7 @@ def fields(**kw):
     (dict(ert=1e12), "ERT must be within [0, 86400] s"),
     (dict(alpha=-1e-12), "utility horizon ERT + beta/-alpha = 1e+12 s exceeds 1e+06 s"),
     (dict(alpha=-1e300), "alpha must be within"),
+    (dict(alpha=0.5), "alpha must be <= 0"),
     (dict(beta=1e300), "beta must be within"),
     (dict(beta=math.inf), "beta must be finite"),
     (dict(ert=math.nan), "ert must be finite"),

@@ -238,7 +238,7 @@ class Peer:
         with self.lock:
             self.segments[agent].append(msg)
         mode = self.robots.get(agent, "silent")
-        if mode == "silent":
+        if mode == "silent" or (msg.final and not msg.calls):  # no feedback for a closing marker
             return
         now = time.time()
         self._send(convert.feedback_to_msg(msg.task_id, agent, msg.index, ev.STARTED, now))

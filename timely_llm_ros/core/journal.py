@@ -65,10 +65,14 @@ class OpenTask:
         return str(self.task.get("task_id", ""))
 
 
-def default_path(node_name: str = "planner") -> Path:
-    """``$ROS_HOME/timely_llm_ros/<node>.journal`` (ROS_HOME defaults to ~/.ros, as for ROS logs)."""
+def default_path(node_name: str = "planner", domain_id: str | int | None = None) -> Path:
+    """``$ROS_HOME/timely_llm_ros/<domain>_<node>.journal`` (ROS_HOME defaults to ~/.ros, as for ROS
+    logs; ``domain_id`` defaults to $ROS_DOMAIN_ID or 0): planners of different fleets (domains) on one
+    machine never share a journal."""
     home = os.environ.get("ROS_HOME") or os.path.join(os.path.expanduser("~"), ".ros")
-    return Path(home) / "timely_llm_ros" / f"{node_name}.journal"
+    domain = domain_id if domain_id is not None else (os.environ.get("ROS_DOMAIN_ID") or "0")
+    name = node_name.strip("/").replace("/", ".") or "planner"
+    return Path(home) / "timely_llm_ros" / f"{domain}_{name}.journal"
 
 
 class Journal:
@@ -205,3 +209,26 @@ class Journal:
         if self._lock is not None:
             self._lock.close()  # releases the flock
             self._lock = None
+
+
+# ----------------------------------------------------------------------------- task <-> journal entry
+def task_entry(spec: Any, arrival_wall: float) -> dict[str, Any]:
+    """The fields of a :class:`~timely_llm_ros.core.task.TaskSpec` a restarted planner needs."""
+    return {"task_id": spec.task_id, "agent_id": spec.agent_id, "robot_type": spec.robot_type,
+            "skill_set": spec.skill_set, "instruction": spec.instruction, "scene": spec.scene or "",
+            "tuf": [spec.tuf.ert, spec.tuf.alpha, spec.tuf.beta], "max_tokens": spec.max_tokens,
+            "task_class": spec.task_class or "", "trace_id": spec.trace_id, "arrival": arrival_wall}
+
+
+def task_from_entry(entry: dict[str, Any], arrival: float) -> Any:
+    """A TaskSpec again (``arrival`` on the new planner's clock); ValueError/TypeError if malformed."""
+    from timely_llm_ros.core.task import TaskSpec
+    from timely_llm_ros.core.tuf import TUF
+
+    ert, alpha, beta = (float(v) for v in entry["tuf"])
+    trace = entry.get("trace_id")
+    return TaskSpec(task_id=str(entry["task_id"]), agent_id=str(entry["agent_id"]),
+                    robot_type=str(entry["robot_type"]), skill_set=str(entry["skill_set"]),
+                    instruction=str(entry["instruction"]), tuf=TUF(ert, alpha, beta), arrival=float(arrival),
+                    scene=str(entry.get("scene") or ""), max_tokens=int(entry["max_tokens"]),
+                    task_class=str(entry.get("task_class") or ""), trace_id=int(trace) if trace else None)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from timely_llm_ros.core.task import TaskRejected
-from timely_llm_ros.core.tuf import TUF
+from timely_llm_ros.core.tuf import TUF, InvalidTUF
 
 # ROS: a topic name is limited by the RMW (Fast DDS: 255 characters for "rt/<name>" incl. the
 # partition); /<agent>/skill_segments must stay far below it. 64 is the usual robot-name budget.
@@ -82,9 +82,10 @@ def check_task_fields(f: TaskFields) -> None:
 
 def check_tuf_range(ert: float, alpha: float, beta: float) -> None:
     """TUF numbers a planner can compute with: valid (Eq. 1) and every derived time finite."""
-    for name, value in (("ert", ert), ("alpha", alpha), ("beta", beta)):
-        if not math.isfinite(value):
-            raise TaskRejected(f"invalid TUF: {name} must be finite, got {value!r}")
+    try:
+        TUF(ert, alpha, beta)  # not a TUF at all: the familiar reasons (finite, alpha <= 0, beta > 0)
+    except InvalidTUF as exc:
+        raise TaskRejected(f"invalid TUF: {exc}") from None
     if not 0.0 <= ert <= MAX_ERT_S:
         raise TaskRejected(f"invalid TUF: ERT must be within [0, {MAX_ERT_S:g}] s, got {ert!r}")
     if not -MAX_ABS_ALPHA <= alpha <= 0.0:
