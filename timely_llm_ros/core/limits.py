@@ -17,7 +17,6 @@ and period instead of one per bad message) and :class:`RecentIds` (bounded memor
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
