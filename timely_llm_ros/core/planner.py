@@ -143,6 +143,7 @@ class PlannerCore:
         self._emit(arrived if isinstance(arrived, (int, float)) and math.isfinite(arrived) and arrived <= t
                    else t, ev.ARRIVAL, rec)
         try:
+            self.agents.check_room(rec.agent_id)  # cheap, before tokenising the prompt (bursts)
             gen = self._prepare(spec, rec, resume or [])
             role = self.agents.enter(rec.agent_id, rec.task_id)
         except (TaskRejected, AgentQueueFull) as exc:
