@@ -584,6 +584,10 @@ class PlannerNode(Node):
                 self._journal("started", spec.task_id, i, self.ros_time(seg.exec_start))
             if math.isfinite(seg.exec_end):
                 self._journal("done", spec.task_id, i, self.ros_time(seg.exec_end))
+            else:  # still with the robot: its DONE (or a timeout) decides
+                self.seg_timers.dispatched(spec.agent_id, spec.task_id, i, seg.dispatch, seg.expected_exec)
+                if math.isfinite(seg.exec_start):
+                    self.seg_timers.started(spec.agent_id, spec.task_id, i, seg.dispatch)
         if resume:
             self.get_logger().info(f"task {spec.task_id!r} resumed after the restart: {len(resume)} segment(s) "
                                    "were sent before; re-planning the rest")
