@@ -110,6 +110,9 @@ def test_a_task_for_an_agent_without_robot_node_is_rejected(graph):
     final = peer.final("bi-ghost")
     assert peer.final_state("bi-ghost") == "REJECTED"
     assert "no robot node for agent 'bi_ghost'" in final.reason and "/bi_ghost/skill_segments" in final.reason
+    # no topic is left behind for an agent that was rejected
+    wait_for(lambda: peer.node.count_publishers("/bi_ghost/skill_segments") == 0, WAIT,
+             "the ghost's segment publisher removed", procs=(proc,))
 
 
 def test_a_silent_robot_times_out_and_frees_the_generation(graph):

@@ -36,10 +36,11 @@ def graph(tmp_path_factory):
         "agent_queue_depth": 4,
         "segment_timeout_margin": 60.0,
         "journal": str(tmp / "planner.journal"),
+        "publisher_idle_timeout": 3.0,
     })
     proc = start_node("planner", dict(os.environ), tmp / "planner.log", params_file=params)
     robots = {a: "done" for a in BURST_ROBOTS}
-    robots.update({"sf_ok": "done", "sd_arm": "silent", "fz_ok": "done", "fz_live": "silent"})
+    robots.update({"sf_ok": "done", "sd_arm": "silent", "fz_ok": "done", "fz_live": "silent", "sp_idle": "done"})
     peer = Peer(robots=robots, name="safety_peer")
     try:
         peer.wait_planner(procs=(proc,))
@@ -162,6 +163,22 @@ def test_a_repeated_done_does_not_complete_a_task_early(graph):
                           if convert.EVENT_KIND_NAME[e.kind] == "EXEC_END"]) >= 3, WAIT, "EXEC_END events")
     ends = [e for e in peer.events_of("sd-1") if convert.EVENT_KIND_NAME[e.kind] == "EXEC_END"]
     assert sorted(e.segment_index for e in ends) == [0, 1, 2]  # one per segment, none for a duplicate
+
+
+def test_one_segment_publisher_per_robot_removed_when_the_robot_is_idle(graph):
+    """Finding 7: one publisher per (agent, lifespan) forever — 200 on one topic."""
+    peer, proc = graph
+    topic = "/sp_idle/skill_segments"
+    for i, tuf in enumerate([(1.0, -2.0, 1.0), (0.2, -6.67, 2.0), (3.0, -0.1, 1.0), (1.0, 0.0, 1.0)]):
+        peer.task_pub.publish(task(f"sp-{i}", "sp_idle", tuf=tuf))  # four TUFs, four old lifespans
+    wait_for(lambda: peer.node.count_publishers(topic) == 1, WAIT, "the robot's publisher", procs=(proc,))
+    wait_for(lambda: all(peer.final_state(f"sp-{i}") for i in range(4)), WAIT, "the four tasks", procs=(proc,))
+    assert peer.node.count_publishers(topic) <= 1
+    wait_for(lambda: peer.node.count_publishers(topic) == 0, WAIT, "publisher removed when idle",
+             procs=(proc,))
+    peer.task_pub.publish(task("sp-again", "sp_idle"))  # a new task brings it back
+    wait_for(lambda: peer.final_state("sp-again"), WAIT, "a task after the removal", procs=(proc,))
+    assert peer.final_state("sp-again") == "COMPLETED"
 
 
 # --------------------------------------------------------------------------------------- fuzz

@@ -361,6 +361,7 @@ class PlannerNode(Node):
         now = self.clock_fn()
         ready: dict[tuple[str, bool], bool] = {}
         still: list[_Waiting] = []
+        gone: set[str] = set()
         status_heard = self._status_pub.get_subscription_count() > 0
         for w in self._waiting:
             agent = w.spec.agent_id
@@ -380,10 +381,12 @@ class PlannerNode(Node):
                              f"no robot node for agent {agent!r}: nothing subscribes to "
                              f"{topics.segment_topic(agent)} (waited {self.p['robot_grace_period']:.1f} s)",
                              "no robot")
-                self._drop_idle_publisher(agent)
+                gone.add(agent)
             else:
                 still.append(w)
         self._waiting = still
+        for agent in gone:  # no topic is left behind for an agent without a robot
+            self._drop_idle_publisher(agent)
 
     def _reject(self, task_id: str, agent: str, t: float, reason: str, kind: str) -> None:
         """Executor-side rejection: same events and status the core emits for its own rejections."""
