@@ -34,7 +34,7 @@ def task(task_id, agent, instruction="[A] Take a picture."):
 
 def planner(tmp_path, name: str, **extra):
     params = write_params(tmp_path / f"{name}.yaml", {
-        "sim_plans": ["catalog", PLANS], "robot_grace_period": 20.0, "segment_timeout_margin": 120.0,
+        "sim_plans": ["catalog", PLANS], "robot_grace_period": 5.0, "segment_timeout_margin": 120.0,
         "journal": str(tmp_path / "planner.journal"), **extra})
     return start_node("planner", dict(os.environ), tmp_path / f"{name}.log", params_file=params)
 
@@ -54,7 +54,7 @@ def test_a_clean_stop_gives_every_open_task_a_final_status(tmp_path):
         peer.task_pub.publish(task("cs-queued", "cs_busy"))  # queued behind it (one task at a time)
         wait_for(lambda: "EXECUTING" in peer.states("cs-exec"), WAIT, "cs-exec executing", procs=(proc,))
         wait_for(lambda: "QUEUED" in peer.states("cs-queued"), WAIT, "cs-queued queued", procs=(proc,))
-        peer.task_pub.publish(task("cs-norobot", "cs_nobody"))  # waits for its robot node (20 s grace)
+        peer.task_pub.publish(task("cs-norobot", "cs_nobody"))  # waits for its robot node (5 s grace)
         time.sleep(1.0)
         assert not segments_of(peer, "cs_busy", "cs-queued")  # never sent while cs-exec runs
         assert stop_process(proc) == 0

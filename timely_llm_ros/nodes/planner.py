@@ -90,6 +90,7 @@ class _Waiting:
     spec: TaskSpec
     deadline: float
     recovered: OpenTask | None = None
+    earliest: float = -math.inf  # a recovered task's status waits for discovery at least until then
 
 
 @dataclass
@@ -362,14 +363,14 @@ class PlannerNode(Node):
         ready: dict[tuple[str, bool], bool] = {}
         still: list[_Waiting] = []
         gone: set[str] = set()
-        status_heard = self._status_pub.get_subscription_count() > 0
+        status_heard = self._status_readers_matched()
         for w in self._waiting:
             agent = w.spec.agent_id
             late = now >= w.deadline
             key = (agent, late)
             if key not in ready:
                 ready[key] = not self.p["require_robot"] or self._robot_ready(agent, late)
-            if w.recovered is not None and (ready[key] and status_heard or late):
+            if w.recovered is not None and (ready[key] and status_heard and now >= w.earliest or late):
                 self._inbound.put(("recovered", w, "" if ready[key] else f"no robot node for agent {agent!r}"))
             elif w.recovered is not None:
                 still.append(w)
@@ -387,6 +388,12 @@ class PlannerNode(Node):
         self._waiting = still
         for agent in gone:  # no topic is left behind for an agent without a robot
             self._drop_idle_publisher(agent)
+
+    def _status_readers_matched(self) -> bool:
+        """Every /task_status reader the graph shows is matched (the final status of a recovered task
+        is published once: a reader not yet matched would never see it)."""
+        matched = self._status_pub.get_subscription_count()
+        return matched > 0 and matched >= len(self.get_subscriptions_info_by_topic(topics.TASK_STATUS))
 
     def _reject(self, task_id: str, agent: str, t: float, reason: str, kind: str) -> None:
         """Executor-side rejection: same events and status the core emits for its own rejections."""
@@ -511,7 +518,10 @@ class PlannerNode(Node):
                 self._segment_publisher(spec.agent_id)
             except TaskRejected:
                 pass  # reported when it is failed: no robot can be reached
-            self._waiting.append(_Waiting(spec, now + max(self.p["robot_grace_period"], 5.0), open_task))
+            # announced once its robot and every status reader are discovered, but not before the
+            # grace period: a restarted planner does not know who else listens (recorder, senders)
+            grace = self.p["robot_grace_period"]
+            self._waiting.append(_Waiting(spec, now + max(2.0 * grace, 5.0), open_task, now + grace))
         if tasks:
             self.get_logger().warning(f"journal: {len(tasks)} task(s) were open when the planner stopped; "
                                       f"on_restart = {self.p['on_restart']}")
