@@ -285,3 +285,26 @@ class Peer:
         wait_for(lambda: self.task_pub.get_subscription_count() > 0
                  and self.node.count_publishers("/task_status") > 0, timeout, "the planner to be discovered",
                  procs=procs)
+
+
+def set_params(peer: Peer, node: str = "/planner", timeout: float = STARTUP_TIMEOUT, **values: Any) -> None:
+    """Set parameters of a running node through its set_parameters service (fails on a refusal)."""
+    from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
+    from rcl_interfaces.srv import SetParameters
+
+    client = peer.node.create_client(SetParameters, f"{node}/set_parameters")
+    wait_for(client.service_is_ready, timeout, f"{node}/set_parameters")
+    params = []
+    for name, value in values.items():
+        if isinstance(value, bool):
+            pv = ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=value)
+        elif isinstance(value, int):
+            pv = ParameterValue(type=ParameterType.PARAMETER_INTEGER, integer_value=value)
+        else:
+            pv = ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=float(value))
+        params.append(Parameter(name=name, value=pv))
+    fut = client.call_async(SetParameters.Request(parameters=params))
+    wait_for(fut.done, timeout, f"set {sorted(values)}")
+    bad = [r.reason for r in fut.result().results if not r.successful]
+    assert not bad, bad
+    peer.node.destroy_client(client)

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from planner_testkit import Peer, start_node, stop_process, wait_for, write_params
+from planner_testkit import Peer, set_params, start_node, stop_process, wait_for, write_params
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -40,7 +40,8 @@ def graph(tmp_path_factory):
     })
     proc = start_node("planner", dict(os.environ), tmp / "planner.log", params_file=params)
     robots = {a: "done" for a in BURST_ROBOTS}
-    robots.update({"sf_ok": "done", "sd_arm": "silent", "fz_ok": "done", "fz_live": "silent", "sp_idle": "done"})
+    robots.update({"sf_ok": "done", "sd_arm": "silent", "fz_ok": "done", "fz_live": "silent", "sp_idle": "done",
+                   "so_busy": "silent", "hb_bot": "silent", "cl_bot": "silent"})
     peer = Peer(robots=robots, name="safety_peer")
     try:
         peer.wait_planner(procs=(proc,))
@@ -179,6 +180,64 @@ def test_one_segment_publisher_per_robot_removed_when_the_robot_is_idle(graph):
     peer.task_pub.publish(task("sp-again", "sp_idle"))  # a new task brings it back
     wait_for(lambda: peer.final_state("sp-again"), WAIT, "a task after the removal", procs=(proc,))
     assert peer.final_state("sp-again") == "COMPLETED"
+
+
+def test_an_overloaded_planner_says_so_with_its_queue_state(graph):
+    peer, proc = graph
+    set_params(peer, max_queued_tasks=3)
+    try:
+        ids = [f"so-{i}" for i in range(8)]
+        for i, task_id in enumerate(ids):  # a silent robot: accepted tasks stay open
+            peer.task_pub.publish(task(task_id, "so_busy" if i < 4 else "sf_ok"))
+        wait_for(lambda: sum(bool(peer.final_state(t)) for t in ids) >= 5, WAIT, "the overload answers",
+                 procs=(proc,))
+        over = [peer.final(t).reason for t in ids if peer.final_state(t) == "REJECTED"]
+        assert over and all(r.startswith("overloaded: ") and "open tasks (limit max_queued_tasks = 3)" in r
+                            for r in over), over
+    finally:
+        set_params(peer, max_queued_tasks=100_000)
+
+
+def test_heartbeats_keep_a_long_segment_alive_and_their_absence_times_it_out(graph):
+    """Liveness follows the robot: PROGRESS every heartbeat period keeps a segment that runs far longer
+    than its timeout alive; when the heartbeats stop, the task FAILS with that reason."""
+    from timely_llm_ros.core import events as ev
+    from timely_llm_ros.ros import convert
+
+    peer, proc = graph
+    set_params(peer, segment_timeout=4.0, heartbeat_timeout=1.5)
+    try:
+        peer.task_pub.publish(task("hb-1", "hb_bot"))
+        wait_for(lambda: any(s.task_id == "hb-1" for s in peer.segments["hb_bot"]), WAIT, "hb-1 segment",
+                 procs=(proc,))
+        t0 = time.monotonic()
+        peer._send(convert.feedback_to_msg("hb-1", "hb_bot", 0, ev.STARTED, time.time()))  # noqa: SLF001
+        while time.monotonic() - t0 < 12.0:  # three times the segment timeout
+            peer._send(convert.feedback_to_msg("hb-1", "hb_bot", 0, ev.PROGRESS, time.time(),  # noqa: SLF001
+                                               time.monotonic() - t0))
+            time.sleep(0.4)
+        assert peer.final_state("hb-1") is None, peer.final("hb-1").reason
+        wait_for(lambda: peer.final_state("hb-1"), WAIT, "the timeout after the heartbeats stopped",
+                 procs=(proc,))
+        assert peer.final_state("hb-1") == "FAILED" and "no PROGRESS heartbeat for" in peer.final("hb-1").reason
+    finally:
+        set_params(peer, segment_timeout=0.0, heartbeat_timeout=5.0)
+
+
+def test_a_huge_failure_detail_is_clipped_before_it_is_forwarded(graph):
+    from timely_llm_ros.core import events as ev
+    from timely_llm_ros.ros import convert
+
+    peer, proc = graph
+    peer.task_pub.publish(task("cl-1", "cl_bot"))
+    wait_for(lambda: any(s.task_id == "cl-1" for s in peer.segments["cl_bot"]), WAIT, "cl-1 segment",
+             procs=(proc,))
+    peer._send(convert.feedback_to_msg("cl-1", "cl_bot", 0, ev.FEEDBACK_FAILED, time.time(), 0.1,  # noqa: SLF001
+                                       "z" * 1_000_000))
+    wait_for(lambda: peer.final_state("cl-1"), WAIT, "cl-1 failed", procs=(proc,))
+    reason = peer.final("cl-1").reason
+    assert peer.final_state("cl-1") == "FAILED" and len(reason) < 1100
+    assert reason.endswith("[999000 more characters cut]")
 
 
 # --------------------------------------------------------------------------------------- fuzz
