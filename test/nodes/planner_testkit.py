@@ -16,13 +16,15 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 STARTUP_TIMEOUT = 60.0
+PLANS = str(Path(__file__).with_name("data") / "planner_plans.yaml")  # reference plans of the test tasks
 
 
 def write_params(path: Path, params: dict[str, Any]) -> Path:
@@ -308,3 +310,31 @@ def set_params(peer: Peer, node: str = "/planner", timeout: float = STARTUP_TIME
     bad = [r.reason for r in fut.result().results if not r.successful]
     assert not bad, bad
     peer.node.destroy_client(client)
+
+
+def make_task(task_id: str, agent: str, instruction: str = "[A] Take a picture.", robot_type: str = "drone",
+              skill_set: str = "tello_minispec", tuf: tuple[float, float, float] = (1.0, -2.0, 1.0), scene: str = ""):
+    """A ``Task`` message (default: a drone task the simulated planner has a plan for)."""
+    from timely_llm_ros.msg import Task, Tuf
+
+    msg = Task(task_id=task_id, agent_id=agent, robot_type=robot_type, skill_set=skill_set,
+               instruction=instruction, scene=scene)
+    msg.tuf = Tuf(ert=tuf[0], alpha=tuf[1], beta=tuf[2])
+    return msg
+
+
+@contextmanager
+def planner_graph(tmp: Path, params: dict[str, Any], robots: dict[str, str], name: str) -> Iterator[tuple]:
+    """A planner process (simulated engine, the test plans) and a :class:`Peer` playing ``robots``;
+    yields ``(peer, proc)``; the planner must exit cleanly (status 0) at the end."""
+    params = {"sim_plans": ["catalog", PLANS], **params}
+    proc = start_node("planner", dict(os.environ), tmp / "planner.log",
+                      params_file=write_params(tmp / "planner.yaml", params))
+    peer = Peer(robots=robots, name=name)
+    try:
+        peer.wait_planner(procs=(proc,))
+        yield peer, proc
+    finally:
+        peer.close()
+        rc = stop_process(proc)
+        assert rc == 0, f"planner exit status {rc}"

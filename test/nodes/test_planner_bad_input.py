@@ -7,50 +7,28 @@ responsive. One planner process for the module; each test uses its own agents an
 from __future__ import annotations
 
 import math
-import os
 import time
-from pathlib import Path
 
 import pytest
-from planner_testkit import Peer, log_text, start_node, stop_process, wait_for, write_params
+from planner_testkit import log_text, make_task, planner_graph, wait_for
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-DATA = Path(__file__).with_name("data")
 WAIT = 90.0
 SEGMENT_TIMEOUT = 2.0
 
 
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("planner_bad")
-    params = write_params(tmp / "planner.yaml", {
-        "sim_plans": ["catalog", str(DATA / "planner_plans.yaml")],
-        "robot_grace_period": 1.0,
-        "segment_timeout": SEGMENT_TIMEOUT,
-        "agent_types": ["bi_typed:arm"],
-        "agent_queue_depth": 300,  # the 200-task burst for one robot queues, nothing is refused for depth
-    })
-    proc = start_node("planner", dict(os.environ), tmp / "planner.log", params_file=params)
-    peer = Peer(robots={"bi_ok": "done", "bi_silent": "silent", "bi_failing": "fail", "bi_typed": "done",
-                        "bi_burst": "done", "bi_range": "done"}, name="bi_peer")
-    try:
-        peer.wait_planner(procs=(proc,))
-        yield peer, proc
-    finally:
-        peer.close()
-        rc = stop_process(proc)
-        assert rc == 0, f"planner exit status {rc}"
+    robots = {"bi_ok": "done", "bi_silent": "silent", "bi_failing": "fail", "bi_typed": "done", "bi_burst": "done",
+              "bi_range": "done"}
+    params = {"robot_grace_period": 1.0, "segment_timeout": SEGMENT_TIMEOUT, "agent_types": ["bi_typed:arm"],
+              "agent_queue_depth": 300}  # the 200-task burst for one robot queues, nothing is refused for depth
+    with planner_graph(tmp_path_factory.mktemp("planner_bad"), params, robots, "bi_peer") as pair:
+        yield pair
 
 
-def task(task_id, agent, instruction="[A] Take a picture.", robot_type="drone", skill_set="tello_minispec",
-         tuf=(1.0, -2.0, 1.0), scene=""):
-    from timely_llm_ros.msg import Task, Tuf
-
-    msg = Task(task_id=task_id, agent_id=agent, robot_type=robot_type, skill_set=skill_set,
-               instruction=instruction, scene=scene)
-    msg.tuf = Tuf(ert=tuf[0], alpha=tuf[1], beta=tuf[2])
-    return msg
+task = make_task
 
 
 MALFORMED = [

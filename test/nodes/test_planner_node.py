@@ -9,47 +9,22 @@ and the parameter descriptors. Nothing is timed: every wait polls with a generou
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
-from planner_testkit import Peer, start_node, stop_process, wait_for, write_params
+from planner_testkit import make_task, planner_graph, wait_for
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-DATA = Path(__file__).with_name("data")
 WAIT = 60.0
 CAT = ("[A] Could you find the cat? If so, go to it.", "[]")  # LRTrace task 1 (catalog plan)
 
 
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory):
-    import os
-
-    tmp = tmp_path_factory.mktemp("planner")
-    params = write_params(tmp / "planner.yaml", {
-        "sim_plans": ["catalog", str(DATA / "planner_plans.yaml")],
-        "robot_grace_period": 5.0,
-        "segment_timeout_margin": 30.0,
-    })
-    proc = start_node("planner", dict(os.environ), tmp / "planner.log", params_file=params)
-    peer = Peer(robots={"pn_drone": "done", "pn_drone2": "done", "pn_arm": "done"}, name="pn_peer")
-    try:
-        peer.wait_planner(procs=(proc,))
-        yield peer, proc
-    finally:
-        peer.close()
-        rc = stop_process(proc)
-        assert rc == 0, f"planner exit status {rc}"
-
-
-def make_task(task_id: str, agent: str, instruction: str, scene: str = "", robot_type: str = "drone",
-              skill_set: str = "tello_minispec", tuf=(1.0, -2.0, 1.0)):
-    from timely_llm_ros.msg import Task, Tuf
-
-    msg = Task(task_id=task_id, agent_id=agent, robot_type=robot_type, skill_set=skill_set,
-               instruction=instruction, scene=scene)
-    msg.tuf = Tuf(ert=tuf[0], alpha=tuf[1], beta=tuf[2])
-    return msg
+    params = {"robot_grace_period": 5.0, "segment_timeout_margin": 30.0}
+    robots = {"pn_drone": "done", "pn_drone2": "done", "pn_arm": "done"}
+    with planner_graph(tmp_path_factory.mktemp("planner"), params, robots, "pn_peer") as pair:
+        yield pair
 
 
 def test_a_task_is_planned_in_segments_executed_and_completed(graph):
@@ -60,7 +35,7 @@ def test_a_task_is_planned_in_segments_executed_and_completed(graph):
     from timely_llm_ros.workload.tasks import load_catalog
 
     peer, proc = graph
-    peer.task_pub.publish(make_task("pn-cat", "pn_drone", *CAT))
+    peer.task_pub.publish(make_task("pn-cat", "pn_drone", CAT[0], scene=CAT[1]))
     wait_for(lambda: peer.final_state("pn-cat") is not None, WAIT, "pn-cat to finish", procs=(proc,))
     assert peer.final_state("pn-cat") == ev.COMPLETED, peer.final("pn-cat").reason
     states = peer.states("pn-cat")

@@ -15,21 +15,14 @@ import signal
 import time
 
 import pytest
-from planner_testkit import Peer, log_text, start_node, stop_process, wait_for, write_params
+from planner_testkit import PLANS, Peer, log_text, make_task, start_node, stop_process, wait_for, write_params
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 WAIT = 120.0
-PLANS = os.path.join(os.path.dirname(__file__), "data", "planner_plans.yaml")
 
 
-def task(task_id, agent, instruction="[A] Take a picture."):
-    from timely_llm_ros.msg import Task, Tuf
-
-    msg = Task(task_id=task_id, agent_id=agent, robot_type="drone", skill_set="tello_minispec",
-               instruction=instruction)
-    msg.tuf = Tuf(ert=1.0, alpha=-2.0, beta=1.0)
-    return msg
+task = make_task
 
 
 def planner(tmp_path, name: str, **extra):

@@ -18,48 +18,27 @@ import time
 from pathlib import Path
 
 import pytest
-from planner_testkit import Peer, set_params, start_node, stop_process, wait_for, write_params
+from planner_testkit import make_task, planner_graph, set_params, wait_for, write_params
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-DATA = Path(__file__).with_name("data")
 WAIT = 120.0
 BURST_ROBOTS = [f"sb_r{i}" for i in range(10)]
 
 
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("planner_safety")
-    params = write_params(tmp / "planner.yaml", {
-        "sim_plans": ["catalog", str(DATA / "planner_plans.yaml")],
-        "robot_grace_period": 3.0,
-        "agent_queue_depth": 4,
-        "segment_timeout_margin": 60.0,
-        "journal": str(tmp / "planner.journal"),
-        "publisher_idle_timeout": 3.0,
-    })
-    proc = start_node("planner", dict(os.environ), tmp / "planner.log", params_file=params)
     robots = {a: "done" for a in BURST_ROBOTS}
     robots.update({"sf_ok": "done", "sd_arm": "silent", "fz_ok": "done", "fz_live": "silent", "sp_idle": "done",
                    "so_busy": "silent", "hb_bot": "silent", "cl_bot": "silent"})
-    peer = Peer(robots=robots, name="safety_peer")
-    try:
-        peer.wait_planner(procs=(proc,))
-        yield peer, proc
-    finally:
-        peer.close()
-        rc = stop_process(proc)
-        assert rc == 0, f"planner exit status {rc}"
+    tmp = tmp_path_factory.mktemp("planner_safety")
+    with planner_graph(tmp, {"robot_grace_period": 3.0, "agent_queue_depth": 4, "segment_timeout_margin": 60.0,
+                             "journal": str(tmp / "planner.journal"), "publisher_idle_timeout": 3.0},
+                       robots, "safety_peer") as pair:
+        yield pair
 
 
-def task(task_id, agent, instruction="[A] Take a picture.", robot_type="drone", skill_set="tello_minispec",
-         tuf=(1.0, -2.0, 1.0)):
-    from timely_llm_ros.msg import Task, Tuf
-
-    msg = Task(task_id=task_id, agent_id=agent, robot_type=robot_type, skill_set=skill_set,
-               instruction=instruction)
-    msg.tuf = Tuf(ert=tuf[0], alpha=tuf[1], beta=tuf[2])
-    return msg
+task = make_task
 
 
 def terminal_count(peer, task_id: str) -> int:

@@ -17,12 +17,12 @@ Values given both ways are merged; a nested key wins over the same key in the st
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import yaml
 
-from timely_llm_ros.core.scheduler import UnknownPolicy, parse_policy
+from timely_llm_ros.core.scheduler import parse_policy
 from timely_llm_ros.nodes.common import Param, nonempty
 from timely_llm_ros.nodes.sim_support import CATALOG
 
@@ -52,12 +52,17 @@ def parse_mapping(text: str) -> dict[str, Any]:
     return data
 
 
-def _mapping_check(value: str) -> str | None:
-    try:
-        parse_mapping(value)
-    except ValueError as exc:
-        return str(exc)
-    return None
+def _check_by(parse: Callable[[Any], Any]) -> Callable[[Any], str | None]:
+    """A parameter check from a parser: its ValueError (UnknownPolicy included) is the problem."""
+
+    def check(value: Any) -> str | None:
+        try:
+            parse(value)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    return check
 
 
 def quote_mapping_args(argv: Sequence[str]) -> list[str]:
@@ -93,14 +98,6 @@ def engine_options(engine: str, text: str, overrides: dict[str, Any]) -> dict[st
     return {**ENGINE_DEFAULTS.get(engine, {}), **parse_mapping(text), **nested_options(overrides)}
 
 
-def _policy_check(value: str) -> str | None:
-    try:
-        parse_policy(value)
-    except UnknownPolicy as exc:
-        return str(exc)
-    return None
-
-
 def parse_agent_types(entries: list[str]) -> dict[str, str]:
     """``["drone_1:drone", "arm_1:arm"]`` → ``{"drone_1": "drone", ...}``; ValueError with the entry."""
     out: dict[str, str] = {}
@@ -110,14 +107,6 @@ def parse_agent_types(entries: list[str]) -> dict[str, str]:
             raise ValueError(f"entry {entry!r} is not 'agent:robot_type'")
         out[agent.strip()] = rtype.strip()
     return out
-
-
-def _agent_types_check(value: list[str]) -> str | None:
-    try:
-        parse_agent_types(value)
-    except ValueError as exc:
-        return str(exc)
-    return None
 
 
 def _journal_check(value: str) -> str | None:
@@ -130,11 +119,11 @@ PARAMS = (
     Param("engine_options", "", "options for the llamacpp/vllm engine, as a YAML/JSON mapping string "
           "(-p engine_options:=\"{model_path: /m.gguf}\") or a nested mapping in a parameter file; passed to "
           "timely_llm_ros.engines.registry.create_engine over the planner's defaults (llamacpp "
-          "{prefill_chunk: 16, prefill_fast_batch: 64}; null turns one off)", read_only=True, check=_mapping_check),
+          "{prefill_chunk: 16, prefill_fast_batch: 64}; null turns one off)", read_only=True, check=_check_by(parse_mapping)),
     Param("profile", "llama3-8b-fp16-rtx4090", "engine profile (config/profiles) timing the sim engine",
           read_only=True, check=nonempty),
     Param("policy", "timely", "scheduling policy: timely, timely-paper, fcfs-seg, edf-seg, vllm, "
-          "vllm-stream, optionally @bN for a fixed max batch", read_only=True, check=_policy_check),
+          "vllm-stream, optionally @bN for a fixed max batch", read_only=True, check=_check_by(parse_policy)),
     Param("network_latency", 0.008, "planner -> robot latency assumed by the scheduler (s)", low=0.0,
           high=1.0, read_only=True),
     Param("sim_plans", [CATALOG], "sim engine: where reference plans come from: 'catalog' (LRTrace tasks) "
@@ -143,7 +132,7 @@ PARAMS = (
     Param("robot_grace_period", 2.0, "how long a task waits for its robot node to be discovered (s)",
           low=0.0, high=600.0),
     Param("agent_types", [], "optional 'agent:robot_type' entries; a task whose robot_type differs is "
-          "rejected", check=_agent_types_check),
+          "rejected", check=_check_by(parse_agent_types)),
     Param("agent_queue_depth", 16, "open tasks per robot (one executes, the others wait in order); one more "
           "is rejected", low=1, high=100_000, read_only=True),
     Param("lookahead", 1, "queued tasks per robot that may generate ahead while its current task executes "
