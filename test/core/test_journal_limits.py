@@ -102,7 +102,9 @@ def test_legal_extremes_pass_and_keep_every_derived_time_finite():
 
 def test_clip_rate_limiter_and_recent_ids():
     assert limits.clip("abc", 5) == "abc"
-    assert limits.clip("x" * 10**6, 10) == "x" * 10 + "… [999990 more characters cut]"
+    clipped = limits.clip("x" * 10**6, 100)
+    assert clipped == "x" * 70 + "… [999930 more characters cut]" and len(clipped) == 100
+    assert limits.clip(clipped, 100) == clipped  # idempotent
     now = [0.0]
     rl = limits.RateLimiter(5.0, lambda: now[0])
     assert rl.allow("k") == 0 and rl.allow("k") is None and rl.allow("j") == 0

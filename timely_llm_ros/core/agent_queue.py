@@ -1,4 +1,4 @@
-"""One task at a time per robot: the planner's per-agent task queue (issue 18, item 1).
+"""One task at a time per robot: the planner's per-agent task queue.
 
 A robot executes one plan at a time. Before this queue existed the planner dispatched segments of
 every open task of an agent as soon as they were generated, so a robot received ``f3 s0, f3 s1,

@@ -1,4 +1,4 @@
-"""Which robot feedback the planner believes (issue 18, item 3).
+"""Which robot feedback the planner believes.
 
 Anyone on the DDS domain can publish a ``SegmentFeedback``, and DDS may deliver a message twice
 after a reconnection. Before this check a repeated (or forged) DONE for segment 0 counted as the

@@ -1,4 +1,4 @@
-"""Crash-recovery journal of the planner's open tasks (issue 18, item 5).
+"""Crash-recovery journal of the planner's open tasks.
 
 Before it, a planner killed with ``kill -9`` forgot its in-flight tasks: they never got a final
 state and a restarted planner knew nothing of them. The journal is a small append-only log, one JSON

@@ -1,4 +1,4 @@
-"""Limits on everything a planner receives, checked at the boundary (issue 18, item 2).
+"""Limits on everything a planner receives, checked at the boundary.
 
 Why: any node on the DDS domain may publish a Task or a SegmentFeedback. A field that is legal for
 the message type but absurd for the planner must be refused *with a reason*, never turned into a
@@ -100,12 +100,18 @@ def check_tuf_range(ert: float, alpha: float, beta: float) -> None:
 
 
 def clip(text: str, limit: int = MAX_DETAIL) -> str:
-    """``text`` cut to at most about ``limit`` characters, saying how much was cut."""
+    """``text`` cut to at most ``limit`` characters, saying how much was cut (clipping twice changes
+    nothing: a clipped text is within the limit)."""
     if not isinstance(text, str):
         text = str(text)
     if len(text) <= limit:
         return text
-    return f"{text[:limit]}… [{len(text) - limit} more characters cut]"
+    keep = limit
+    while True:  # the note's own length depends on the number it states
+        note = f"… [{len(text) - keep} more characters cut]"
+        if keep + len(note) <= limit or keep == 0:
+            return text[:keep] + note
+        keep = max(0, limit - len(note))
 
 
 class RateLimiter:

@@ -1,4 +1,4 @@
-"""Segment timeouts that follow the robot's own progress (issue 18, item 6).
+"""Segment timeouts that follow the robot's own progress.
 
 A dispatched segment without feedback must not hold its task (and, one task at a time, its robot's
 queue) forever: the planner fails the task with a reason. Per robot only one segment is "current"
@@ -8,7 +8,7 @@ timer runs:
 * not started yet: it must start within ``limit(expected)`` counted from when it became the robot's
   current segment — its dispatch, or the DONE of the segment before it. A segment held while the
   robot executed another task is dispatched only when that task ended, so a slow robot's previous
-  task never starts the next task's timer early (the false timeout of issue 18);
+  task never starts the next task's timer early (a false timeout);
 * started: it must finish within ``limit(expected)`` counted from its STARTED, **or** send a
   PROGRESS heartbeat at least every ``heartbeat_timeout`` seconds — a long motion that keeps
   reporting progress is alive however long it takes (the robot enforces its own motion limits).

@@ -1,7 +1,7 @@
 """Parameters of the planner node, and ``engine_options`` in every form users write them.
 
 ``engine_options`` is a mapping (e.g. ``{model_path: /models/m.gguf}``), which ROS parameters cannot
-hold. Users write it in three ways, all accepted (issue 18, item 9):
+hold. Users write it in three ways, all accepted:
 
 * ``-p engine_options:="{model_path: /m.gguf}"`` — the README form. rcl parses a ``-p`` value as YAML,
   so the (shell-unquoted) ``{model_path: /m.gguf}`` is a mapping and rcl refused the whole command line
