@@ -61,7 +61,8 @@ def _planner_overrides(context, params: dict) -> None:
             params[name] = _arg(context, name)
     model = _arg(context, "model_path")
     if model:
-        options = yaml.safe_load(params.get("engine_options") or "{}") or {}
+        raw = params.get("engine_options") or {}  # a mapping in the fleet YAML, or its YAML text
+        options = dict(raw) if isinstance(raw, dict) else yaml.safe_load(raw) or {}
         if not isinstance(options, dict):
             raise ValueError(f"planner engine_options is not a mapping: {params.get('engine_options')!r}")
         # llama.cpp takes a GGUF file (model_path), vLLM a model name or directory (model)

@@ -55,6 +55,10 @@ def _configure_environment() -> None:
     log_dir = tempfile.mkdtemp(prefix="timely-test-roslog-")
     os.environ["ROS_LOG_DIR"] = log_dir
     atexit.register(shutil.rmtree, log_dir, ignore_errors=True)
+    # ... and the planners' crash-recovery journals ($ROS_HOME/timely_llm_ros) too
+    ros_home = tempfile.mkdtemp(prefix="timely-test-roshome-")
+    os.environ["ROS_HOME"] = ros_home
+    atexit.register(shutil.rmtree, ros_home, ignore_errors=True)
 
 
 _configure_environment()

@@ -16,13 +16,15 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 STARTUP_TIMEOUT = 60.0
+PLANS = str(Path(__file__).with_name("data") / "planner_plans.yaml")  # reference plans of the test tasks
 
 
 def write_params(path: Path, params: dict[str, Any]) -> Path:
@@ -238,7 +240,7 @@ class Peer:
         with self.lock:
             self.segments[agent].append(msg)
         mode = self.robots.get(agent, "silent")
-        if mode == "silent":
+        if mode == "silent" or (msg.final and not msg.calls):  # no feedback for a closing marker
             return
         now = time.time()
         self._send(convert.feedback_to_msg(msg.task_id, agent, msg.index, ev.STARTED, now))
@@ -285,3 +287,54 @@ class Peer:
         wait_for(lambda: self.task_pub.get_subscription_count() > 0
                  and self.node.count_publishers("/task_status") > 0, timeout, "the planner to be discovered",
                  procs=procs)
+
+
+def set_params(peer: Peer, node: str = "/planner", timeout: float = STARTUP_TIMEOUT, **values: Any) -> None:
+    """Set parameters of a running node through its set_parameters service (fails on a refusal)."""
+    from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
+    from rcl_interfaces.srv import SetParameters
+
+    client = peer.node.create_client(SetParameters, f"{node}/set_parameters")
+    wait_for(client.service_is_ready, timeout, f"{node}/set_parameters")
+    params = []
+    for name, value in values.items():
+        if isinstance(value, bool):
+            pv = ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=value)
+        elif isinstance(value, int):
+            pv = ParameterValue(type=ParameterType.PARAMETER_INTEGER, integer_value=value)
+        else:
+            pv = ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=float(value))
+        params.append(Parameter(name=name, value=pv))
+    fut = client.call_async(SetParameters.Request(parameters=params))
+    wait_for(fut.done, timeout, f"set {sorted(values)}")
+    bad = [r.reason for r in fut.result().results if not r.successful]
+    assert not bad, bad
+    peer.node.destroy_client(client)
+
+
+def make_task(task_id: str, agent: str, instruction: str = "[A] Take a picture.", robot_type: str = "drone",
+              skill_set: str = "tello_minispec", tuf: tuple[float, float, float] = (1.0, -2.0, 1.0), scene: str = ""):
+    """A ``Task`` message (default: a drone task the simulated planner has a plan for)."""
+    from timely_llm_ros.msg import Task, Tuf
+
+    msg = Task(task_id=task_id, agent_id=agent, robot_type=robot_type, skill_set=skill_set,
+               instruction=instruction, scene=scene)
+    msg.tuf = Tuf(ert=tuf[0], alpha=tuf[1], beta=tuf[2])
+    return msg
+
+
+@contextmanager
+def planner_graph(tmp: Path, params: dict[str, Any], robots: dict[str, str], name: str) -> Iterator[tuple]:
+    """A planner process (simulated engine, the test plans) and a :class:`Peer` playing ``robots``;
+    yields ``(peer, proc)``; the planner must exit cleanly (status 0) at the end."""
+    params = {"sim_plans": ["catalog", PLANS], **params}
+    proc = start_node("planner", dict(os.environ), tmp / "planner.log",
+                      params_file=write_params(tmp / "planner.yaml", params))
+    peer = Peer(robots=robots, name=name)
+    try:
+        peer.wait_planner(procs=(proc,))
+        yield peer, proc
+    finally:
+        peer.close()
+        rc = stop_process(proc)
+        assert rc == 0, f"planner exit status {rc}"

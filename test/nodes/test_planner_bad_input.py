@@ -7,49 +7,28 @@ responsive. One planner process for the module; each test uses its own agents an
 from __future__ import annotations
 
 import math
-import os
 import time
-from pathlib import Path
 
 import pytest
-from planner_testkit import Peer, log_text, start_node, stop_process, wait_for, write_params
+from planner_testkit import log_text, make_task, planner_graph, wait_for
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-DATA = Path(__file__).with_name("data")
 WAIT = 90.0
 SEGMENT_TIMEOUT = 2.0
 
 
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("planner_bad")
-    params = write_params(tmp / "planner.yaml", {
-        "sim_plans": ["catalog", str(DATA / "planner_plans.yaml")],
-        "robot_grace_period": 1.0,
-        "segment_timeout": SEGMENT_TIMEOUT,
-        "agent_types": ["bi_typed:arm"],
-    })
-    proc = start_node("planner", dict(os.environ), tmp / "planner.log", params_file=params)
-    peer = Peer(robots={"bi_ok": "done", "bi_silent": "silent", "bi_failing": "fail", "bi_typed": "done",
-                        "bi_burst": "done", "bi_range": "done"}, name="bi_peer")
-    try:
-        peer.wait_planner(procs=(proc,))
-        yield peer, proc
-    finally:
-        peer.close()
-        rc = stop_process(proc)
-        assert rc == 0, f"planner exit status {rc}"
+    robots = {"bi_ok": "done", "bi_silent": "silent", "bi_failing": "fail", "bi_typed": "done", "bi_burst": "done",
+              "bi_range": "done"}
+    params = {"robot_grace_period": 1.0, "segment_timeout": SEGMENT_TIMEOUT, "agent_types": ["bi_typed:arm"],
+              "agent_queue_depth": 300}  # the 200-task burst for one robot queues, nothing is refused for depth
+    with planner_graph(tmp_path_factory.mktemp("planner_bad"), params, robots, "bi_peer") as pair:
+        yield pair
 
 
-def task(task_id, agent, instruction="[A] Take a picture.", robot_type="drone", skill_set="tello_minispec",
-         tuf=(1.0, -2.0, 1.0), scene=""):
-    from timely_llm_ros.msg import Task, Tuf
-
-    msg = Task(task_id=task_id, agent_id=agent, robot_type=robot_type, skill_set=skill_set,
-               instruction=instruction, scene=scene)
-    msg.tuf = Tuf(ert=tuf[0], alpha=tuf[1], beta=tuf[2])
-    return msg
+task = make_task
 
 
 MALFORMED = [
@@ -93,11 +72,13 @@ def test_duplicate_task_id_is_rejected_and_the_original_unaffected(graph):
     peer, proc = graph
     peer.task_pub.publish(task("bi-dup", "bi_ok"))
     peer.task_pub.publish(task("bi-dup", "bi_ok", instruction="[A] Climb, turn and take a picture."))
-    wait_for(lambda: len([s for s in peer.states("bi-dup") if s in ("COMPLETED", "REJECTED")]) == 2, WAIT,
+    wait_for(lambda: peer.final_state("bi-dup") and peer.final_state("bi-dup#dup1"), WAIT,
              "both answers for bi-dup", procs=(proc,))
-    finals = [s for s in peer.statuses["bi-dup"] if s.state in (1, 5)]
-    assert sorted(s.reason for s in finals if s.state == 1) == ["duplicate task_id 'bi-dup'"]
-    assert any(s.state == 5 for s in finals)
+    # the duplicate is answered under its own id: a REJECTED for 'bi-dup' would tell the original's
+    # robot that its (running) task was refused
+    assert peer.states("bi-dup#dup1") == ["REJECTED"]
+    assert "duplicate task_id 'bi-dup'" in peer.final("bi-dup#dup1").reason
+    assert "REJECTED" not in peer.states("bi-dup") and peer.final_state("bi-dup") == "COMPLETED"
 
 
 def test_a_task_for_an_agent_without_robot_node_is_rejected(graph):
@@ -107,6 +88,9 @@ def test_a_task_for_an_agent_without_robot_node_is_rejected(graph):
     final = peer.final("bi-ghost")
     assert peer.final_state("bi-ghost") == "REJECTED"
     assert "no robot node for agent 'bi_ghost'" in final.reason and "/bi_ghost/skill_segments" in final.reason
+    # no topic is left behind for an agent that was rejected
+    wait_for(lambda: peer.node.count_publishers("/bi_ghost/skill_segments") == 0, WAIT,
+             "the ghost's segment publisher removed", procs=(proc,))
 
 
 def test_a_silent_robot_times_out_and_frees_the_generation(graph):
@@ -122,8 +106,9 @@ def test_a_silent_robot_times_out_and_frees_the_generation(graph):
     # possibly all of them) and never answered; after the failure nothing more is generated or sent
     sent = [s.index for s in peer.segments["bi_silent"] if s.task_id == "bi-silent"]
     assert sent == list(range(len(sent))) and sent
+    wait_for(lambda: any(convert.EVENT_KIND_NAME[e.kind] == "FAIL" for e in peer.events_of("bi-silent")),
+             WAIT, "the FAIL event of bi-silent", procs=(proc,))
     kinds = [convert.EVENT_KIND_NAME[e.kind] for e in peer.events_of("bi-silent")]
-    assert "FAIL" in kinds
     assert "GEN_START" not in kinds[kinds.index("FAIL"):] and "DISPATCH" not in kinds[kinds.index("FAIL"):]
     # the planner keeps serving others
     peer.task_pub.publish(task("bi-after-silent", "bi_ok"))
@@ -139,6 +124,8 @@ def test_a_robot_reporting_failed_fails_the_task_with_its_reason(graph):
     wait_for(lambda: peer.final_state("bi-fail"), WAIT, "bi-fail answered", procs=(proc,))
     assert peer.final_state("bi-fail") == "FAILED"
     assert peer.final("bi-fail").reason == "gripper jammed (test robot)"
+    wait_for(lambda: any(convert.EVENT_KIND_NAME[e.kind] == "FAIL" for e in peer.events_of("bi-fail")),
+             WAIT, "the FAIL event of bi-fail", procs=(proc,))
     kinds = [convert.EVENT_KIND_NAME[e.kind] for e in peer.events_of("bi-fail")]
     assert "DISPATCH" not in kinds[kinds.index("FAIL"):]
     assert [s.index for s in peer.segments["bi_failing"] if s.task_id == "bi-fail"] == [0]
@@ -185,8 +172,11 @@ def test_a_burst_of_200_tasks_is_fully_accounted_for(graph):
     assert all(s == "COMPLETED" for t, s in finals.items() if t not in rejected), {
         t: peer.final(t).reason for t, s in finals.items() if s not in ("COMPLETED", "REJECTED")}
     # each accepted task's single segment reached the robot exactly once
-    sent = [s.task_id for s in peer.segments["bi_burst"]]
+    sent = [s.task_id for s in peer.segments["bi_burst"] if s.calls]
     assert sorted(sent) == sorted(set(ids) - rejected)
+    # one task at a time: the robot got each task's segments (and closing marker) contiguously
+    order = [s.task_id for s in peer.segments["bi_burst"]]
+    assert [t for i, t in enumerate(order) if i == 0 or order[i - 1] != t] == list(dict.fromkeys(order))
 
 
 def test_stray_feedback_is_ignored_with_a_log_line_and_nothing_breaks(graph):

@@ -2,54 +2,29 @@
 
 One planner process (simulated engine in real time) serves every test of this module; each test
 uses its own agents and task ids. Checks: the segment stream (order, texts, parsed calls, estimates,
-final flag, lifespan QoS), the status sequence and the trace events of a task, planner-assigned ids,
+final flag and closing marker, one publisher per robot), the status sequence and the trace events of a task, planner-assigned ids,
 and the parameter descriptors. Nothing is timed: every wait polls with a generous bound.
 """
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
-from planner_testkit import Peer, start_node, stop_process, wait_for, write_params
+from planner_testkit import make_task, planner_graph, wait_for
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-DATA = Path(__file__).with_name("data")
 WAIT = 60.0
 CAT = ("[A] Could you find the cat? If so, go to it.", "[]")  # LRTrace task 1 (catalog plan)
 
 
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory):
-    import os
-
-    tmp = tmp_path_factory.mktemp("planner")
-    params = write_params(tmp / "planner.yaml", {
-        "sim_plans": ["catalog", str(DATA / "planner_plans.yaml")],
-        "robot_grace_period": 5.0,
-        "segment_timeout_margin": 30.0,
-    })
-    proc = start_node("planner", dict(os.environ), tmp / "planner.log", params_file=params)
-    peer = Peer(robots={"pn_drone": "done", "pn_drone2": "done", "pn_arm": "done"}, name="pn_peer")
-    try:
-        peer.wait_planner(procs=(proc,))
-        yield peer, proc
-    finally:
-        peer.close()
-        rc = stop_process(proc)
-        assert rc == 0, f"planner exit status {rc}"
-
-
-def make_task(task_id: str, agent: str, instruction: str, scene: str = "", robot_type: str = "drone",
-              skill_set: str = "tello_minispec", tuf=(1.0, -2.0, 1.0)):
-    from timely_llm_ros.msg import Task, Tuf
-
-    msg = Task(task_id=task_id, agent_id=agent, robot_type=robot_type, skill_set=skill_set,
-               instruction=instruction, scene=scene)
-    msg.tuf = Tuf(ert=tuf[0], alpha=tuf[1], beta=tuf[2])
-    return msg
+    params = {"robot_grace_period": 5.0, "segment_timeout_margin": 30.0}
+    robots = {"pn_drone": "done", "pn_drone2": "done", "pn_arm": "done"}
+    with planner_graph(tmp_path_factory.mktemp("planner"), params, robots, "pn_peer") as pair:
+        yield pair
 
 
 def test_a_task_is_planned_in_segments_executed_and_completed(graph):
@@ -60,7 +35,7 @@ def test_a_task_is_planned_in_segments_executed_and_completed(graph):
     from timely_llm_ros.workload.tasks import load_catalog
 
     peer, proc = graph
-    peer.task_pub.publish(make_task("pn-cat", "pn_drone", *CAT))
+    peer.task_pub.publish(make_task("pn-cat", "pn_drone", CAT[0], scene=CAT[1]))
     wait_for(lambda: peer.final_state("pn-cat") is not None, WAIT, "pn-cat to finish", procs=(proc,))
     assert peer.final_state("pn-cat") == ev.COMPLETED, peer.final("pn-cat").reason
     states = peer.states("pn-cat")
@@ -68,8 +43,13 @@ def test_a_task_is_planned_in_segments_executed_and_completed(graph):
     assert ev.SUSPENDED in states  # segmented generation: suspended after each dispatched segment
 
     plan = load_catalog().get(1).primary.plan
-    segs = [s for s in peer.segments["pn_drone"] if s.task_id == "pn-cat"]
-    assert [s.index for s in segs] == list(range(len(segs))) and len(segs) >= 2
+    sent_all = [s for s in peer.segments["pn_drone"] if s.task_id == "pn-cat"]
+    assert [s.index for s in sent_all] == list(range(len(sent_all)))
+    # the plan ends with "}->False" (no skill) after its last executable segment: a closing marker
+    marker = sent_all[-1]
+    assert marker.final and not marker.calls and marker.text == ""
+    segs = sent_all[:-1]
+    assert len(segs) >= 2
     sent = "".join(s.text for s in segs).replace(" ", "")
     # the segments are the plan in order; only a tail without any skill call (here "}->False") is
     # not sent, as the core never dispatches a segment with nothing to execute
@@ -111,7 +91,7 @@ def test_a_task_is_planned_in_segments_executed_and_completed(graph):
         assert convert.from_stamp(start.stamp) >= convert.from_stamp(dispatch.stamp) - 1e-6
 
 
-def test_segment_lifespan_is_the_tasks_utility_horizon(graph):
+def test_one_segment_publisher_per_robot_whatever_the_tasks_tuf(graph):
     from timely_llm_ros.core.tuf import URGENT_TUF
 
     peer, proc = graph
@@ -121,14 +101,19 @@ def test_segment_lifespan_is_the_tasks_utility_horizon(graph):
     wait_for(lambda: peer.final_state("pn-urgent") and peer.final_state("pn-normal"), WAIT, "both tasks",
              procs=(proc,))
     infos = peer.node.get_publishers_info_by_topic("/pn_drone2/skill_segments")
-    lifespans = sorted(round(i.qos_profile.lifespan.nanoseconds / 1e9, 3) for i in infos)
-    # normal TUF [1, 1, 1.5]: utility reaches 0 at 1.5 s; urgent [2, 0.2, 0.5] at 0.5 s
-    assert lifespans == [0.5, 1.5]
-    for info in infos:
-        assert info.qos_profile.reliability.name == "RELIABLE"
-        assert info.qos_profile.durability.name == "VOLATILE"
-        assert info.qos_profile.depth == 10 or info.qos_profile.history.name == "UNKNOWN"
+    assert len(infos) == 1  # one publisher per robot: its segments stay in dispatch order on the topic
+    (info,) = infos
+    assert round(info.qos_profile.lifespan.nanoseconds / 1e9, 3) == 30.0  # segment_lifespan default
+    assert info.qos_profile.reliability.name == "RELIABLE"
+    assert info.qos_profile.durability.name == "VOLATILE"
+    assert info.qos_profile.depth == 10 or info.qos_profile.history.name == "UNKNOWN"
     assert peer.final_state("pn-urgent") == peer.final_state("pn-normal") == "COMPLETED"
+    # one task at a time: every segment of the first task came before any of the second
+    order = [s.task_id for s in peer.segments["pn_drone2"]]
+    assert order == sorted(order, key=order.index) and order.index("pn-normal") > max(
+        i for i, t in enumerate(order) if t == "pn-urgent")
+    segs = [s for s in peer.segments["pn_drone2"] if s.task_id == "pn-urgent"]
+    assert segs[-1].final and [s.final for s in segs[:-1]] == [False] * (len(segs) - 1)
 
 
 def test_an_empty_task_id_is_assigned_and_reported(graph):
@@ -144,7 +129,7 @@ def test_an_empty_task_id_is_assigned_and_reported(graph):
     wait_for(assigned, WAIT, "a status for the id-less task", procs=(proc,))
     (tid,) = [t for t in set(peer.statuses) - before if t.startswith("pn_arm-")]
     assert peer.final_state(tid) == "COMPLETED", peer.final(tid).reason
-    segs = [s for s in peer.segments["pn_arm"] if s.task_id == tid]
+    segs = [s for s in peer.segments["pn_arm"] if s.task_id == tid and s.calls]
     assert [c.name for s in segs for c in s.calls] == ["move_to", "take"]
     assert segs[0].calls[0].args == ["0.48", "0.55"] and segs[-1].calls[0].args == ["'pencil'"]
 

@@ -300,7 +300,7 @@ def test_rclpy_qos_profiles_are_recorded(tmp_path):
         w.add_topic(TOPIC_TRACE, ts.TRACE_EVENT, qos=[qos_from_profile(event_qos())])
     with Reader(tmp_path / "b") as reader:  # metadata.yaml and MCAP channel QoS agree
         qos = {c.topic: c.ext.offered_qos_profiles for c in reader.connections}
-    assert qos["/drone_1/skill_segments"] == [seg] and qos[TOPIC_TRACE][0].depth == 1000
+    assert qos["/drone_1/skill_segments"] == [seg] and qos[TOPIC_TRACE][0].depth == event_qos().depth
 
 
 def test_reads_bags_written_by_rosbags_own_writer(tmp_path):

@@ -49,14 +49,18 @@ SUSPENDED = "SUSPENDED"
 COMPLETED = "COMPLETED"
 FAILED = "FAILED"
 EXPIRED = "EXPIRED"
-TASK_STATES = (ACCEPTED, REJECTED, QUEUED, GENERATING, SUSPENDED, COMPLETED, FAILED, EXPIRED)
+# every generated segment so far is dispatched and the robot is executing (the generation is
+# suspended or finished); the task leaves it when its generation resumes or it ends
+EXECUTING = "EXECUTING"
+TASK_STATES = (ACCEPTED, REJECTED, QUEUED, GENERATING, SUSPENDED, COMPLETED, FAILED, EXPIRED, EXECUTING)
 TERMINAL_STATES = frozenset((REJECTED, COMPLETED, FAILED, EXPIRED))
 
 # Segment feedback states (robot -> planner)
 STARTED = "STARTED"
 DONE = "DONE"
 FEEDBACK_FAILED = "FAILED"
-FEEDBACK_STATES = (STARTED, DONE, FEEDBACK_FAILED)
+PROGRESS = "PROGRESS"  # heartbeat of a running segment (proof of life for its timeout)
+FEEDBACK_STATES = (STARTED, DONE, FEEDBACK_FAILED, PROGRESS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -130,7 +130,13 @@ class TaskRecord:
 
 @dataclass(frozen=True, slots=True)
 class Dispatch:
-    """A segment sent to a robot."""
+    """A segment sent to a robot.
+
+    ``final`` marks the last segment of the plan. A *closing marker* (``calls`` empty, ``text`` empty,
+    ``final`` true, ``seg`` = the number of segments) tells the robot that a plan whose last executable
+    segment was already sent has ended; it has no record in :attr:`TaskRecord.segments` and the robot
+    sends no feedback for it.
+    """
 
     task_id: str
     agent_id: str
@@ -141,14 +147,21 @@ class Dispatch:
     t: float
     min_exec: float
     expected_exec: float
+    final: bool = False
+
+    @property
+    def closing_marker(self) -> bool:
+        return self.final and not self.calls
 
 
-def estimated_action_end(rec: TaskRecord, net: float) -> float:
+def estimated_action_end(rec: TaskRecord, net: float, held_at: float = math.nan) -> float:
     """Estimated end of the last dispatched segment's action (paper §4.3).
 
     Chained over the segments: ``est_end(k) = max(dispatch_k + net, est_end(k−1)) + min_exec_k``
     until the action starts (the *minimum* execution time: the worst case for being late), then
     ``exec_start_k + min_exec_k``, and ``exec_end_k`` once it is done. ``-inf`` with no segment.
+    A segment held back (not dispatched yet: its robot still executes another task) counts as
+    dispatched at ``held_at``.
     """
     end = -math.inf
     for s in rec.segments:
@@ -157,7 +170,8 @@ def estimated_action_end(rec: TaskRecord, net: float) -> float:
         elif not math.isnan(s.exec_start):
             end = s.exec_start + s.min_exec
         else:
-            end = max(s.dispatch + net, end) + s.min_exec
+            sent = s.dispatch if not math.isnan(s.dispatch) else held_at
+            end = max(sent + net, end) + s.min_exec
     return end
 
 
@@ -177,7 +191,7 @@ class Generation:
     __slots__ = ("gen_id", "seq", "spec", "record", "skill_set", "checker", "alpha", "beta", "ert", "g",
                  "net", "max_seg_tokens", "k", "ref", "ert_k", "fixed_key", "state", "context", "prompt_ids",
                  "prefix_len", "script", "max_tokens", "seg_tokens", "seg_start", "slot", "mem_need",
-                 "robot_type", "finished", "dispatched", "done_segments", "text")
+                 "robot_type", "finished", "dispatched", "done_segments", "text", "held", "parked")
 
     def __init__(self, gen_id: int, spec: TaskSpec, record: TaskRecord, skill_set, net: float) -> None:
         self.gen_id = gen_id
@@ -212,6 +226,8 @@ class Generation:
         self.dispatched = 0
         self.done_segments = 0
         self.text: list[str] = []
+        self.held: list[Dispatch] = []  # segments planned while its robot executes another task
+        self.parked = False  # out of the scheduler until its robot is free (see core.agent_queue)
 
     def deadline(self) -> float:
         """Latest generation end of the current segment for its action to start on time:

@@ -10,6 +10,11 @@ context, and (simulated engine) a missing reference plan.
 The prompt is the skill set's fixed prompt — tokenised once per skill set and passed to the engine
 as a shared prefix (paper §4.1: users pre-store the fixed part of requests on the server) — followed
 by the task's own text, tokenised separately and appended as ids.
+
+A task resumed after a planner restart (:mod:`.journal`) passes ``seed``: the plan text its robot
+already received. It is appended to the prompt as the beginning of the answer, so the engine
+re-plans only the rest of the plan, consistently with what the robot executes (for the simulated
+engine: the rest of the reference plan, which must start with the seed).
 """
 
 from __future__ import annotations
@@ -45,8 +50,9 @@ class Intake:
             prefix = self._prefix_ids[sset.name] = self.engine.tokenize(sset.prompt)
         return prefix
 
-    def prepare(self, spec: TaskSpec) -> PreparedTask:
-        """Raise :class:`TaskRejected` with a reason, or return the prepared prompt."""
+    def prepare(self, spec: TaskSpec, seed: str = "") -> PreparedTask:
+        """Raise :class:`TaskRejected` with a reason, or return the prepared prompt (``seed``: see the
+        module docstring)."""
         spec.validate()
         tuf = spec.tuf
         try:
@@ -63,7 +69,7 @@ class Intake:
             raise TaskRejected(exc.reason) from None
         try:  # a remote engine (engine: openai) tokenizes on its server, which may be unreachable
             prefix = self.prefix_ids(sset)
-            prompt = prefix + self.engine.tokenize(full[len(sset.prompt):])
+            prompt = prefix + self.engine.tokenize(full[len(sset.prompt):] + seed)
         except EngineError as exc:
             raise TaskRejected(f"the engine cannot tokenize the prompt: {exc}") from None
         limit = self.engine.info.context_limit
@@ -74,5 +80,9 @@ class Intake:
         if self.engine.needs_script:
             if not spec.reference_plan:
                 raise TaskRejected("the simulated engine needs a reference_plan to emit")
-            script = self.engine.tokenize(spec.reference_plan)
+            plan = spec.reference_plan
+            if not plan.startswith(seed):
+                raise TaskRejected("cannot resume: the plan sent before the restart is not the start of the "
+                                   "reference plan")
+            script = self.engine.tokenize(plan[len(seed):])
         return PreparedTask(sset, prompt, len(prefix), min(spec.max_tokens, limit - len(prompt)), script)

@@ -14,12 +14,27 @@ One :meth:`PlannerCore.step` = one scheduling point + one engine iteration:
 4. at EOS / token limit the remaining text is the final segment if it holds skills (``vllm``: the
    whole plan is one segment), and the generation is released.
 
-Robot feedback (:meth:`on_feedback`: STARTED / DONE / FAILED of a segment) refines the estimated end
+One task at a time per robot (:mod:`.agent_queue`): only the robot's *active* task has its segments
+dispatched; the next task may generate ahead, but its segments are *held* (SEGMENT_READY now, DISPATCH
+when the robot's previous task is terminal), and its suspended generation is parked outside the
+scheduler until then; further tasks wait unscheduled. A task beyond the per-robot depth is REJECTED.
+
+The last segment of a plan is dispatched with ``final``; when the generation ends after the last
+executable segment was already sent, a *closing marker* (no calls, ``final``) is dispatched instead.
+
+Robot feedback (:meth:`feedback`: STARTED / PROGRESS / DONE / FAILED of a segment, checked by
+:func:`.feedback.feedback_problem`: only for the segment the robot holds, from that robot, never
+twice) refines the estimated end
 of the robot's current action, which is the reference point ``ref`` of the suspended generation's
 waiting time: ``est_end(k) = max(dispatch_k + net, est_end(k−1)) + min_exec_k`` until the action
 starts (§4.3: the *minimum* execution time), ``exec_start_k + min_exec_k`` once it started, and
 ``exec_end_k`` once done. A task COMPLETEs when its generation has finished and every dispatched
-segment is DONE; its completion time is the last action's end.
+segment is DONE; its completion time is the last action's end. A task whose every generated
+segment is dispatched and whose generation is suspended or finished is EXECUTING once its robot
+works on it.
+
+Bounded memory (long-running planners): with ``retain_records`` set, a terminal task's generation
+is dropped and only the last ``retain_records`` records are kept (the simulator keeps all).
 
 The planner is clock-agnostic: ``clock()`` (default: the engine's) gives "now". Events go to ``sink``
 (:class:`TraceEvent`) and state changes to ``on_state(task_id, state, reason)``.
@@ -28,16 +43,36 @@ The planner is clock-agnostic: ``clock()`` (default: the engine's) gives "now". 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict, deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from timely_llm_ros.core import events as ev
+from timely_llm_ros.core.agent_queue import WAITING, AgentQueueFull, AgentQueues
 from timely_llm_ros.core.exectime import ExecTimeModel, load_exec_time_model
+from timely_llm_ros.core.feedback import feedback_problem
 from timely_llm_ros.core.generation import Dispatch, Generation, Segment, TaskRecord, estimated_action_end
 from timely_llm_ros.core.intake import Intake
 from timely_llm_ros.core.scheduler import Policy, Scheduler
 from timely_llm_ros.core.skills import SkillParseError, load_skill_set
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
 from timely_llm_ros.engines.base import Engine, EngineError, EngineOutOfMemory, TokenOut
+
+# The simulator and benchmarks queue every task of a robot (their workloads decide the load); the ROS
+# planner node passes its bounded ``agent_queue_depth`` parameter.
+UNBOUNDED_AGENT_DEPTH = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class ResumedSegment:
+    """A segment a robot received before a planner restart (from the journal, see :mod:`.journal`)."""
+
+    text: str
+    min_exec: float
+    expected_exec: float
+    exec_start: float = math.nan  # planner clock of the new process (nan: not known to have started)
+    exec_end: float = math.nan  # nan: not known to be DONE
+
 
 
 class PlannerCore:
@@ -49,7 +84,9 @@ class PlannerCore:
                  sink: Callable[[ev.TraceEvent], None] | None = None,
                  on_state: Callable[[str, str, str], None] | None = None,
                  exec_model: ExecTimeModel | None = None,
-                 network_latency: float = 0.008) -> None:
+                 network_latency: float = 0.008,
+                 agent_queues: AgentQueues | None = None,
+                 retain_records: int | None = None) -> None:
         if not (isinstance(network_latency, (int, float)) and math.isfinite(network_latency)
                 and network_latency >= 0):
             raise ValueError(f"network_latency must be a finite number >= 0, got {network_latency!r}")
@@ -62,8 +99,14 @@ class PlannerCore:
         self._on_state = on_state
         self.exec_model = exec_model or load_exec_time_model()
         self.net = float(network_latency)
-        self.records: list[TaskRecord] = []
+        self.agents = agent_queues if agent_queues is not None else AgentQueues(UNBOUNDED_AGENT_DEPTH, 1)
+        if retain_records is not None and retain_records < 1:
+            raise ValueError(f"retain_records must be >= 1 or None, got {retain_records!r}")
+        self.retain = retain_records
+        self.records: list[TaskRecord] | deque[TaskRecord] = [] if retain_records is None else deque(
+            maxlen=retain_records)
         self._tasks: dict[str, Generation] = {}
+        self._finished: OrderedDict[str, TaskRecord] = OrderedDict()  # retained terminal tasks
         self._running: dict[int, Generation] = {}
         self.intake = Intake(engine)
         self._next_id = 0
@@ -83,8 +126,12 @@ class PlannerCore:
             self._on_state(rec.task_id, state, reason)
 
     # -- submission -----------------------------------------------------------------------------
-    def submit(self, spec: TaskSpec) -> TaskRecord:
-        """Validate and queue a task; raises :class:`TaskRejected` (after a REJECT event) if invalid."""
+    def submit(self, spec: TaskSpec, resume: list[ResumedSegment] | None = None) -> TaskRecord:
+        """Validate and queue a task; raises :class:`TaskRejected` (after a REJECT event) if invalid.
+
+        ``resume``: the segments its robot received before a planner restart; the task continues
+        with the rest of its plan (:meth:`Intake.prepare` seeds the prompt with their text).
+        """
         t = self.clock()
         rec = TaskRecord.from_spec(spec) if isinstance(spec, TaskSpec) else None
         if rec is None:
@@ -96,19 +143,28 @@ class PlannerCore:
         self._emit(arrived if isinstance(arrived, (int, float)) and math.isfinite(arrived) and arrived <= t
                    else t, ev.ARRIVAL, rec)
         try:
-            gen = self._prepare(spec, rec)
-        except TaskRejected as exc:
+            self.agents.check_room(rec.agent_id)  # cheap, before tokenising the prompt (bursts)
+            gen = self._prepare(spec, rec, resume or [])
+            role = self.agents.enter(rec.agent_id, rec.task_id)
+        except (TaskRejected, AgentQueueFull) as exc:
+            reason = exc.reason if isinstance(exc, TaskRejected) else str(exc)
             self.records.append(rec)
             rec.terminal_time = t
-            self._state(rec, ev.REJECTED, exc.reason)
-            self._emit(t, ev.REJECT, rec, detail=exc.reason)
-            raise
+            self._state(rec, ev.REJECTED, reason)
+            self._emit(t, ev.REJECT, rec, detail=reason)
+            self._retire(rec)
+            raise TaskRejected(reason) from None
         self.records.append(rec)
         self._tasks[spec.task_id] = gen
         self._state(rec, ev.ACCEPTED)
         self._emit(t, ev.ADMIT, rec)
-        self._state(rec, ev.QUEUED)
-        self.scheduler.push(gen)
+        if role == WAITING:
+            gen.parked = True
+            self._state(rec, ev.QUEUED, f"waiting for robot {rec.agent_id!r} to end task "
+                                        f"{self.agents.active(rec.agent_id)!r}")
+        else:
+            self._state(rec, ev.QUEUED)
+            self.scheduler.push(gen)
         return rec
 
     def warm_up(self, skill_sets: list[str], max_steps: int = 64) -> dict[str, float]:
@@ -139,12 +195,13 @@ class PlannerCore:
             took[name] = self.clock() - t0
         return took
 
-    def _prepare(self, spec: TaskSpec, rec: TaskRecord) -> Generation:
+    def _prepare(self, spec: TaskSpec, rec: TaskRecord, resume: list[ResumedSegment]) -> Generation:
         if not isinstance(spec.task_id, str) or not spec.task_id.strip():
             raise TaskRejected("task_id is empty")
         if spec.task_id in self._tasks:
             raise TaskRejected(f"duplicate task_id {spec.task_id!r}")
-        prep = self.intake.prepare(spec)
+        seed = "".join(r.text for r in resume)
+        prep = self.intake.prepare(spec, seed)
         gen = Generation(self._next_id, spec, rec, prep.skill_set, self.net)
         self._next_id += 1
         gen.robot_type = prep.skill_set.robot_type
@@ -155,7 +212,31 @@ class PlannerCore:
         # KV tokens the admission takes: the private prompt part plus room for one segment
         gen.mem_need = len(prep.prompt_ids) - prep.prefix_len + gen.max_seg_tokens
         gen.checker = prep.skill_set.new_checker() if self._use_checker else None
+        if resume:
+            self._restore(gen, resume)
         return gen
+
+    def _restore(self, gen: Generation, resume: list[ResumedSegment]) -> None:
+        """Records of the segments a robot received before a restart; the checker continues after them."""
+        rec = gen.record
+        t = self.clock()
+        for r in resume:
+            try:
+                calls = gen.skill_set.parse(r.text)
+            except SkillParseError as exc:
+                raise TaskRejected(f"cannot resume: segment {len(rec.segments)} sent before the restart "
+                                   f"does not parse: {exc}") from None
+            rec.segments.append(Segment(idx=len(rec.segments), text=r.text, skills=tuple(c.name for c in calls),
+                                        dispatch=t, exec_start=r.exec_start, exec_end=r.exec_end,
+                                        min_exec=r.min_exec, expected_exec=r.expected_exec, calls=tuple(calls)))
+            if gen.checker is not None:  # same parse state (open blocks) as when it was generated
+                gen.checker.feed(r.text)
+                while gen.checker.ready:
+                    gen.checker.cut()
+        gen.dispatched = gen.k = len(rec.segments)
+        gen.done_segments = sum(not math.isnan(s.exec_end) for s in rec.segments)
+        gen.ert_k = 0.0
+        gen.ref = estimated_action_end(rec, self.net)
 
     # -- the loop -------------------------------------------------------------------------------
     def has_work(self) -> bool:
@@ -232,7 +313,7 @@ class PlannerCore:
             self._finish(gen, out)
 
     def _segment(self, text: str, gen: Generation, t: float, last: bool) -> None:
-        """An executable segment is complete: parse, suspend (segmented), dispatch, re-queue."""
+        """An executable segment is complete: parse, suspend (segmented), dispatch or hold, re-queue."""
         try:
             calls = gen.skill_set.parse(text)
         except SkillParseError as exc:
@@ -250,15 +331,20 @@ class PlannerCore:
             gen.mem_need = len(ctx.token_ids) - gen.prefix_len + gen.max_seg_tokens
             gen.state = ev.SUSPENDED
             gen.record.n_suspensions += 1
-            self._state(gen.record, ev.SUSPENDED)
+            held = bool(gen.held)
+            self._state(gen.record, ev.SUSPENDED, f"holding the plan until robot {gen.record.agent_id!r} "
+                        f"ends task {self.agents.active(gen.record.agent_id)!r}" if held else "")
             self._emit(t, ev.GEN_STOP, gen.record, gen.k - 1, "segment", gen.seg_tokens)
             self._emit(t, ev.SUSPEND, gen.record, gen.k)
-            self.scheduler.push(gen)
+            if held:  # generate no further ahead: parked until its robot is free (core.agent_queue)
+                gen.parked = True
+            else:
+                self.scheduler.push(gen)
         else:
             gen.seg_tokens = 0
             gen.seg_start = t
 
-    def _dispatch_segment(self, gen: Generation, text: str, calls: list, t: float) -> bool:
+    def _dispatch_segment(self, gen: Generation, text: str, calls: list, t: float, final: bool = False) -> bool:
         rec = gen.record
         idx = len(rec.segments)
         try:
@@ -270,18 +356,30 @@ class PlannerCore:
             return False
         seg = Segment(idx=idx, text=text, skills=tuple(c.name for c in calls), n_tokens=gen.seg_tokens,
                       gen_start=gen.seg_start, gen_end=t, dispatch=t, min_exec=est.minimum,
-                      expected_exec=est.expected, calls=tuple(calls))
+                      expected_exec=est.expected, calls=tuple(calls), final=final)
         rec.segments.append(seg)
         gen.dispatched += 1
         gen.k = idx + 1
         gen.ert_k = 0.0
-        gen.ref = estimated_action_end(rec, self.net)
         self._emit(t, ev.SEGMENT_READY, rec, idx, text)
-        self._emit(t, ev.DISPATCH, rec, idx, value=est.minimum)
-        if self._dispatch is not None:
-            self._dispatch(Dispatch(rec.task_id, rec.agent_id, gen.robot_type, idx, text, tuple(calls), t,
-                                    est.minimum, est.expected))
+        self._send(gen, Dispatch(rec.task_id, rec.agent_id, gen.robot_type, idx, text, tuple(calls), t,
+                                 est.minimum, est.expected, final))
+        gen.ref = estimated_action_end(rec, self.net, held_at=t)
         return True
+
+    def _send(self, gen: Generation, d: Dispatch) -> None:
+        """Dispatch ``d`` now if its task is its robot's active one, else hold it (core.agent_queue)."""
+        rec = gen.record
+        if gen.held or not self.agents.may_dispatch(rec.agent_id, rec.task_id):
+            if not d.closing_marker:
+                rec.segments[d.seg].dispatch = math.nan
+            gen.held.append(d)
+            return
+        if not d.closing_marker:
+            rec.segments[d.seg].dispatch = d.t
+            self._emit(d.t, ev.DISPATCH, rec, d.seg, value=d.min_exec)
+        if self._dispatch is not None:
+            self._dispatch(d)
 
     def _finish(self, gen: Generation, out: TokenOut) -> None:
         rec = gen.record
@@ -311,21 +409,40 @@ class PlannerCore:
                                f"({gen.max_tokens} tokens) was not sent ({exc.reason})")
                 calls = []
         self._emit(t, ev.GEN_STOP, rec, len(rec.segments), stop_detail, gen.seg_tokens)
-        if calls and not self._dispatch_segment(gen, tail, calls, t):
+        if calls and not self._dispatch_segment(gen, tail, calls, t, final=True):
             return
         if not rec.segments:
             self._fail(gen, t, "the plan holds no executable skill")
             return
-        rec.segments[-1].final = True
+        if not calls:  # the last executable segment was already sent: close the plan with a marker
+            rec.segments[-1].final = True
+            self._send(gen, Dispatch(rec.task_id, rec.agent_id, gen.robot_type, len(rec.segments), "", (), t,
+                                     0.0, 0.0, final=True))
+        gen.text = []
+        gen.prompt_ids = []
+        if gen.held:  # the whole plan is ready but its robot still executes another task
+            self._state(rec, ev.SUSPENDED, f"plan ready; holding it until robot {rec.agent_id!r} ends task "
+                                           f"{self.agents.active(rec.agent_id)!r}")
+            return
         self._maybe_complete(gen, t)
+        self._executing(gen, t)
+
+    def _executing(self, gen: Generation, t: float) -> None:
+        """EXECUTING: every generated segment is with the robot and the generation is not running."""
+        rec = gen.record
+        if (rec.state not in (ev.EXECUTING, *ev.TERMINAL_STATES) and not gen.held
+                and gen.gen_id not in self._running and rec.segments):
+            self._state(rec, ev.EXECUTING)
 
     def _maybe_complete(self, gen: Generation, t: float) -> None:
         rec = gen.record
-        if gen.finished and rec.state not in ev.TERMINAL_STATES and gen.done_segments == len(rec.segments):
+        if (gen.finished and rec.state not in ev.TERMINAL_STATES and not gen.held
+                and gen.done_segments == len(rec.segments)):
             rec.completion_time_abs = rec.segments[-1].exec_end
             rec.terminal_time = t
             self._state(rec, ev.COMPLETED)
             self._emit(t, ev.COMPLETE, rec, len(rec.segments) - 1, value=rec.utility)
+            self._closed(gen, t)
 
     def _fail(self, gen: Generation, t: float, reason: str) -> None:
         rec = gen.record
@@ -339,38 +456,105 @@ class PlannerCore:
         rec.terminal_time = t
         self._state(rec, ev.FAILED, reason)
         self._emit(t, ev.FAIL, rec, detail=reason)
+        self._closed(gen, t)
+
+    # -- end of a task: the robot's next task, bounded memory ----------------------------------
+    def _closed(self, gen: Generation, t: float) -> None:
+        """A task is terminal: its robot's next task becomes active (held segments go out, its parked
+        generation is scheduled) and the next one may generate ahead; the task's memory is released."""
+        rec = gen.record
+        gen.held = []
+        gen.parked = False
+        gen.checker = None
+        gen.prompt_ids = []
+        gen.script = None
+        gen.text = []
+        promo = self.agents.leave(rec.agent_id, rec.task_id)
+        if promo.active is not None and promo.active != rec.task_id:
+            nxt = self._tasks.get(promo.active)
+            if nxt is not None:
+                self._activate(nxt, t)
+        for tid in promo.ahead:
+            ahead = self._tasks.get(tid)
+            if ahead is not None and ahead.parked and ahead.context is None and not ahead.finished:
+                ahead.parked = False
+                self.scheduler.push(ahead)
+        self._retire(rec)
+
+    def _activate(self, gen: Generation, t: float) -> None:
+        held, gen.held = gen.held, []
+        for d in held:
+            self._send(gen, Dispatch(d.task_id, d.agent_id, d.robot_type, d.seg, d.text, d.calls, t, d.min_exec,
+                                     d.expected_exec, d.final))
+        rec = gen.record
+        gen.ref = estimated_action_end(rec, self.net)
+        if gen.parked and not gen.finished:
+            gen.parked = False
+            self.scheduler.push(gen)
+        elif gen.finished:
+            self._executing(gen, t)
+
+    def _retire(self, rec: TaskRecord) -> None:
+        """Bounded memory (``retain_records``): forget a terminal task's generation, keep its record."""
+        if self.retain is None:
+            return
+        self._tasks.pop(rec.task_id, None)
+        self._finished[rec.task_id] = rec
+        while len(self._finished) > self.retain:
+            self._finished.popitem(last=False)
 
     # -- robot feedback -------------------------------------------------------------------------
     def on_feedback(self, task_id: str, seg: int, state: str, t: float, reason: str = "") -> bool:
-        """Robot feedback for segment ``seg`` of ``task_id``; False (ignored) if unknown."""
+        """Robot feedback for segment ``seg`` of ``task_id``; False if ignored (see :meth:`feedback`)."""
+        return self.feedback(task_id, seg, state, t, reason) is None
+
+    def feedback(self, task_id: str, seg: int, state: str, t: float, reason: str = "",
+                 agent: str | None = None) -> str | None:
+        """Apply robot feedback; returns why it was ignored (None when applied).
+
+        Only feedback for the segment the robot holds, from ``agent`` = the task's robot (None: not
+        checked), that moves it forward is applied (:func:`.feedback.feedback_problem`); duplicates
+        and forgeries change nothing. PROGRESS (a heartbeat) changes no estimate: it only proves life.
+        """
         gen = self._tasks.get(task_id)
-        if gen is None or not 0 <= seg < len(gen.record.segments):
-            return False
+        if gen is None:
+            done = self._finished.get(task_id)
+            return f"the task is already {done.state}" if done is not None else "unknown task"
         rec = gen.record
+        problem = feedback_problem(rec, seg, state, agent)
+        if problem is not None:
+            return problem
         s = rec.segments[seg]
+        if state == ev.PROGRESS:
+            return None
+        if state == ev.FEEDBACK_FAILED:
+            self._fail(gen, t, reason or f"robot failed to execute segment {seg}")
+            return None
         if state == ev.STARTED:
             s.exec_start = t
             self._emit(t, ev.EXEC_START, rec, seg, value=t - rec.arrival if seg == 0 else 0.0)
-        elif state == ev.DONE:
+        else:  # DONE
             if math.isnan(s.exec_start):
                 s.exec_start = t
             s.exec_end = t
             gen.done_segments += 1
             self._emit(t, ev.EXEC_END, rec, seg)
-        elif state == ev.FEEDBACK_FAILED:
-            self._fail(gen, t, reason or f"robot failed to execute segment {seg}")
-            return True
-        else:
-            raise ValueError(f"unknown feedback state {state!r}; expected one of {ev.FEEDBACK_STATES}")
         if not gen.finished:
             gen.ref = estimated_action_end(rec, self.net)
             self.scheduler.update(gen)
         self._maybe_complete(gen, t)
-        return True
+        if state == ev.STARTED:
+            self._executing(gen, t)
+        return None
+
+    def open_tasks(self) -> list[TaskRecord]:
+        """Records of every task not terminal yet (accepted, queued, generating or executing)."""
+        return [g.record for g in self._tasks.values() if g.record.state not in ev.TERMINAL_STATES]
 
     def abort_all(self, reason: str) -> None:
-        """Fail every task still queued or running (e.g. the engine stopped)."""
+        """Fail every task that is not terminal yet — queued, generating, held or still executing — so
+        each ends with a final status (e.g. the engine stopped, the planner shuts down)."""
         t = self.clock()
         for gen in list(self._tasks.values()):
-            if not gen.finished:
+            if gen.record.state not in ev.TERMINAL_STATES:
                 self._fail(gen, t, reason)

@@ -82,7 +82,10 @@ class RobotSim:
         return total
 
     def dispatch(self, d: Dispatch) -> None:
-        """Planner callback: schedule the segment's STARTED and DONE feedback."""
+        """Planner callback: schedule the segment's STARTED and DONE feedback (none for a closing
+        marker, which has nothing to execute)."""
+        if d.closing_marker:
+            return
         start = max(d.t + self.net, self._free_at.get(d.agent_id, -float("inf")))
         end = start + self.duration(d)
         self._free_at[d.agent_id] = end

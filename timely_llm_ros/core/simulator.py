@@ -10,7 +10,9 @@
 * while generations are queued or running the planner steps the engine (each step advances the
   virtual clock by its modelled duration); when the engine has nothing to run, the clock jumps to the
   next event;
-* a rejected task (bad input) gets a REJECT event and a record; the others are unaffected.
+* a rejected task (bad input) gets a REJECT event and a record; the others are unaffected;
+* each robot executes one task at a time (:mod:`.agent_queue`): a task whose robot is busy waits,
+  its response time counted from its own arrival.
 
 Same inputs + same seed give identical results bit for bit: no wall clock, no hash-order iteration,
 per-task RNGs (:mod:`.robot_sim`).
@@ -25,7 +27,8 @@ from dataclasses import dataclass, field
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.exectime import load_exec_time_model
 from timely_llm_ros.core.generation import TaskRecord
-from timely_llm_ros.core.planner import PlannerCore
+from timely_llm_ros.core.agent_queue import AgentQueues
+from timely_llm_ros.core.planner import UNBOUNDED_AGENT_DEPTH, PlannerCore
 from timely_llm_ros.core.profile import EngineProfile
 from timely_llm_ros.core.robot_sim import RobotSim
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
@@ -46,6 +49,9 @@ class SimConfig:
     network_latency: float = 0.008  # planner -> robot (public TimelyLLM code: 8 ms)
     seed: int = 0
     replicas: int = 1  # engine replicas behind the one planner (engines.replicas.ReplicaSetEngine)
+    # one task at a time per robot (core.agent_queue): how many of a robot's queued tasks may generate
+    # ahead while its current task executes (their segments are held until it ends)
+    lookahead: int = 1
 
 
 @dataclass
@@ -90,7 +96,8 @@ def simulate(tasks: list[TaskSpec], config: SimConfig | None = None,
                 progress(done, total, e.t)
 
     planner = PlannerCore(engine, config.policy, dispatch=robot.dispatch, sink=sink, exec_model=exec_model,
-                          network_latency=config.network_latency)
+                          network_latency=config.network_latency,
+                          agent_queues=AgentQueues(UNBOUNDED_AGENT_DEPTH, config.lookahead))
     order = sorted(range(len(tasks)), key=lambda i: (_arrival(tasks[i]), i))
     for i in order:
         counter += 1

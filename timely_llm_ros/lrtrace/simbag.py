@@ -12,7 +12,7 @@ What goes where (log time = the event's virtual time in nanoseconds, stamps like
 * ``/tasks``: one ``Task`` per submitted spec at its arrival;
 * ``/<agent>/skill_segments``: each dispatched segment at its dispatch time;
 * ``/segment_feedback``: STARTED / DONE per executed segment;
-* ``/task_status``: the state changes the planner reports (ACCEPTED, QUEUED, GENERATING, SUSPENDED,
+* ``/task_status``: the state changes the planner reports (ACCEPTED, QUEUED, GENERATING, SUSPENDED, EXECUTING,
   COMPLETED / FAILED / REJECTED / EXPIRED), with response time and utility once known.
 """
 
@@ -69,6 +69,7 @@ def write_sim_bag(
         if not hasattr(spec, "task_id") or not isinstance(getattr(spec, "arrival", None), (int, float)):
             continue
         put(spec.arrival, TOPIC_TASKS, cv.task_to_msg(store, spec, spec.arrival))
+    executing = _ExecutingStates()
     for e in sim_result.events:
         if e.kind == ev.ARRIVAL and e.task_id in records:
             rec = records[e.task_id]
@@ -81,6 +82,8 @@ def write_sim_bag(
             )
         put(e.t, TOPIC_TRACE, cv.event_to_msg(store, e))
         _status(store, put, e, records.get(e.task_id))
+        if executing.update(e):
+            put(e.t, TOPIC_STATUS, cv.status_to_msg(store, e.task_id, e.agent_id, ev.EXECUTING, e.t))
     seg_topics: dict[str, str] = {}
     for rec in sim_result.records:
         topic = seg_topics.setdefault(rec.agent_id, segments_topic(rec.agent_id))
@@ -113,6 +116,37 @@ def write_sim_bag(
         for t_ns, _order, topic, msg in out:
             writer.write_msg(topic, t_ns, msg)
     return Path(path)
+
+
+class _ExecutingStates:
+    """When PlannerCore reports EXECUTING (its generation not running, the robot on the task): on the
+    robot's STARTED while the generation is suspended, and when the generation ends (eos / length)."""
+
+    def __init__(self) -> None:
+        self.generating: set[str] = set()
+        self.executing: set[str] = set()
+
+    def update(self, e: ev.TraceEvent) -> bool:
+        """True when ``e`` puts its task into EXECUTING."""
+        tid = e.task_id
+        if e.kind == ev.GEN_START:
+            self.generating.add(tid)
+            self.executing.discard(tid)
+        elif e.kind == ev.GEN_STOP:
+            self.generating.discard(tid)
+            return e.detail.split(":", 1)[0] in ("eos", "length") and self._enter(tid)
+        elif e.kind == ev.EXEC_START and tid not in self.generating:
+            return self._enter(tid)
+        elif e.kind in (ev.COMPLETE, ev.FAIL, ev.REJECT, ev.EXPIRE, ev.DROP):
+            self.generating.discard(tid)
+            self.executing.add(tid)  # terminal: never EXECUTING again
+        return False
+
+    def _enter(self, tid: str) -> bool:
+        if tid in self.executing:
+            return False
+        self.executing.add(tid)
+        return True
 
 
 def _status(store: Any, put: Any, e: ev.TraceEvent, rec: Any) -> None:

@@ -105,9 +105,8 @@ class TaskLane:
 
     @property
     def activity(self) -> str:
-        """What the task is doing now, for tables: the terminal state, else the open spans — the
-        planner's TaskStatus stays GENERATING while the robot executes a finished plan, which is
-        not what a person watching wants to read."""
+        """What the task is doing now, for tables: the terminal state, else the open spans (more
+        precise than the state: a task can be SUSPENDED, EXECUTING s1 and DISPATCHED s2 at once)."""
         if self.done:
             return self.state
         kinds = {kind: seg for kind, seg in self._open}
@@ -241,6 +240,8 @@ class TimelineModel:
                 lane._open_span(GENERATING, t, e.seg + 1)
         elif k == ev.GEN_STOP:
             lane._close(GENERATING, t)
+            if e.detail.split(":", 1)[0] in ("eos", "length") and not lane.done:
+                lane.state = ev.EXECUTING  # the plan is complete: only the robot works on it now
         elif k == ev.SUSPEND:
             lane._close(GENERATING, t)
             lane._open_span(SUSPENDED, t, e.seg)
@@ -251,6 +252,8 @@ class TimelineModel:
         elif k == ev.EXEC_START:
             lane._close(DISPATCHED, t, e.seg)
             lane._open_span(EXECUTING, t, e.seg)
+            if lane.state == ev.SUSPENDED:  # as the planner's TaskStatus: the robot executes, nothing generates
+                lane.state = ev.EXECUTING
             if math.isnan(lane.first_exec) or t < lane.first_exec:
                 lane.first_exec = t
         elif k == ev.EXEC_END:

@@ -225,6 +225,14 @@ def params_help(params: Sequence[Param]) -> str:
     return "\n".join(lines)
 
 
+def _ros_args_error(prog: str, exc: Exception) -> str:
+    """One line instead of rcl's traceback for ``--ros-args`` it cannot parse."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    text = text.split(", at /")[0]  # rcl appends C source locations
+    return (f"{prog}: error: the ROS arguments cannot be parsed ({text}); a -p value is read as YAML: quote "
+            "a string that looks like a mapping or list, e.g. -p \"name:='{a: 1}'\"")
+
+
 def run_node(factory: Callable[[], Node], argv: Sequence[str] | None = None, description: str = "",
              spin_period: float = 0.1, executor_factory: Callable[[], Any] = SingleThreadedExecutor,
              params: Sequence[Param] = ()) -> int:
@@ -234,15 +242,23 @@ def run_node(factory: Callable[[], Node], argv: Sequence[str] | None = None, des
     ``threading.Event`` set here on a signal, which worker threads should watch.
     """
     args = list(sys.argv if argv is None else argv)
-    non_ros = remove_ros_args(args=args)[1:]
     prog = Path(args[0]).stem if args else "node"  # "planner" for python -m timely_llm_ros.nodes.planner
+    try:
+        non_ros = remove_ros_args(args=args)[1:]
+    except Exception as exc:  # rcl refused the --ros-args (e.g. a -p value it cannot parse as YAML)
+        print(_ros_args_error(prog, exc), file=sys.stderr)
+        return 2
     parser = argparse.ArgumentParser(
         prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=params_help(params) if params else "Node parameters: --ros-args -p name:=value or "
                                                   "--params-file FILE")
     parser.parse_args(non_ros)  # --help, or a clear error for stray arguments
     stop = threading.Event()
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    try:
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    except Exception as exc:
+        print(_ros_args_error(parser.prog, exc), file=sys.stderr)
+        return 2
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     node = None
     status = 0

@@ -1,35 +1,46 @@
 """Planner node: TimelyLLM segmented generation for a robot fleet over ROS 2.
 
 A thin adapter over :class:`~timely_llm_ros.core.planner.PlannerCore` (scheduling, segmented
-generation, suspension; paper §3-§4) and one engine (``engine`` parameter: ``sim`` — the simulated
-engine run in real time, see :mod:`.sim_support` — or ``llamacpp`` / ``vllm`` through
-``timely_llm_ros.engines.registry``).
+generation, suspension; paper §3-§4; one task at a time per robot, :mod:`~timely_llm_ros.core.agent_queue`)
+and one engine (``engine`` parameter: ``sim`` — the simulated engine run in real time, see
+:mod:`.sim_support` — or ``llamacpp`` / ``vllm`` through ``timely_llm_ros.engines.registry``).
+Parameters: :mod:`.planner_params`.
 
 Topics (:mod:`timely_llm_ros.ros.topics`, QoS in :mod:`timely_llm_ros.ros.qos`):
-``/tasks`` (Task, in) → validation → core; each segment → ``/<agent>/skill_segments`` (Segment,
-lifespan = the task's utility horizon); ``/segment_feedback`` (in) → ``PlannerCore.on_feedback``
-(actual execution start/end replace the estimates); ``/task_status`` (every state change) and
-``/trace_events`` (every core event) out.
+``/tasks`` (Task, in) → validation → core; each segment → ``/<agent>/skill_segments`` (Segment, one
+publisher per robot, so the order on the topic is the dispatch order); ``/segment_feedback`` (in) →
+``PlannerCore.feedback`` (checked: only the segment the robot holds, from that robot, never twice);
+``/task_status`` (every state change, EXECUTING included) and ``/trace_events`` (every core event) out.
 
 Threads: the ROS executor thread only converts, validates and queues; the planner thread owns the
-core and the engine (which blocks for a whole decoding iteration) and hands messages back through a
-queue and a guard condition, so no callback ever waits for the engine and nothing in the core is
-touched by two threads.
+core, the engine (which blocks for a whole decoding iteration), the segment timers and the journal,
+and hands messages back through a queue and a guard condition, so no callback ever waits for the
+engine and nothing in the core is touched by two threads.
 
 Validation (each failure → ``TaskStatus`` REJECTED with the reason, plus ARRIVAL + REJECT events):
-malformed fields or TUF, unknown skill set, robot type that does not match the skill set (or the
-``agent_types`` table), an agent id that cannot name a topic, a duplicate ``task_id`` (an empty one
-is assigned: ``<agent>-<n>``), no robot node — no node in namespace ``/<agent>`` subscribed to
-``/<agent>/skill_segments`` within ``robot_grace_period`` — and, for the simulated engine, an
+field limits (:mod:`~timely_llm_ros.core.limits`: id and text lengths, TUF ranges keeping every derived
+time finite), malformed fields or TUF, unknown skill set, robot type that does not match the skill set
+(or the ``agent_types`` table), an agent id that cannot name a topic (or a topic the middleware
+refuses: a failure to create a ROS entity rejects that task, never the node), a duplicate ``task_id``
+(reported under ``<id>#dup<n>``, so the original task's robot is not told its task was rejected; an
+empty id is assigned: ``<agent>-<n>``), no robot node — no node in namespace ``/<agent>`` subscribed to
+``/<agent>/skill_segments`` within ``robot_grace_period`` —, a full robot queue (``agent_queue_depth``),
+an overloaded planner (``max_inbound`` tasks not yet taken by the planner thread, or
+``max_queued_tasks`` open: the reason names the queue state) and, for the simulated engine, an
 instruction without a reference plan. The core then rejects what only it can judge (a prompt longer
-than the context).
+than the context). Nothing is dropped silently: DDS queues are deep (:mod:`~timely_llm_ros.ros.qos`)
+and a sample DDS reports lost is counted and logged. Repeated warnings are rate-limited (``warn_period``).
 
-Failure handling: a robot reporting FAILED fails the task (generation released). A dispatched
-segment without feedback times out — per agent, the oldest outstanding segment must finish within
-``segment_timeout`` (or expected execution time × ``segment_timeout_factor`` +
-``segment_timeout_margin``) counted from when it became the robot's next segment (or from its
-STARTED) — and its task FAILs with the reason, freeing the generation. Unparsable or out-of-range
-segments are never sent (the core checks every segment with the skill-set parser).
+Failure handling: a robot reporting FAILED fails the task (generation released). A robot's current
+segment without feedback times out (:mod:`~timely_llm_ros.core.liveness`: its timer starts when it
+becomes the robot's current segment; PROGRESS heartbeats keep a long segment alive) and its task FAILs
+with the reason. Unparsable or out-of-range segments are never sent.
+
+Crash recovery (:mod:`~timely_llm_ros.core.journal`, parameter ``journal``): accepted tasks and their
+progress are journaled; after a restart every task the journal shows open is, once its robot is
+discovered, either re-planned for the rest (``on_restart: resume``) or ended FAILED "planner
+restarted" (default). A clean stop (SIGINT/SIGTERM) gives every open task — queued, generating,
+held or executing — a final FAILED status.
 
 Clocks: the planner runs on the engine clock (monotonic); stamps on messages are ROS (system) time,
 converted with one offset measured at start. Robot feedback stamps are used when they lie within
@@ -42,145 +53,52 @@ import itertools
 import json
 import math
 import queue
+import sys
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
 from rclpy.duration import Duration
+from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.node import Node
 from timely_llm_ros.msg import Segment, SegmentFeedback, Task, TaskStatus, TraceEvent
 
 from timely_llm_ros.core import events as ev
+from timely_llm_ros.core import limits
+from timely_llm_ros.core.agent_queue import AgentQueues
 from timely_llm_ros.core.generation import Dispatch, TaskRecord
-from timely_llm_ros.core.planner import PlannerCore
-from timely_llm_ros.core.scheduler import UnknownPolicy, parse_policy
+from timely_llm_ros.core.journal import Journal, JournalError, OpenTask, default_path, task_entry, task_from_entry
+from timely_llm_ros.core.liveness import SegmentTimers
+from timely_llm_ros.core.planner import PlannerCore, ResumedSegment
 from timely_llm_ros.core.skills import load_skill_set
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
 from timely_llm_ros.engines.base import Engine, EngineError
-from timely_llm_ros.nodes.common import Param, ParamError, declare_params, nonempty, run_node
-from timely_llm_ros.nodes.sim_support import CATALOG, PlanTable, RealtimeSimEngine
+from timely_llm_ros.nodes.common import ParamError, declare_params, run_node
+from timely_llm_ros.nodes.planner_params import PARAMS, engine_options, parse_agent_types, quote_mapping_args
+from timely_llm_ros.nodes.sim_support import PlanTable, RealtimeSimEngine
 from timely_llm_ros.ros import convert, qos, topics
 
-ENGINES = ("sim", "llamacpp", "vllm", "openai")
-
-
-# Options the planner gives an engine unless engine_options says otherwise. llama.cpp: feed prompts in
-# chunks of 16 tokens, or 64 at once while a prompt has 64 left, so that an urgent prompt takes over
-# from a normal one at a chunk boundary (LlamaCppEngine.set_priority). Measured on the embedded model
-# (2-core dev machine, 1 thread, 1.2k-token skill prompt cached): a step feeding n prompt tokens
-# costs ~12 ms/token for n < 64 (16 tokens: 0.2 s) and ~7 ms/token from n = 64 (0.47 s), so these
-# chunks make no prompt slower than feeding it whole, and an urgent request waits at most one chunk.
-ENGINE_DEFAULTS: dict[str, dict[str, Any]] = {"llamacpp": {"prefill_chunk": 16, "prefill_fast_batch": 64}}
-
-
-def _policy_check(value: str) -> str | None:
-    try:
-        parse_policy(value)
-    except UnknownPolicy as exc:
-        return str(exc)
-    return None
-
-
-def _mapping_check(value: str) -> str | None:
-    try:
-        _parse_mapping(value)
-    except ValueError as exc:
-        return str(exc)
-    return None
-
-
-def _parse_mapping(text: str) -> dict[str, Any]:
-    if not text.strip():
-        return {}
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ValueError(f"not a YAML/JSON mapping: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"must be a YAML/JSON mapping, got {text!r}")
-    return data
-
-
-def parse_agent_types(entries: list[str]) -> dict[str, str]:
-    """``["drone_1:drone", "arm_1:arm"]`` → ``{"drone_1": "drone", ...}``; ValueError with the entry."""
-    out: dict[str, str] = {}
-    for entry in entries:
-        agent, sep, rtype = entry.partition(":")
-        if not sep or not agent.strip() or not rtype.strip():
-            raise ValueError(f"entry {entry!r} is not 'agent:robot_type'")
-        out[agent.strip()] = rtype.strip()
-    return out
-
-
-def _agent_types_check(value: list[str]) -> str | None:
-    try:
-        parse_agent_types(value)
-    except ValueError as exc:
-        return str(exc)
-    return None
-
-
-PARAMS = (
-    Param("engine", "sim", "LLM engine: sim (simulated engine in real time), llamacpp, vllm or openai",
-          choices=ENGINES, read_only=True),
-    Param("engine_options", "", "YAML/JSON mapping of options for the llamacpp/vllm engine "
-          "(passed to timely_llm_ros.engines.registry.create_engine, over the planner's defaults: "
-          "llamacpp {prefill_chunk: 16, prefill_fast_batch: 64}; null turns one off)",
-          read_only=True, check=_mapping_check),
-    Param("profile", "llama3-8b-fp16-rtx4090", "engine profile (config/profiles) timing the sim engine",
-          read_only=True, check=nonempty),
-    Param("policy", "timely", "scheduling policy: timely, timely-paper, fcfs-seg, edf-seg, vllm, "
-          "vllm-stream, optionally @bN for a fixed max batch", read_only=True, check=_policy_check),
-    Param("network_latency", 0.008, "planner -> robot latency assumed by the scheduler (s)", low=0.0,
-          high=1.0, read_only=True),
-    Param("sim_plans", [CATALOG], "sim engine: where reference plans come from: 'catalog' (LRTrace tasks) "
-          "and workload specs (preset, public sample or file)", read_only=True),
-    Param("require_robot", True, "reject tasks whose agent has no robot node on /<agent>/skill_segments"),
-    Param("robot_grace_period", 2.0, "how long a task waits for its robot node to be discovered (s)",
-          low=0.0, high=600.0),
-    Param("agent_types", [], "optional 'agent:robot_type' entries; a task whose robot_type differs is "
-          "rejected", check=_agent_types_check),
-    Param("segment_timeout", 0.0, "fixed time a robot has to finish its next segment (s); 0 = expected "
-          "execution time x segment_timeout_factor + segment_timeout_margin", low=0.0, high=86400.0),
-    Param("segment_timeout_factor", 3.0, "multiplier of the expected execution time in the segment "
-          "timeout", low=1.0, high=1000.0),
-    Param("segment_timeout_margin", 5.0, "added to the segment timeout (s): delivery, robot start-up",
-          low=0.0, high=86400.0),
-    Param("segment_lifespan_floor", 0.5, "lower bound of the segment QoS lifespan (s); the lifespan is "
-          "the task's utility horizon", low=0.01, high=86400.0, read_only=True),
-    Param("default_max_tokens", 256, "generation budget of tasks that send max_tokens = 0", low=1,
-          high=1_000_000, read_only=True),
-    Param("feedback_clock_tolerance", 5.0, "robot feedback stamps further than this from the planner's "
-          "clock are replaced by the receipt time (s)", low=0.0, high=86400.0),
-    Param("warmup_skill_sets", [], "skill sets whose fixed prompt is prefilled at start-up, before /tasks "
-          "is subscribed, so no task pays for it (useful with llamacpp/vllm)", read_only=True),
-    Param("max_queued_tasks", 100_000, "tasks beyond this many unfinished ones are rejected as "
-          "overload", low=1, high=10_000_000),
-)
-
-
-@dataclass
-class _Outstanding:
-    """A dispatched segment not yet DONE, for the per-agent timeout."""
-
-    task_id: str
-    seg: int
-    dispatch: float
-    expected: float
-    started: float = math.nan
-    head_since: float = math.nan  # when it became the robot's oldest outstanding segment
+RESTARTED = "planner restarted"
 
 
 @dataclass
 class _Waiting:
-    """An accepted-looking task waiting for its robot node to be discovered."""
+    """A task (or a task recovered from the journal) waiting for its robot node to be discovered."""
 
     spec: TaskSpec
     deadline: float
-    publisher: Any
+    recovered: OpenTask | None = None
+    earliest: float = -math.inf  # a recovered task's status waits for discovery at least until then
+
+
+@dataclass
+class _AgentPub:
+    """The one segment publisher of a robot, and since when the robot has had no open task."""
+
+    pub: Any
+    idle_since: float = math.nan
 
 
 class PlannerNode(Node):
@@ -196,61 +114,51 @@ class PlannerNode(Node):
         self.clock_fn = self.engine.now
         # planner clock (engine, monotonic) -> ROS time (system clock) offset
         self._ros_offset = time.time() - self.clock_fn()
-        self.plans: PlanTable | None = None
-        if self.engine.needs_script:
-            self.plans = PlanTable()
-            for source in self.p["sim_plans"]:
-                try:
-                    n = self.plans.load(source)
-                except Exception as exc:  # WorkloadError, OSError, ...: name the source
-                    raise ParamError(f"parameter 'sim_plans': cannot load {source!r}: {exc}") from None
-                self.get_logger().info(f"sim engine: {n} reference plans from {source!r}")
+        self.plans = self._load_plans()
         self.core = PlannerCore(self.engine, self.p["policy"], clock=self.clock_fn, dispatch=self._dispatch,
                                 sink=self._event, on_state=self._state,
-                                network_latency=self.p["network_latency"])
+                                network_latency=self.p["network_latency"],
+                                agent_queues=AgentQueues(self.p["agent_queue_depth"], self.p["lookahead"]),
+                                retain_records=self.p["finished_retention"])
         self._warm_up(self.p["warmup_skill_sets"])
         self._agent_types = parse_agent_types(self.p["agent_types"])
+        self.journal, recovered = self._open_journal()
+        self.warn = limits.RateLimiter(self.p["warn_period"], time.monotonic)
         # executor thread state
-        self._seen_ids: set[str] = set()
+        self._seen_ids = limits.RecentIds(max(4 * self.p["finished_retention"], 10_000))
         self._id_counter = itertools.count(1)
+        self._dup_counter = itertools.count(1)
         self._waiting: list[_Waiting] = []
-        self._seg_pubs: dict[tuple[str, float], Any] = {}
+        self._pubs: dict[str, _AgentPub] = {}
         # hand-off queues
         self._inbound: queue.Queue = queue.Queue()
         self._outbound: deque = deque()
-        self._open_tasks = 0  # accepted (or waiting) and not yet terminal; guarded by _lock
-        self._lock = threading.Lock()
-        # planner thread state
+        self._lock = threading.Lock()  # guards the open-task bookkeeping below
+        self._open: dict[str, str] = {}  # task id -> agent, accepted at intake and not terminal
+        self._agent_open: dict[str, int] = {}
+        # planner thread state (open tasks only: pruned when terminal)
         self._records: dict[str, TaskRecord] = {}
         self._specs: dict[str, TaskSpec] = {}
-        self._outstanding: dict[str, OrderedDict[tuple[str, int], _Outstanding]] = {}
-        self.stats = {"tasks": 0, "rejected": 0, "segments": 0, "feedback_ignored": 0, "timeouts": 0}
+        self.seg_timers = SegmentTimers(self.segment_timeout, lambda: self.p["heartbeat_timeout"])
+        self.stats = {"received": 0, "tasks": 0, "rejected": 0, "segments": 0, "feedback_ignored": 0,
+                      "timeouts": 0, "dds_lost_tasks": 0, "dds_lost_feedback": 0, "recovered": 0}
 
         self._status_pub = self.create_publisher(TaskStatus, topics.TASK_STATUS, qos.status_qos())
         self._event_pub = self.create_publisher(TraceEvent, topics.TRACE_EVENTS, qos.event_qos())
-        self.create_subscription(Task, topics.TASKS, self._on_task, qos.task_qos())
+        lost = {kind: SubscriptionEventCallbacks(message_lost=lambda info, k=kind: self._dds_lost(k, info))
+                for kind in ("tasks", "feedback")}
+        self.create_subscription(Task, topics.TASKS, self._on_task, qos.task_qos(),
+                                 event_callbacks=lost["tasks"])
         self.create_subscription(SegmentFeedback, topics.SEGMENT_FEEDBACK, self._on_feedback,
-                                 qos.feedback_qos())
+                                 qos.feedback_qos(), event_callbacks=lost["feedback"])
         self._wake = self.create_guard_condition(self._drain_outbound)
         self.create_timer(0.05, self._check_waiting)
+        self.create_timer(1.0, self._housekeeping)
+        self._recover(recovered)
         self._thread = threading.Thread(target=self._run, name="planner-core", daemon=True)
         self._thread.start()
-        self.get_logger().info(f"planner ready: engine {self.engine.info.name}, "
-                               f"policy {self.core.policy.name}")
-
-    # ------------------------------------------------------------------ set-up
-    def _warm_up(self, skill_sets: list[str]) -> None:
-        """Prefill the named skill prompts now; runs before /tasks is subscribed (see PARAMS)."""
-        if not skill_sets:
-            return
-        try:
-            took = self.core.warm_up(list(skill_sets))
-        except KeyError as exc:
-            raise ParamError(f"parameter 'warmup_skill_sets': {exc}") from None
-        except EngineError as exc:
-            raise ParamError(f"warm-up failed in the engine: {exc}") from None
-        for name, seconds in took.items():
-            self.get_logger().info(f"warm-up: prefilled the {name} prompt in {seconds:.2f} s")
+        self.get_logger().info(f"planner ready: engine {self.engine.info.name}, policy {self.core.policy.name}, "
+                               f"journal {self.journal.path if self.journal else 'off'}")
 
     # ------------------------------------------------------------------ set-up
     def _make_engine(self) -> Engine:
@@ -265,16 +173,57 @@ class PlannerNode(Node):
         except ImportError as exc:
             raise ParamError(f"engine {name!r} needs timely_llm_ros.engines.registry, which cannot be "
                              f"imported here ({exc}); use engine:=sim") from None
-        options = {**ENGINE_DEFAULTS.get(name, {}), **_parse_mapping(self.p["engine_options"])}
+        try:
+            options = engine_options(name, self.p["engine_options"], self._parameter_overrides)
+        except ValueError as exc:
+            raise ParamError(f"parameter 'engine_options': {exc}") from None
         try:
             return create_engine(name, **options)
         except Exception as exc:  # model file missing, GPU library absent, bad option ...
             raise ParamError(f"engine {name!r} could not be created: {type(exc).__name__}: {exc}") from None
 
+    def _load_plans(self) -> PlanTable | None:
+        if not self.engine.needs_script:
+            return None
+        plans = PlanTable()
+        for source in self.p["sim_plans"]:
+            try:
+                n = plans.load(source)
+            except Exception as exc:  # WorkloadError, OSError, ...: name the source
+                raise ParamError(f"parameter 'sim_plans': cannot load {source!r}: {exc}") from None
+            self.get_logger().info(f"sim engine: {n} reference plans from {source!r}")
+        return plans
+
+    def _warm_up(self, skill_sets: list[str]) -> None:
+        """Prefill the named skill prompts now; runs before /tasks is subscribed (see PARAMS)."""
+        if not skill_sets:
+            return
+        try:
+            took = self.core.warm_up(list(skill_sets))
+        except KeyError as exc:
+            raise ParamError(f"parameter 'warmup_skill_sets': {exc}") from None
+        except EngineError as exc:
+            raise ParamError(f"warm-up failed in the engine: {exc}") from None
+        for name, seconds in took.items():
+            self.get_logger().info(f"warm-up: prefilled the {name} prompt in {seconds:.2f} s")
+
+    def _open_journal(self) -> tuple[Journal | None, list[OpenTask]]:
+        where = self.p["journal"]
+        if where == "off":
+            return None, []
+        journal = Journal(where or default_path(self.get_fully_qualified_name(),
+                                                self.context.get_domain_id()))
+        try:
+            return journal, journal.open()
+        except JournalError as exc:
+            raise ParamError(f"parameter 'journal': {exc}") from None
+
     def _param_changed(self, name: str, value: Any) -> None:
         self.p[name] = value
         if name == "agent_types":
             self._agent_types = parse_agent_types(self.p[name])
+        elif name == "warn_period":
+            self.warn.period = float(value)
 
     def ros_time(self, t: float) -> float:
         """Planner clock → ROS (system) time in seconds."""
@@ -283,38 +232,59 @@ class PlannerNode(Node):
     def planner_time(self, ros_t: float) -> float:
         return ros_t - self._ros_offset
 
+    def _warn(self, key: str, text: str) -> None:
+        """A warning, at most once per ``warn_period`` per ``key`` (with the count it stood for)."""
+        suppressed = self.warn.allow(key)
+        if suppressed is not None:
+            more = f" (and {suppressed} more like it since the last report)" if suppressed else ""
+            self.get_logger().warning(limits.clip(text, 500) + more)
+
     # ------------------------------------------------------------------ executor thread: intake
     def _on_task(self, msg: Task) -> None:
         now = self.clock_fn()
-        agent = msg.agent_id
+        self.stats["received"] += 1
+        agent = limits.clip(msg.agent_id, limits.MAX_AGENT_ID)
         task_id = msg.task_id.strip()
+        try:  # ids and sizes first: the rejection below must be able to name the task
+            limits.check_task_fields(convert.task_fields(msg))
+        except TaskRejected as exc:
+            self._reject(limits.clip(task_id, limits.MAX_TASK_ID), agent, now, exc.reason, "limits")
+            return
         if not task_id:
             task_id = self._new_id(agent)
         elif task_id in self._seen_ids:
-            self._reject(task_id, agent, now, f"duplicate task_id {task_id!r}", seen=True)
+            dup = f"{task_id}#dup{next(self._dup_counter)}"
+            self._reject(dup, agent, now, f"duplicate task_id {task_id!r}: that id is in use (or was used "
+                         f"recently); this rejection is reported as {dup!r}", "duplicate")
             return
         self._seen_ids.add(task_id)
         msg.task_id = task_id
+        overload = self._overload()
+        if overload:
+            self._reject(task_id, agent, now, overload, "overloaded")
+            return
         try:
             spec = self._validate(msg, now)
-            publisher = self._segment_publisher(spec)
         except TaskRejected as exc:
-            self._reject(task_id, agent, now, exc.reason)
+            self._reject(task_id, agent, now, exc.reason, "invalid")
             return
-        with self._lock:
-            if self._open_tasks >= self.p["max_queued_tasks"]:
-                overloaded = True
-            else:
-                overloaded = False
-                self._open_tasks += 1
-        if overloaded:
-            self._reject(task_id, agent, now, f"planner overloaded: {self.p['max_queued_tasks']} unfinished "
-                         "tasks (parameter max_queued_tasks)")
-            return
-        if not self.p["require_robot"] or self._robot_ready(spec.agent_id, publisher):
-            self._inbound.put(("task", spec))
+        self._opened(spec.task_id, spec.agent_id)
+        if not self.p["require_robot"] or self._robot_ready(spec.agent_id):
+            self._inbound.put(("task", spec, None))
         else:
-            self._waiting.append(_Waiting(spec, now + self.p["robot_grace_period"], publisher))
+            self._waiting.append(_Waiting(spec, now + self.p["robot_grace_period"]))
+
+    def _overload(self) -> str:
+        """Why a new task cannot be taken now ('' = it can): the queue state, for the sender."""
+        backlog = self._inbound.qsize() + len(self._waiting)
+        with self._lock:
+            n_open = len(self._open)
+        if backlog >= self.p["max_inbound"]:
+            return (f"overloaded: {backlog} tasks received but not yet taken by the planner (limit "
+                    f"max_inbound = {self.p['max_inbound']}), {n_open} open tasks")
+        if n_open >= self.p["max_queued_tasks"]:
+            return f"overloaded: {n_open} open tasks (limit max_queued_tasks = {self.p['max_queued_tasks']})"
+        return ""
 
     def _new_id(self, agent: str) -> str:
         base = agent if topics.valid_agent_id(agent) else "task"
@@ -325,10 +295,6 @@ class PlannerNode(Node):
 
     def _validate(self, msg: Task, now: float) -> TaskSpec:
         spec = convert.task_from_msg(msg, now, self.p["default_max_tokens"])
-        try:
-            topics.segment_topic(spec.agent_id)
-        except ValueError as exc:
-            raise TaskRejected(str(exc)) from None
         try:
             sset = load_skill_set(spec.skill_set)
         except KeyError as exc:
@@ -342,38 +308,47 @@ class PlannerNode(Node):
         if expected is not None and expected != spec.robot_type:
             raise TaskRejected(f"robot type mismatch: agent {spec.agent_id!r} is a {expected!r} robot, the "
                                f"task asks for a {spec.robot_type!r} robot")
-        if self.plans is not None:
-            plan = self.plans.lookup(spec.skill_set, spec.instruction, spec.scene)
-            if plan is None:
-                raise TaskRejected(f"the simulated engine has no reference plan for this instruction in "
-                                   f"skill set {spec.skill_set!r} (plan sources: "
-                                   f"{', '.join(self.plans.sources)})")
-            spec.reference_plan = plan
+        self._find_plan(spec)
+        self._segment_publisher(spec.agent_id)  # last: nothing else can reject it afterwards
         return spec
 
-    def _lifespan(self, spec: TaskSpec) -> float:
-        return qos.lifespan_for(spec.tuf.zero_time, self.p["segment_lifespan_floor"])
+    def _find_plan(self, spec: TaskSpec) -> None:
+        if self.plans is None:
+            return
+        plan = self.plans.lookup(spec.skill_set, spec.instruction, spec.scene)
+        if plan is None:
+            raise TaskRejected(f"the simulated engine has no reference plan for this instruction in "
+                               f"skill set {spec.skill_set!r} (plan sources: {', '.join(self.plans.sources)})")
+        spec.reference_plan = plan
 
-    def _segment_publisher(self, spec: TaskSpec) -> Any:
-        key = (spec.agent_id, self._lifespan(spec))
-        pub = self._seg_pubs.get(key)
-        if pub is None:
-            pub = self.create_publisher(Segment, topics.segment_topic(spec.agent_id), qos.segment_qos(key[1]))
-            self._seg_pubs[key] = pub
-        return pub
+    def _segment_publisher(self, agent: str) -> Any:
+        """The robot's one segment publisher (created on its first task; TaskRejected if impossible)."""
+        entry = self._pubs.get(agent)
+        if entry is None:
+            try:
+                topic = topics.segment_topic(agent)
+                lifespan = self.p["segment_lifespan"]
+                pub = self.create_publisher(Segment, topic, qos.segment_qos(lifespan if lifespan > 0 else None))
+            except Exception as exc:  # invalid name, RMW refused the topic ...: this task only
+                raise TaskRejected(f"cannot publish segments for agent {agent!r}: "
+                                   f"{limits.clip(str(exc), 200)}") from None
+            entry = self._pubs[agent] = _AgentPub(pub)
+        return entry.pub
 
-    def _robot_ready(self, agent: str, publisher: Any, late: bool = False) -> bool:
+    def _robot_ready(self, agent: str, late: bool = False) -> bool:
         """A robot node — a node in namespace ``/<agent>`` — subscribes to the agent's segment topic,
         and our publisher has matched every subscription the graph shows on it.
 
         Observers (recorder, time model) subscribe from other namespaces and do not count as the
         robot: a task is never accepted for a fleet without its robot. But they are waited for: the
-        segment topic is volatile, and a publisher created for a new lifespan must not send a
-        segment before the recorder's reader is matched (it would be missing from the bag). With
-        ``late`` (grace period over) one matched subscription is enough: a reader that can never match
-        (incompatible QoS) must not block the robot's tasks.
+        segment topic is volatile, and a segment sent before the recorder's reader is matched would be
+        missing from the bag. With ``late`` (grace period over) one matched subscription is enough: a
+        reader that can never match (incompatible QoS) must not block the robot's tasks.
         """
-        matched = publisher.get_subscription_count()
+        entry = self._pubs.get(agent)
+        if entry is None:
+            return False
+        matched = entry.pub.get_subscription_count()
         if matched == 0:
             return False
         infos = self.get_subscriptions_info_by_topic(topics.segment_topic(agent))
@@ -385,26 +360,45 @@ class PlannerNode(Node):
         if not self._waiting:
             return
         now = self.clock_fn()
+        ready: dict[tuple[str, bool], bool] = {}
         still: list[_Waiting] = []
+        gone: set[str] = set()
+        status_heard = self._status_readers_matched()
         for w in self._waiting:
+            agent = w.spec.agent_id
             late = now >= w.deadline
-            if not self.p["require_robot"] or self._robot_ready(w.spec.agent_id, w.publisher, late):
-                self._inbound.put(("task", w.spec))
+            key = (agent, late)
+            if key not in ready:
+                ready[key] = not self.p["require_robot"] or self._robot_ready(agent, late)
+            if w.recovered is not None and (ready[key] and status_heard and now >= w.earliest or late):
+                self._inbound.put(("recovered", w, "" if ready[key] else f"no robot node for agent {agent!r}"))
+            elif w.recovered is not None:
+                still.append(w)
+            elif ready[key]:
+                self._inbound.put(("task", w.spec, None))
             elif late:
-                with self._lock:
-                    self._open_tasks -= 1
-                self._reject(w.spec.task_id, w.spec.agent_id, now,
-                             f"no robot node for agent {w.spec.agent_id!r}: nothing subscribes to "
-                             f"{topics.segment_topic(w.spec.agent_id)} (waited "
-                             f"{self.p['robot_grace_period']:.1f} s)")
+                self._closed_open(w.spec.task_id)
+                self._reject(w.spec.task_id, agent, now,
+                             f"no robot node for agent {agent!r}: nothing subscribes to "
+                             f"{topics.segment_topic(agent)} (waited {self.p['robot_grace_period']:.1f} s)",
+                             "no robot")
+                gone.add(agent)
             else:
                 still.append(w)
         self._waiting = still
+        for agent in gone:  # no topic is left behind for an agent without a robot
+            self._drop_idle_publisher(agent)
 
-    def _reject(self, task_id: str, agent: str, t: float, reason: str, seen: bool = False) -> None:
+    def _status_readers_matched(self) -> bool:
+        """Every /task_status reader the graph shows is matched (the final status of a recovered task
+        is published once: a reader not yet matched would never see it)."""
+        matched = self._status_pub.get_subscription_count()
+        return matched > 0 and matched >= len(self.get_subscriptions_info_by_topic(topics.TASK_STATUS))
+
+    def _reject(self, task_id: str, agent: str, t: float, reason: str, kind: str) -> None:
         """Executor-side rejection: same events and status the core emits for its own rejections."""
         self.stats["rejected"] += 1
-        self.get_logger().warning(f"task {task_id!r} from {agent!r} rejected: {reason}")
+        self._warn(f"reject:{kind}", f"task {task_id!r} from {agent!r} rejected: {reason}")
         self._put_event(ev.TraceEvent(t, ev.ARRIVAL, task_id, agent))
         self._put_event(ev.TraceEvent(t, ev.REJECT, task_id, agent, -1, 0.0, reason))
         self._put(("status", convert.status_to_msg(task_id, agent, ev.REJECTED, self.ros_time(t), reason)))
@@ -415,7 +409,7 @@ class PlannerNode(Node):
             fb = convert.feedback_from_msg(msg)
         except ValueError as exc:
             self.stats["feedback_ignored"] += 1
-            self.get_logger().warning(f"feedback for task {msg.task_id!r} ignored: {exc}")
+            self._warn("feedback:malformed", f"feedback for task {limits.clip(msg.task_id, 80)!r} ignored: {exc}")
             return
         t = now
         if fb.t > 0:
@@ -423,6 +417,56 @@ class PlannerNode(Node):
             if abs(t_robot - now) <= self.p["feedback_clock_tolerance"]:
                 t = min(t_robot, now)  # never in the future of the planner's own clock
         self._inbound.put(("feedback", fb, t))
+
+    def _dds_lost(self, kind: str, info: Any) -> None:
+        """DDS dropped samples before we took them (reader queue overflow): never silently."""
+        n = int(getattr(info, "total_count_change", 0) or 0)
+        self.stats[f"dds_lost_{kind}"] += n
+        depth = qos.task_qos().depth if kind == "tasks" else qos.feedback_qos().depth
+        self.get_logger().error(f"DDS lost {n} {kind} message(s) before the planner could take them "
+                                f"(reader queue depth {depth}; {self.stats[f'dds_lost_{kind}']} in total)")
+
+    # ------------------------------------------------------------------ executor thread: bookkeeping
+    def _opened(self, task_id: str, agent: str) -> None:
+        with self._lock:
+            self._open[task_id] = agent
+            self._agent_open[agent] = self._agent_open.get(agent, 0) + 1
+
+    def _closed_open(self, task_id: str) -> None:
+        with self._lock:
+            agent = self._open.pop(task_id, None)
+            if agent is None:
+                return
+            n = self._agent_open.get(agent, 0) - 1
+            if n > 0:
+                self._agent_open[agent] = n
+            else:
+                self._agent_open.pop(agent, None)
+
+    def _drop_idle_publisher(self, agent: str) -> None:
+        with self._lock:
+            busy = agent in self._agent_open
+        entry = self._pubs.get(agent)
+        if entry is not None and not busy and not any(w.spec.agent_id == agent for w in self._waiting):
+            del self._pubs[agent]
+            self.destroy_publisher(entry.pub)
+
+    def _housekeeping(self) -> None:
+        """Remove the segment publishers of robots without open tasks for ``publisher_idle_timeout``."""
+        now = self.clock_fn()
+        with self._lock:
+            busy = set(self._agent_open)
+        for agent, entry in list(self._pubs.items()):
+            if agent in busy:
+                entry.idle_since = math.nan
+            elif math.isnan(entry.idle_since):
+                entry.idle_since = now
+            elif now - entry.idle_since >= self.p["publisher_idle_timeout"]:
+                self._drop_idle_publisher(agent)
+        backlog = self._inbound.qsize()
+        if backlog > self.p["max_inbound"] // 2:
+            self._warn("backlog", f"planner busy: {backlog} messages wait for the planner thread "
+                       f"(tasks beyond max_inbound = {self.p['max_inbound']} are rejected as overloaded)")
 
     # ------------------------------------------------------------------ executor thread: output
     def _put(self, item: tuple) -> None:
@@ -444,12 +488,66 @@ class PlannerNode(Node):
                 self._status_pub.publish(item[1])
             elif kind == "event":
                 self._event_pub.publish(item[1])
-            else:  # ("segment", publisher key, msg)
-                pub = self._seg_pubs.get(item[1])
-                if pub is None:  # cannot happen: created at intake; never lose a segment silently
-                    pub = self._seg_pubs[item[1]] = self.create_publisher(
-                        Segment, topics.segment_topic(item[1][0]), qos.segment_qos(item[1][1]))
-                pub.publish(item[2])
+            elif kind == "closed":
+                self._closed_open(item[1])
+            else:  # ("segment", agent, msg)
+                try:
+                    self._segment_publisher(item[1]).publish(item[2])
+                except TaskRejected as exc:  # cannot happen: created at intake; say so, never crash
+                    self.get_logger().error(f"segment of task {item[2].task_id!r} not sent: {exc.reason}")
+
+    # ------------------------------------------------------------------ crash recovery
+    def _recover(self, tasks: list[OpenTask]) -> None:
+        """Tasks a previous run left open wait (like new ones) for their robot, then are resumed or
+        failed on the planner thread (``on_restart``)."""
+        now = self.clock_fn()
+        for open_task in tasks:
+            try:
+                arrival = self.planner_time(float(open_task.task["arrival"]))
+                spec = task_from_entry(open_task.task, min(arrival, now))
+            except (KeyError, ValueError, TypeError) as exc:
+                self.get_logger().error(f"journal entry of task {open_task.task_id!r} is unusable ({exc}); "
+                                        "it is dropped")
+                if self.journal is not None:
+                    self.journal.ended(open_task.task_id, ev.FAILED, RESTARTED)
+                continue
+            self.stats["recovered"] += 1
+            self._seen_ids.add(spec.task_id)
+            self._opened(spec.task_id, spec.agent_id)
+            try:
+                self._segment_publisher(spec.agent_id)
+            except TaskRejected:
+                pass  # reported when it is failed: no robot can be reached
+            # announced once its robot and every status reader are discovered, but not before the
+            # grace period: a restarted planner does not know who else listens (recorder, senders)
+            grace = self.p["robot_grace_period"]
+            self._waiting.append(_Waiting(spec, now + max(2.0 * grace, 5.0), open_task, now + grace))
+        if tasks:
+            self.get_logger().warning(f"journal: {len(tasks)} task(s) were open when the planner stopped; "
+                                      f"on_restart = {self.p['on_restart']}")
+
+    def _recovered(self, w: _Waiting, problem: str) -> None:
+        """Planner thread: resume a recovered task (re-plan the rest) or end it FAILED with a reason."""
+        spec, open_task = w.spec, w.recovered
+        assert open_task is not None
+        reason = RESTARTED if not problem else f"{RESTARTED}: {problem}"
+        if self.p["on_restart"] == "resume" and not problem:
+            resume = [ResumedSegment(s.text, s.min_exec, s.expected_exec,
+                                     self.planner_time(s.started) if math.isfinite(s.started) else math.nan,
+                                     self.planner_time(s.done) if math.isfinite(s.done) else math.nan)
+                      for s in open_task.segments]
+            try:
+                self._find_plan(spec)
+                self._submit(spec, resume)
+                return
+            except TaskRejected as exc:
+                reason = f"{RESTARTED}; cannot resume: {exc.reason}"
+        t = self.clock_fn()
+        self._event(ev.TraceEvent(t, ev.FAIL, spec.task_id, spec.agent_id, -1, 0.0, reason))
+        self._put(("status", convert.status_to_msg(spec.task_id, spec.agent_id, ev.FAILED, self.ros_time(t),
+                                                   reason)))
+        self._journal("ended", spec.task_id, ev.FAILED, reason)
+        self._put(("closed", spec.task_id))
 
     # ------------------------------------------------------------------ planner thread
     def _run(self) -> None:
@@ -475,61 +573,54 @@ class PlannerNode(Node):
             return
         while True:
             if item[0] == "task":
-                self._submit(item[1])
+                self._submit(item[1], item[2])
             elif item[0] == "feedback":
                 self._feedback(item[1], item[2])
+            elif item[0] == "recovered":
+                self._recovered(item[1], item[2])
             try:
                 item = self._inbound.get_nowait()
             except queue.Empty:
                 return
 
-    def _submit(self, spec: TaskSpec) -> None:
+    def _submit(self, spec: TaskSpec, resume: list[ResumedSegment] | None = None) -> None:
         self._specs[spec.task_id] = spec
         self.stats["tasks"] += 1
         try:
-            rec = self.core.submit(spec)
+            rec = self.core.submit(spec, resume)
         except TaskRejected:
-            self._specs.pop(spec.task_id, None)
-            return  # the core published REJECT + REJECTED (on_state / sink), _closed() counted it
+            return  # the core published REJECT + REJECTED (on_state / sink), _state() closed it
         self._records[spec.task_id] = rec
+        for i, seg in enumerate(rec.segments if resume else ()):  # journaled again under the new accept
+            self._journal("segment", spec.task_id, i, seg.text, seg.min_exec, seg.expected_exec)
+            if math.isfinite(seg.exec_start):
+                self._journal("started", spec.task_id, i, self.ros_time(seg.exec_start))
+            if math.isfinite(seg.exec_end):
+                self._journal("done", spec.task_id, i, self.ros_time(seg.exec_end))
+            else:  # still with the robot: its DONE (or a timeout) decides
+                self.seg_timers.dispatched(spec.agent_id, spec.task_id, i, seg.dispatch, seg.expected_exec)
+                if math.isfinite(seg.exec_start):
+                    self.seg_timers.started(spec.agent_id, spec.task_id, i, seg.dispatch)
+        if resume:
+            self.get_logger().info(f"task {spec.task_id!r} resumed after the restart: {len(resume)} segment(s) "
+                                   "were sent before; re-planning the rest")
 
     def _feedback(self, fb: convert.Feedback, t: float) -> None:
-        rec = self._records.get(fb.task_id)
-        if rec is None or fb.agent_id != rec.agent_id:
+        why = self.core.feedback(fb.task_id, fb.index, fb.state, t, fb.detail, agent=fb.agent_id)
+        if why is not None:
             self.stats["feedback_ignored"] += 1
-            why = "unknown task" if rec is None else f"task belongs to {rec.agent_id!r}"
-            self.get_logger().warning(f"{fb.state} feedback from {fb.agent_id!r} for task {fb.task_id!r} "
-                                      f"segment {fb.index} ignored: {why}")
+            self._warn(f"feedback:{fb.agent_id}:{fb.state}",
+                       f"{fb.state} feedback from {fb.agent_id!r} for task {fb.task_id!r} segment {fb.index} "
+                       f"ignored: {why}")
             return
-        if not self.core.on_feedback(fb.task_id, fb.index, fb.state, t, fb.detail):
-            self.stats["feedback_ignored"] += 1
-            self.get_logger().warning(f"{fb.state} feedback for task {fb.task_id!r} segment {fb.index} "
-                                      f"ignored: the task has {len(rec.segments)} segments")
-            return
-        pending = self._outstanding.get(rec.agent_id)
-        if pending is None:
-            return
-        key = (fb.task_id, fb.index)
-        if fb.state == ev.STARTED and key in pending:
-            pending[key].started = t
+        if fb.state == ev.STARTED:
+            self.seg_timers.started(fb.agent_id, fb.task_id, fb.index, t)
+            self._journal("started", fb.task_id, fb.index, self.ros_time(t))
+        elif fb.state == ev.PROGRESS:
+            self.seg_timers.progress(fb.agent_id, fb.task_id, fb.index, t)
         elif fb.state == ev.DONE:
-            pending.pop(key, None)
-        elif fb.state == ev.FEEDBACK_FAILED:
-            self._forget_task(rec.agent_id, fb.task_id)
-        self._refresh_head(rec.agent_id, t)
-
-    def _forget_task(self, agent: str, task_id: str) -> None:
-        pending = self._outstanding.get(agent)
-        if pending:
-            for key in [k for k in pending if k[0] == task_id]:
-                del pending[key]
-
-    def _refresh_head(self, agent: str, t: float) -> None:
-        pending = self._outstanding.get(agent)
-        if pending:
-            head = next(iter(pending.values()))
-            if math.isnan(head.head_since):
-                head.head_since = max(t, head.dispatch)
+            self.seg_timers.done(fb.agent_id, fb.task_id, fb.index, t)
+            self._journal("done", fb.task_id, fb.index, self.ros_time(t))
 
     def segment_timeout(self, expected: float) -> float:
         if self.p["segment_timeout"] > 0:
@@ -538,38 +629,32 @@ class PlannerNode(Node):
 
     def _check_timeouts(self) -> None:
         now = self.clock_fn()
-        for agent, pending in self._outstanding.items():
-            while pending:
-                head = next(iter(pending.values()))
-                since = head.started if not math.isnan(head.started) else head.head_since
-                limit = self.segment_timeout(head.expected)
-                if now - since <= limit:
-                    break
-                self.stats["timeouts"] += 1
-                what = "finish" if not math.isnan(head.started) else "start"
-                reason = (f"segment {head.seg} timed out: robot {agent!r} did not {what} it within "
-                          f"{limit:.1f} s (no SegmentFeedback)")
-                self._forget_task(agent, head.task_id)
-                rec = self._records.get(head.task_id)
-                if rec is not None and rec.state not in ev.TERMINAL_STATES:
-                    self.get_logger().warning(f"task {head.task_id!r}: {reason}")
-                    self.core.on_feedback(head.task_id, head.seg, ev.FEEDBACK_FAILED, now, reason)
-                self._refresh_head(agent, now)
+        for exp in self.seg_timers.expired(now):
+            self.stats["timeouts"] += 1
+            self._warn(f"timeout:{exp.agent}", f"task {exp.task_id!r}: {exp.reason}")
+            self.core.feedback(exp.task_id, exp.seg, ev.FEEDBACK_FAILED, now, exp.reason)
+
+    def _journal(self, what: str, *args: Any) -> None:
+        if self.journal is None:
+            return
+        try:
+            getattr(self.journal, what)(*args)
+        except (OSError, ValueError, JournalError) as exc:  # a full disk must not stop the planner
+            self._warn("journal", f"journal {self.journal.path}: cannot write ({exc}); crash recovery is "
+                       "incomplete")
 
     # ------------------------------------------------------------------ core callbacks (planner thread)
     def _dispatch(self, d: Dispatch) -> None:
         rec = self._records.get(d.task_id)
-        spec = self._specs[d.task_id]
         seg = rec.segments[d.seg] if rec is not None and d.seg < len(rec.segments) else None
-        final = rec is not None and not math.isnan(rec.gen_end)
         msg = convert.segment_to_msg(
-            d, final=final, gen_start=self.ros_time(seg.gen_start) if seg is not None else math.nan,
+            d, gen_start=self.ros_time(seg.gen_start) if seg is not None else math.nan,
             gen_end=self.ros_time(d.t), tokens=seg.n_tokens if seg is not None else 0)
-        self.stats["segments"] += 1
-        pending = self._outstanding.setdefault(d.agent_id, OrderedDict())
-        pending[(d.task_id, d.seg)] = _Outstanding(d.task_id, d.seg, d.t, d.expected_exec)
-        self._refresh_head(d.agent_id, d.t)
-        self._put(("segment", (d.agent_id, self._lifespan(spec)), msg))
+        if not d.closing_marker:  # a closing marker has nothing to execute and gets no feedback
+            self.stats["segments"] += 1
+            self.seg_timers.dispatched(d.agent_id, d.task_id, d.seg, d.t, d.expected_exec)
+            self._journal("segment", d.task_id, d.seg, d.text, d.min_exec, d.expected_exec)
+        self._put(("segment", d.agent_id, msg))
 
     def _event(self, e: ev.TraceEvent) -> None:
         self._put_event(e)
@@ -581,25 +666,52 @@ class PlannerNode(Node):
         response = rec.response_time if rec is not None else math.nan
         utility = rec.utility if rec is not None else math.nan
         now = self.clock_fn()
-        self._put(("status", convert.status_to_msg(task_id, agent, state, self.ros_time(now), reason,
-                                                   response, utility)))
-        if state in ev.TERMINAL_STATES:
-            with self._lock:
-                self._open_tasks -= 1
+        self._put(("status", convert.status_to_msg(task_id, agent, state, self.ros_time(now),
+                                                   limits.clip(reason), response, utility)))
+        if state == ev.ACCEPTED and spec is not None:
+            self._journal("accepted", task_id, task_entry(spec, self.ros_time(spec.arrival)))
+        elif state in ev.TERMINAL_STATES:
+            self._journal("ended", task_id, state, limits.clip(reason))
+            self.seg_timers.forget_task(agent, task_id, now)
+            self._records.pop(task_id, None)
+            self._specs.pop(task_id, None)
+            self._put(("closed", task_id))
             if state == ev.REJECTED:
                 self.stats["rejected"] += 1
 
     # ------------------------------------------------------------------ shutdown
     def close(self) -> None:
-        """Stop the planner thread, fail what is still open (with a status each), flush output."""
+        """Stop the planner thread and give every open task a final status: queued, generating, held
+        or executing tasks FAIL "planner shut down"; tasks not yet taken by the core are REJECTED."""
+        reason = "planner shut down"
         self._stop.set()
         self._thread.join(timeout=10.0)
-        if not self._thread.is_alive():
-            self.core.abort_all("planner shut down")
         now = self.clock_fn()
+        if not self._thread.is_alive():
+            self.core.abort_all(reason)
+            while True:  # received but never submitted (or recovered and never handled)
+                try:
+                    item = self._inbound.get_nowait()
+                except queue.Empty:
+                    break
+                if item[0] == "task":
+                    self._closed_open(item[1].task_id)
+                    self._reject(item[1].task_id, item[1].agent_id, now, reason, "shutdown")
+                elif item[0] == "recovered":
+                    self._recovered(item[1], reason)
         for w in self._waiting:
-            self._reject(w.spec.task_id, w.spec.agent_id, now, "planner shut down")
+            if w.recovered is not None:
+                self._recovered(w, reason)
+            else:
+                self._closed_open(w.spec.task_id)
+                self._reject(w.spec.task_id, w.spec.agent_id, now, reason, "shutdown")
         self._waiting = []
+        self._drain_outbound()
+        with self._lock:  # the planner thread is stuck in the engine: answer from the bookkeeping
+            stuck = dict(self._open)
+        for task_id, agent in stuck.items():
+            self._put(("status", convert.status_to_msg(task_id, agent, ev.FAILED, self.ros_time(now),
+                                                       f"{reason} (planner thread did not stop)")))
         self._drain_outbound()
         # reliable topics: give subscribers (recorder, robots) a moment to acknowledge the final
         # statuses before the process exits and takes the DDS history with it
@@ -608,12 +720,15 @@ class PlannerNode(Node):
                 pub.wait_for_all_acked(Duration(seconds=2.0))
             except Exception as exc:  # an RMW without the call must not break shutdown
                 self.get_logger().debug(f"wait_for_all_acked: {exc}")
+        if self.journal is not None and not stuck:
+            self.journal.close()
         info = json.dumps({k: v for k, v in self.stats.items()})
         self.get_logger().info(f"planner stopped: {info}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_node(PlannerNode, argv, params=PARAMS,
+    args = quote_mapping_args(sys.argv if argv is None else argv)
+    return run_node(PlannerNode, args, params=PARAMS,
                     description="TimelyLLM planner node (see timely_llm_ros.nodes.planner)")
 
 

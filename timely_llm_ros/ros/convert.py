@@ -5,9 +5,11 @@ functions. Times: the core uses float seconds on the planner's clock; messages c
 ``builtin_interfaces/Time`` (:func:`to_stamp` / :func:`from_stamp`). States and event kinds: the core
 uses the names (``"COMPLETED"``, ``"DISPATCH"``), messages the uint8 constants of the same names.
 
-Messages coming *in* are untrusted (any node may publish): :func:`task_from_msg` raises
-:class:`TaskRejected` with a reason meant for the sender instead of letting a bad field crash the
-planner later; the ``*_from_msg`` helpers for states raise ``ValueError`` for unknown codes.
+Messages coming *in* are untrusted (any node may publish): :func:`task_from_msg` checks every field
+against :mod:`timely_llm_ros.core.limits` (lengths, TUF ranges that keep every derived time finite)
+and raises :class:`TaskRejected` with a reason meant for the sender instead of letting a bad field
+crash the planner later; :func:`feedback_from_msg` clips the detail text and raises ``ValueError``
+for an unknown state code or an id beyond its limit.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from builtin_interfaces.msg import Time
 
 from timely_llm_ros.core import events as ev
+from timely_llm_ros.core import limits
 from timely_llm_ros.core.generation import Dispatch
 from timely_llm_ros.core.skills import SkillCall as CoreSkillCall
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
@@ -33,8 +36,7 @@ TASK_STATE_CODE: dict[str, int] = {name: getattr(TaskStatus, name) for name in e
 TASK_STATE_NAME: dict[int, str] = {code: name for name, code in TASK_STATE_CODE.items()}
 EVENT_KIND_CODE: dict[str, int] = {name: getattr(TraceEvent, name) for name in ev.EVENT_KINDS}
 EVENT_KIND_NAME: dict[int, str] = {code: name for name, code in EVENT_KIND_CODE.items()}
-FEEDBACK_CODE: dict[str, int] = {ev.STARTED: SegmentFeedback.STARTED, ev.DONE: SegmentFeedback.DONE,
-                                 ev.FEEDBACK_FAILED: SegmentFeedback.FAILED}
+FEEDBACK_CODE: dict[str, int] = {name: getattr(SegmentFeedback, name) for name in ev.FEEDBACK_STATES}
 FEEDBACK_NAME: dict[int, str] = {code: name for name, code in FEEDBACK_CODE.items()}
 
 
@@ -102,10 +104,12 @@ def task_to_msg(spec: TaskSpec, stamp: float | None = None) -> Task:
 def task_from_msg(msg: Task, arrival: float, default_max_tokens: int = DEFAULT_MAX_TOKENS) -> TaskSpec:
     """A received ``Task`` as a :class:`TaskSpec` arriving at ``arrival`` (planner clock).
 
-    Checks what the message alone can tell (TUF numbers, non-empty required fields, max_tokens); the
-    planner's intake checks the rest (skill set known, prompt fits). Raises :class:`TaskRejected`.
+    Checks what the message alone can tell (limits of every field, TUF numbers, non-empty required
+    fields); the planner's intake checks the rest (skill set known, prompt fits). Raises
+    :class:`TaskRejected`.
     """
-    tuf = tuf_from_msg(msg.tuf)
+    tuf = tuf_from_msg(msg.tuf)  # a TUF that is no TUF at all first: its reasons are the familiar ones
+    limits.check_task_fields(task_fields(msg))
     for name in ("agent_id", "robot_type", "skill_set", "instruction"):
         if not getattr(msg, name).strip():
             raise TaskRejected(f"{name} is empty")
@@ -116,6 +120,14 @@ def task_from_msg(msg: Task, arrival: float, default_max_tokens: int = DEFAULT_M
                     trace_id=int(msg.trace_id) or None)
     spec.validate()
     return spec
+
+
+def task_fields(msg: Task) -> limits.TaskFields:
+    """The inbound fields of a ``Task`` as plain values (for :func:`limits.check_task_fields`)."""
+    return limits.TaskFields(task_id=msg.task_id, agent_id=msg.agent_id, robot_type=msg.robot_type,
+                             skill_set=msg.skill_set, instruction=msg.instruction, scene=msg.scene,
+                             task_class=msg.task_class, max_tokens=int(msg.max_tokens), ert=float(msg.tuf.ert),
+                             alpha=float(msg.tuf.alpha), beta=float(msg.tuf.beta))
 
 
 # --------------------------------------------------------------------------------------- segments
@@ -167,13 +179,15 @@ def call_to_msg(call: CoreSkillCall) -> SkillCall:
     return SkillCall(name=call.name, args=args, source=call.source)
 
 
-def segment_to_msg(d: Dispatch, *, final: bool = False, gen_start: float = math.nan,
+def segment_to_msg(d: Dispatch, *, final: bool | None = None, gen_start: float = math.nan,
                    gen_end: float | None = None, tokens: int = 0) -> Segment:
     """A dispatched core segment (:class:`~timely_llm_ros.core.generation.Dispatch`) as a ``Segment``.
 
     ``gen_start``/``tokens`` come from the task record's segment (the Dispatch does not carry them);
-    ``gen_end`` defaults to the dispatch time (the planner dispatches the moment a segment is cut).
+    ``gen_end`` defaults to the dispatch time (the planner dispatches the moment a segment is cut);
+    ``final`` defaults to the Dispatch's own flag (a closing marker: no calls, empty text, final).
     """
+    final = d.final if final is None else final
     msg = Segment()
     msg.task_id = d.task_id
     msg.agent_id = d.agent_id
@@ -215,12 +229,19 @@ def feedback_to_msg(task_id: str, agent_id: str, index: int, state: str, t: floa
 
 
 def feedback_from_msg(msg: SegmentFeedback) -> Feedback:
-    """Raises ValueError for an unknown state code."""
+    """Raises ValueError for an unknown state code or an id longer than any the planner accepts;
+    the detail is clipped to :data:`limits.MAX_DETAIL` characters (it is forwarded in statuses)."""
     state = FEEDBACK_NAME.get(msg.state)
     if state is None:
-        raise ValueError(f"unknown SegmentFeedback state {msg.state} (expected 0=STARTED, 1=DONE, 2=FAILED)")
-    return Feedback(msg.task_id, msg.agent_id, int(msg.index), state, from_stamp(msg.stamp),
-                    float(msg.duration), msg.detail)
+        known = ", ".join(f"{code}={name}" for code, name in sorted(FEEDBACK_NAME.items()))
+        raise ValueError(f"unknown SegmentFeedback state {msg.state} (expected {known})")
+    for name, limit in (("task_id", limits.MAX_TASK_ID), ("agent_id", limits.MAX_AGENT_ID)):
+        if len(getattr(msg, name)) > limit:
+            raise ValueError(f"{name} is {len(getattr(msg, name))} characters long (limit {limit})")
+    t = from_stamp(msg.stamp)
+    duration = float(msg.duration)
+    return Feedback(msg.task_id, msg.agent_id, int(msg.index), state, t if math.isfinite(t) else 0.0,
+                    duration if math.isfinite(duration) else 0.0, limits.clip(msg.detail))
 
 
 # --------------------------------------------------------------------------------------- status

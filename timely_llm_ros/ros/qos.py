@@ -3,16 +3,18 @@
 Conventions (the usual ROS 2 practice): commands —
 here skill segments — are reliable, keep-last, volatile, with a ``lifespan`` bounding staleness.
 
-* **Segments** (planner → robot): reliable, keep-last 10, volatile. The lifespan is the task's
-  *utility horizon*: the response time at which its TUF reaches zero (``TUF.zero_time`` = ERT +
-  beta/−alpha; TUF_1 of later segments has the shorter horizon beta/−alpha, so the task's horizon
-  bounds both). A segment still undelivered after that is stale: DDS discards it and the planner's
-  segment timeout fails the task with a reason. Lifespan is a *publisher* policy, so the planner keeps
-  one publisher per (agent, lifespan); all segments of one task use the same one, which keeps them in
-  order. A flat TUF (alpha = 0) has no horizon: infinite lifespan.
-* **Tasks, feedback, statuses, trace events**: reliable, keep-last with a deep history (bursts of
-  hundreds of tasks, each producing several statuses and events, must reach the recorder intact;
-  KEEP_ALL would block the publisher on a slow reader), volatile.
+* **Segments** (planner → robot): reliable, keep-last 10, volatile, with a fixed ``lifespan`` (planner
+  parameter ``segment_lifespan``): a segment still undelivered after it is stale, DDS discards it and
+  the planner's segment timeout fails the task with a reason. Lifespan is a *publisher* policy; the
+  planner keeps exactly **one publisher per robot** so that all of a robot's segments keep their
+  order on the topic (a publisher per task lifespan — the TUF horizon — left 200 publishers on one
+  topic and could reorder a robot's segments across them).
+* **Tasks, feedback**: reliable, keep-last with a history deep enough for a burst of thousands
+  (:data:`INBOUND_DEPTH`): the planner takes them off the reader at once and answers an overload with
+  a REJECTED status, so nothing may vanish in DDS first (a depth of 1000 lost 1799 of 3000 tasks
+  published in one second). KEEP_ALL would block a robot's publisher on a slow planner.
+* **Statuses, trace events**: reliable, keep-last, deep (:data:`EVENT_DEPTH`): every task's final
+  status must reach the robots and the recorder after such a burst.
 
 Robots must take segments off the subscription promptly (queue them internally, execute in another
 thread): a sample that waits in the DDS reader cache beyond its lifespan is dropped.
@@ -26,8 +28,9 @@ from rclpy.duration import Duration
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 SEGMENT_DEPTH = 10
-EVENT_DEPTH = 1000  # tasks, statuses, trace events: a burst of 200 tasks x ~8 events fits
-FEEDBACK_DEPTH = 200
+INBOUND_DEPTH = 10_000  # tasks, feedback: a burst of 5000 in one second fits twice
+EVENT_DEPTH = 10_000  # statuses, trace events: the answers to such a burst (1 status + 2 events each)
+FEEDBACK_DEPTH = INBOUND_DEPTH
 
 
 def _reliable(depth: int) -> QoSProfile:
@@ -45,19 +48,8 @@ def segment_qos(lifespan_s: float | None = None) -> QoSProfile:
     return qos
 
 
-def lifespan_for(zero_time: float, floor_s: float) -> float:
-    """Lifespan of a task's segments: its utility horizon, never below ``floor_s`` (inf stays inf).
-
-    The floor keeps a very steep TUF from making the lifespan shorter than plain delivery jitter
-    on a loaded machine; values are rounded to 10 ms so that tasks of one TUF class share a publisher.
-    """
-    if not math.isfinite(zero_time):
-        return math.inf
-    return max(float(floor_s), math.ceil(zero_time * 100.0) / 100.0)
-
-
 def task_qos() -> QoSProfile:
-    return _reliable(EVENT_DEPTH)
+    return _reliable(INBOUND_DEPTH)
 
 
 def status_qos() -> QoSProfile:
