@@ -31,7 +31,7 @@ def _states(peer, task_id):
     from timely_llm_ros.msg import SegmentFeedback
 
     names = {SegmentFeedback.STARTED: "S", SegmentFeedback.DONE: "D", SegmentFeedback.FAILED: "F"}
-    return [(f.index, names[f.state]) for f in peer.feedback if f.task_id == task_id]
+    return [(f.index, names[f.state]) for f in peer.feedback if f.task_id == task_id and f.state in names]
 
 
 def test_segments_run_in_order_with_feedback_and_answers_from_the_task_scene(
@@ -54,7 +54,7 @@ def test_segments_run_in_order_with_feedback_and_answers_from_the_task_scene(
         scan = sset.split("?s('cat')==True{g('cat');_1=ox('cat');l(_1)}->False")
         moves = sset.split("mf(50);tc(90);mu(30)")
         peer.send_task(AGENT, "scan", scene="[cat x:0.48 y:0.55 width:0.2 height:0.4]")
-        # interleave the two tasks' segments; within a task they must still run by index
+        # interleave the two tasks' segments: they run one task after the other, each by index
         for i in range(max(len(scan), len(moves))):
             if i < len(scan):
                 peer.send_segment(AGENT, "scan", i, scan[i], final=i == len(scan) - 1)
@@ -81,10 +81,15 @@ def test_segments_run_in_order_with_feedback_and_answers_from_the_task_scene(
     assert rc == 0, log
     for task, segs in (("scan", scan), ("moves", moves)):
         assert _states(peer, task) == [(i, s) for i in range(len(segs)) for s in "SD"], log
+    feedback = [f for f in peer.feedback if not f.task_id.startswith("probe-")]  # late probe answers
+    started = [f.task_id for f in feedback if f.state == SegmentFeedback.STARTED]
+    assert started[: len(scan) + len(moves)] == ["scan"] * len(scan) + ["moves"] * len(moves)
     # one robot executes one segment at a time: every STARTED follows the previous DONE/FAILED
     running: set[tuple[str, int]] = set()
-    for f in peer.feedback:  # (rejections come without STARTED: they never ran)
-        if f.state == SegmentFeedback.STARTED:
+    for f in feedback:  # (rejections come without STARTED: they never ran)
+        if f.state == SegmentFeedback.PROGRESS:
+            assert (f.task_id, f.index) in running
+        elif f.state == SegmentFeedback.STARTED:
             running.add((f.task_id, f.index))
         else:
             running.discard((f.task_id, f.index))
@@ -94,7 +99,8 @@ def test_segments_run_in_order_with_feedback_and_answers_from_the_task_scene(
     assert all(f.duration >= 0 and f.agent_id == AGENT for f in peer.feedback)
     assert "above the maximum 500" in peer.finished("bad", 0).detail
     assert "arrived at robot 'drone_7'" in peer.finished("foreign", 0).detail
-    assert "an earlier segment of task 'bad' failed" in peer.finished("bad", 1).detail
+    assert "task 'bad' is over on this robot" in peer.finished("bad", 1).detail
+    assert "above the maximum 500" in peer.finished("bad", 1).detail
     assert "planner marked the task EXPIRED: utility below zero" in peer.finished("gone", 1).detail
     assert all(f.state == SegmentFeedback.FAILED for f in failures.values())
 

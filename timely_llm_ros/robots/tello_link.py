@@ -114,6 +114,15 @@ class TelloLink:
         self.log.append((command, reply))
         return reply
 
+    def send_nowait(self, command: str) -> None:
+        """Send ``command`` without waiting for its reply (``stop`` while another command waits).
+
+        Its reply then answers the command in flight or arrives stale; both are handled: the caller
+        of the interrupted command knows it was interrupted, and stale replies are drained first.
+        """
+        self.tello.send_command_without_return(command)
+        self.log.append((command, None))
+
     def query(self, command: str, timeout: float) -> str | None:
         """A read command (``battery?``): skips shifted ``ok``/``error`` replies; None on timeout."""
         reply = self.send(command, timeout)
