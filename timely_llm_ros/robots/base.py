@@ -110,6 +110,10 @@ class RobotBackend(ABC):
     def halt(self) -> None:
         """Make the robot stop moving and hold position (default: nothing beyond ending the waits)."""
 
+    def interrupted(self) -> bool:
+        """True once the current segment's task was interrupted (see :meth:`interrupt`)."""
+        return self._interrupt.is_set()
+
     def check_interrupt(self, what: str) -> None:
         """Raise :class:`SkillFailure` if the current segment was interrupted."""
         if self._interrupt.is_set():

@@ -254,7 +254,8 @@ class TelloBackend(RobotBackend):
             sends += 1
             self.counters["commands"] += 1
             reply = self.link.send(command, timeout)
-            if kind not in ("land", "connect"):
+            if kind not in ("land", "connect") and self.interrupted():
+                self._settle_after_stop(1 if reply is None else 0)
                 self.check_interrupt(f"{command!r} (the drone was told to stop and hover)")
             if reply is None:
                 self.counters["timeouts"] += 1
@@ -290,6 +291,14 @@ class TelloBackend(RobotBackend):
                 else:
                     self.wait(self.retry_delay_s, command)
         raise SkillFailure(f"the drone answered {last!r} to {command!r} {sends} time(s)")
+
+    def _settle_after_stop(self, answered_none: int) -> None:
+        """After ``stop`` cut a command short, two replies were due (the command's and stop's) and
+        one was read; wait briefly for the rest so neither can answer a later command."""
+        for _ in range(1 + answered_none):
+            if self.link.wait_reply(1.0) is None:
+                break
+            self.link.stale += 1
 
     def _late_reply(self) -> str | None:
         """Wait for a late reply; skip replies that cannot answer a control command (shifted)."""

@@ -101,10 +101,10 @@ class TelloLink:
 
         Stale replies are drained first; the minimum spacing since the last exchange is kept.
         """
-        self.drain()
         gap = time.monotonic() - self.last_io
         if gap < MIN_INTERVAL_S:
             time.sleep(MIN_INTERVAL_S - gap)
+        self.drain()  # after the spacing: a reply arriving during it is stale too
         self.last_io = time.monotonic()
         reply = self.tello.send_command_with_return(command, timeout=max(1, int(math.ceil(timeout))))
         self.last_io = time.monotonic()
