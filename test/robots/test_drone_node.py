@@ -232,3 +232,51 @@ def test_tello_backend_node_flies_the_segments_and_lands_on_sigterm(netns_pair, 
     assert rc == 0, log
     cmds = [json.loads(ln)["cmd"] for ln in emu_log.read_text().splitlines() if '"rx"' in ln]
     assert [c for c in cmds if c != "battery?"] == ["command", "takeoff", "forward 60", "cw 45", "land"], cmds
+
+
+def test_heartbeats_busy_refusal_and_a_planner_timeout_that_stops_the_motion(kit, peer, subprocess_env, tmp_path):
+    """Liveness and one task at a time on the drone: PROGRESS while a long segment runs; a segment
+    of another task held past busy_wait fails "robot busy"; the planner's FAILED status (its segment
+    timeout) interrupts the running motion and fails the task's queued segment; then the drone is free."""
+    from timely_llm_ros.msg import SegmentFeedback, TaskStatus
+
+    proc = kit.start_node(
+        "timely_llm_ros.nodes.drone",
+        f"/{AGENT}",
+        {"exec_mode": "min", "time_scale": 1.0, "busy_wait": 2.0, "heartbeat_period": 0.3},
+        subprocess_env,
+        tmp_path / "node.log",
+    )
+
+    def fb(task, state):
+        return [f for f in peer.feedback if f.task_id == task and f.state == state]
+
+    try:
+        peer.wait_for_robot(AGENT)
+        peer.send_segment(AGENT, "long", 0, "d(10);")  # hovers 10 s
+        peer.send_segment(AGENT, "long", 1, "tp", final=True)
+        assert peer.spin_until(lambda: len(fb("long", SegmentFeedback.PROGRESS)) >= 2)
+        peer.send_segment(AGENT, "other", 0, "tp", final=True)
+        busy = peer.wait_finished("other", 0)
+        peer.send_status(AGENT, "long", TaskStatus.FAILED, "segment 0 timed out")
+        stopped = peer.wait_finished("long", 0)
+        queued = peer.wait_finished("long", 1)
+        peer.send_segment(AGENT, "after", 0, "tp", final=True)
+        after = peer.wait_finished("after", 0)
+    finally:
+        rc = kit.stop_node(proc)
+    log = (tmp_path / "node.log").read_text()
+    assert rc == 0, log
+    beats = fb("long", SegmentFeedback.PROGRESS)
+    assert all(b.index == 0 for b in beats) and [b.duration for b in beats] == sorted(b.duration for b in beats)
+    assert busy.state == SegmentFeedback.FAILED and "robot busy with task 'long'" in busy.detail
+    assert not fb("other", SegmentFeedback.STARTED)  # never ran
+    assert peer.feedback.index(busy) < peer.feedback.index(stopped)  # refused while 'long' still ran
+    assert stopped.state == SegmentFeedback.FAILED
+    assert "interrupted: the planner marked the task FAILED: segment 0 timed out" in stopped.detail
+    assert queued.state == SegmentFeedback.FAILED and "is over on this robot" in queued.detail
+    assert not fb("long", SegmentFeedback.DONE)
+    assert after.state == SegmentFeedback.DONE
+    # the heartbeats stop with the segment
+    last = max(peer.feedback.index(b) for b in beats)
+    assert last < peer.feedback.index(stopped)
