@@ -29,12 +29,13 @@ unexport PYTHONPATH
 # Tests that need rclpy and the generated messages fail (instead of skipping) when run from make.
 export TIMELY_REQUIRE_ROS := 1
 
-.PHONY: help bootstrap demo test lint clean distclean freeze
+.PHONY: help bootstrap demo test lint clean distclean freeze soak
 
 help:
 	@echo "make demo       set up (venv, ROS 2 wheels, interface build) and run the demo"
 	@echo "make test       set up, then run pytest (whole suite) and ruff"
 	@echo "make lint       ruff check"
+	@echo "make soak       fleet soak: tasks/s for minutes with random kill -9 (SOAK_ARGS=\"--help\")"
 	@echo "make bootstrap  only the set-up"
 	@echo "make clean      remove build outputs and stamps (keeps the venv)"
 	@echo "make distclean  also remove the venv"
@@ -49,6 +50,12 @@ demo: bootstrap
 test: bootstrap
 	$(PY) -m pytest $(PYTEST_ARGS)
 	$(VENV)/bin/ruff check .
+
+# Not part of `make test` (minutes long): loss accounting and memory of a fleet under kills.
+# e.g. make soak SOAK_ARGS="--rate 2 --minutes 10"  or  make soak SOAK_ARGS="--burst 3000"
+SOAK_ARGS ?=
+soak: bootstrap
+	$(PY) tools/soak.py $(SOAK_ARGS)
 
 lint:
 	@$(BOOTSTRAP) --no-build

@@ -158,7 +158,7 @@ def common_params(robot_type: str, default_skill_set: str, backends: tuple[str, 
         ),
         Param(
             "idle_release",
-            120.0,
+            60.0,
             "a current task with nothing queued or running for this long stops blocking the robot "
             "(a lost final status); its later segments are failed, never run (s)",
             low=1.0,

@@ -76,7 +76,7 @@ class TaskQueue:
         self,
         gap_timeout: float = 10.0,
         busy_wait: float = 10.0,
-        idle_release: float = 120.0,
+        idle_release: float = 60.0,
         *,
         max_items: int = 1000,
         max_ended: int = 4096,
