@@ -111,3 +111,22 @@ def test_details_are_cut_to_the_forwarding_limit():
     assert clip("x" * 10) == "x" * 10
     cut = clip("y" * 1_000_000)
     assert len(cut) <= MAX_DETAIL and cut.endswith("more characters cut]")
+
+
+def test_per_task_state_stays_bounded_over_thousands_of_tasks():
+    """Issue finding 7 (robot side): per-task state is dropped when the task is over."""
+    from timely_llm_ros.robots.task_queue import TaskQueue
+
+    r = runner()
+    q = TaskQueue(on_end=r.forget)
+    for n in range(3000):
+        r.set_scene(f"t{n}", "[cat x:0.5 y:0.5]")
+        q.put(SegmentItem(f"t{n}", 0, "?iv('cat')==True{tp"))
+        q.put(SegmentItem(f"t{n}", 1, "}", final=n % 2 == 0))
+        if n % 2:
+            q.end(f"t{n}", "the planner marked the task COMPLETED")  # ends by status, not by a final
+        while (h := q.poll()) is not None:
+            out = r.run(h.item) if h.kind == "run" else None
+            if out is not None:
+                q.done(h.item.task_id, ok=out.ok, final=h.item.final)
+    assert r.task_states() == 0 and len(q) == 0 and q.task_states() <= q.max_ended

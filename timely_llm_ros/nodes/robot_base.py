@@ -323,7 +323,7 @@ class RobotNode(Node):
                 self._feedback(msg.task_id[:MAX_ID], int(msg.index), ev.FEEDBACK_FAILED, 0.0, problem)
 
     def _on_task(self, msg: Task) -> None:
-        if msg.agent_id == self.agent_id and len(msg.task_id) <= MAX_ID:
+        if msg.agent_id == self.agent_id and len(msg.task_id) <= MAX_ID and not self.queue.ended(msg.task_id):
             self.runner.set_scene(msg.task_id, msg.scene)
 
     def _on_status(self, msg: TaskStatus) -> None:
