@@ -15,6 +15,9 @@ Then the publishing stops, kills stop, and the run drains (``--drain`` seconds a
 task has a final status; then the planner gets SIGINT (a clean stop must give every open task a
 final status), then the robots and the recorder.
 
+Every node runs in the report directory with ``ROS_HOME`` inside it (ROS logs, the planner's crash
+journal): a restarted planner sees this run's journal and no other's.
+
 Report (``--out``, default ``soak_<date>_<time>``): ``soak.json`` (configuration, kill/restart
 timeline, accounting, RSS samples), ``rss.png`` (RSS of every process over time) and the table on
 stdout (see ``tools/soak_report.py`` for the definitions). Exit status 1 when any task published
@@ -92,7 +95,7 @@ class Managed:
         with open(self.out / "logs" / f"{self.role}.log", "a", encoding="utf-8") as log:
             log.write(f"\n===== {self.role} generation {self.generation} =====\n")
             log.flush()
-            self.proc = subprocess.Popen(self.spec.command(pfile), env=self.env, stdout=log,
+            self.proc = subprocess.Popen(self.spec.command(pfile), env=self.env, stdout=log, cwd=self.out,
                                          stderr=subprocess.STDOUT, start_new_session=True)
 
     def alive(self) -> bool:
@@ -124,6 +127,9 @@ class Soak:
         for sub in ("logs", "params", "bags"):
             (out / sub).mkdir(parents=True, exist_ok=True)
         self.env = soak_env()
+        # ROS logs and the planner's journal (under ROS_HOME) belong to this run: a restarted planner
+        # recovers this run's tasks and no other's; nodes run in the report directory
+        self.env["ROS_HOME"] = str(out / "ros_home")
         os.environ.update({k: self.env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE",
                                                    "FASTDDS_DEFAULT_PROFILES_FILE", "ROS_DOMAIN_ID")})
         self.agents = {f"drone_{i + 1}": "drone" for i in range(args.drones)}

@@ -10,7 +10,6 @@ import pytest
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.motion_budget import (
     BudgetExceeded,
-    BudgetLimits,
     MotionBudget,
     MotionBudgetError,
     PlanBudgets,

@@ -56,7 +56,8 @@ TERMINAL_STATES = frozenset((REJECTED, COMPLETED, FAILED, EXPIRED))
 STARTED = "STARTED"
 DONE = "DONE"
 FEEDBACK_FAILED = "FAILED"
-FEEDBACK_STATES = (STARTED, DONE, FEEDBACK_FAILED)
+PROGRESS = "PROGRESS"  # heartbeat of a running segment (proof of life for its timeout)
+FEEDBACK_STATES = (STARTED, DONE, FEEDBACK_FAILED, PROGRESS)
 
 
 @dataclass(frozen=True, slots=True)

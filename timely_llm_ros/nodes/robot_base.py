@@ -298,27 +298,31 @@ class RobotNode(Node):
     # ------------------------------------------------------------------ callbacks (executor thread)
     def _on_segment(self, msg: Segment) -> None:
         self.counters["received"] += 1
-        problem = None
+        kind, problem = "", ""  # kind: the rate-limiting key of the warning
         if not msg.task_id.strip():
-            problem = "segment has an empty task_id"
+            kind, problem = "empty id", "segment has an empty task_id"
         elif len(msg.task_id) > MAX_ID:
+            kind = "long id"
             problem = f"segment task_id has {len(msg.task_id)} characters; this robot accepts at most {MAX_ID}"
         elif msg.agent_id != self.agent_id:
+            kind = "foreign"
             problem = (
                 f"segment for agent {clip(msg.agent_id, 80)!r} arrived at robot {self.agent_id!r} "
                 f"({self.resolve_topic_name(topics.SKILL_SEGMENTS)}); not executed"
             )
         elif len(msg.text) > MAX_SEGMENT_TEXT:
+            kind = "long text"
             problem = f"segment text has {len(msg.text)} characters; this robot accepts at most {MAX_SEGMENT_TEXT}"
         item = SegmentItem(msg.task_id, int(msg.index), msg.text, bool(msg.final))
-        if problem is None and not self.queue.put(item):
+        if not problem and not self.queue.put(item):
+            kind = "queue full"
             problem = (
                 f"{len(self.queue)} segments are already waiting at robot {self.agent_id!r} "
                 f"(max_queued_segments); segment {msg.index} of task {clip(msg.task_id, 80)!r} is not executed"
             )
         if problem:
             self.counters["rejected"] += 1
-            self._warning(problem.split(";")[0][:40], problem)
+            self._warning(kind, problem)
             if not item.marker:
                 self._feedback(msg.task_id[:MAX_ID], int(msg.index), ev.FEEDBACK_FAILED, 0.0, problem)
 
