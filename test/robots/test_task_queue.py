@@ -210,3 +210,30 @@ def test_get_blocks_until_a_segment_arrives_and_close_wakes_it():
                                                ("}", True, False)])
 def test_marker_is_a_final_segment_without_text(text, final, marker):
     assert SegmentItem("a", 1, text, final).marker is marker
+
+
+def test_a_gap_refuses_the_lowest_waiting_segment_and_the_rest_fail_with_feedback():
+    q, clock = make()
+    put(q, clock, "a", 3)
+    put(q, clock, "a", 2)
+    clock.t += 10
+    h = q.poll()
+    assert h.kind == tq.GAP and h.item.index == 2 and "segment(s) 0..1" in h.reason
+    assert take(q) == (tq.OVER, "a", 3)  # answered with FAILED, not taken for a duplicate
+
+
+def test_a_full_queue_of_held_segments_is_answered_in_one_sweep():
+    q, clock = make(max_items=1000)
+    for n in range(999):
+        put(q, clock, f"t{n}", 1)  # all waiting for a missing segment 0
+    put(q, clock, "x", 0)
+    assert take(q) == (tq.RUN, "x", 0)  # x holds the robot: the others are refused as busy
+    clock.t += 6
+    refused = q.refusals()
+    assert len(refused) == 999 and {h.kind for h in refused} == {tq.BUSY} and len(q) == 0
+    for n in range(999):  # the same with the robot free: gaps
+        put(q, clock, f"u{n}", 1)
+    q.done("x", ok=True, final=True)
+    clock.t += 11
+    refused = q.refusals()
+    assert len(refused) == 999 and {h.kind for h in refused} == {tq.GAP} and len(q) == 0

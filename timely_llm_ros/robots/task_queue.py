@@ -29,6 +29,7 @@ Pure Python, thread-safe (the ROS callback thread puts, the worker thread gets).
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import OrderedDict, deque
@@ -237,14 +238,26 @@ class TaskQueue:
                 return Handout(RELEASED, SegmentItem(task, -1, "", received=now), why)
             return self._held(now)
         # 3. no active task: the oldest segment that can start (index = the task's next) takes over;
-        #    then tasks whose first segments went missing (gap after the wait)
-        for only_next in (True, False):
-            for it in list(self._items):
-                if only_next and it.index != self._next.get(it.task_id, 0):
-                    continue
-                out = self._pick_task(it.task_id, now, run)
-                if out is not None:
-                    return out
+        #    a task whose first segments went missing gets its gap after the wait (one pass: O(n))
+        lowest: dict[str, list] = {}  # task -> [lowest index, its position, earliest receipt]
+        ready: set[str] = set()
+        for i, it in enumerate(self._items):
+            want = self._next.get(it.task_id, 0)
+            if it.index == want:
+                if run or it.marker:
+                    return self._start(i, it.task_id)
+                ready.add(it.task_id)
+            elif it.index < want:
+                return self._take(i, DUPLICATE, f"segment {it.index} of task {it.task_id!r} was already "
+                                                f"received (next expected: {want}); not executed again")
+            else:
+                low = lowest.setdefault(it.task_id, [it.index, i, it.received])
+                if it.index < low[0]:
+                    low[0], low[1] = it.index, i
+                low[2] = min(low[2], it.received)
+        for task, (_, pos, first) in lowest.items():
+            if task not in ready and now - first >= self.gap_timeout:
+                return self._gap(task, pos)
         return None
 
     def refusals(self) -> list[Handout]:
@@ -260,7 +273,10 @@ class TaskQueue:
         return out
 
     def _pick_task(self, task: str, now: float, run: bool = True) -> Handout | None:
+        """The current task's next segment, a duplicate of it, or its gap (one pass)."""
         want = self._next.get(task, 0)
+        low: tuple[int, int] | None = None  # (lowest index above want, its position)
+        first = math.inf  # earliest receipt among the task's waiting segments
         for i, it in enumerate(self._items):
             if it.task_id != task:
                 continue
@@ -269,15 +285,23 @@ class TaskQueue:
                                                 f"received (next expected: {want}); not executed again")
             if it.index == want:
                 return self._start(i, task) if run or it.marker else None
-        for i, it in enumerate(self._items):
-            if it.task_id == task and now - it.received >= self.gap_timeout:
-                missing = f"{want}" if want == it.index - 1 else f"{want}..{it.index - 1}"
-                self._next[task] = it.index + 1
-                out = self._take(i, GAP, f"segment(s) {missing} of task {task!r} never arrived within "
-                                         f"{self.gap_timeout:g} s; segment {it.index} cannot run out of order")
-                self._end(task, out.reason)
-                return out
+            if low is None or it.index < low[0]:
+                low = (it.index, i)
+            first = min(first, it.received)
+        if low is not None and now - first >= self.gap_timeout:
+            return self._gap(task, low[1])
         return None
+
+    def _gap(self, task: str, pos: int) -> Handout:
+        """The task's lowest waiting segment after a gap that never closed: refused, task over."""
+        want = self._next.get(task, 0)
+        index = self._items[pos].index
+        missing = f"{want}" if want == index - 1 else f"{want}..{index - 1}"
+        self._next[task] = index + 1
+        out = self._take(pos, GAP, f"segment(s) {missing} of task {task!r} never arrived within "
+                                   f"{self.gap_timeout:g} s; segment {index} cannot run out of order")
+        self._end(task, out.reason)
+        return out
 
     def _start(self, i: int, task: str) -> Handout:
         item = self._items[i]
