@@ -169,5 +169,6 @@ def test_the_planner_fails_an_over_budget_plan_before_dispatching_it():
     assert later.state == ev.FAILED and "2020 cm" in later.reason
     assert [d.text for d in sent if d.task_id == "later"] and all(
         "mf(20)" not in d.text for d in sent if d.task_id == "later")
-    assert ok.state != ev.FAILED and [d.task_id for d in sent].count("ok") == 2
+    assert ok.state != ev.FAILED  # (a closing marker, if the planner sends one, has no text)
+    assert [c.name for d in sent if d.task_id == "ok" for c in d.calls] == ["mu", "tp"]
     assert ("far", ev.FAILED, far.reason) in states
