@@ -172,24 +172,17 @@ class Soak:
         self.events.append(entry)
         print(f"[soak {entry['t']:8.1f} s] {event} " + " ".join(f"{k}={v}" for k, v in kw.items()), flush=True)
 
-    def ready(self, role: str, timeout: float) -> bool:
-        if role == "planner":
-            check = self.client.planner_up
-        elif role == "recorder":
-            check = self.client.recorder_up
-        else:
-            def check() -> bool:
-                return self.client.robot_up(role)
-        ok = self.client.wait(check, timeout)
+    def ready(self, role: str, timeout: float, stale: set[tuple] = frozenset()) -> bool:
+        ok = self.client.wait(lambda: self.client.up(role, stale), timeout)
         if ok and role == "planner":
-            time.sleep(0.5)  # the planner's reader matches our writer too (matching is not symmetric)
+            time.sleep(1.0)  # the planner's reader matches our writer too (matching is not symmetric)
             self.planner_up = True
         return ok
 
-    def restart(self, role: str, why: str) -> None:
+    def restart(self, role: str, why: str, stale: set[tuple] = frozenset()) -> None:
         m = self.procs[role]
         m.start()
-        ok = self.ready(role, self.args.ready_timeout)
+        ok = self.ready(role, self.args.ready_timeout, stale)
         self.log("restart", target=role, generation=m.generation, ready=ok, after=why)
 
     # ------------------------------------------------------------------ threads
@@ -218,10 +211,11 @@ class Soak:
             try:
                 if target == "planner":
                     self.planner_up = False
+                stale = self.client.endpoints(target)  # still in the graph after the kill
                 self.log("kill", target=target, pid=m.proc.pid, generation=m.generation)
                 m.signal(signal.SIGKILL, 30)
                 time.sleep(self.args.restart_delay)
-                self.restart(target, "kill")
+                self.restart(target, "kill", stale)
             finally:
                 m.restarting = False
 
@@ -234,7 +228,7 @@ class Soak:
                 self.log("unexpected-exit", target=role, rc=rc)
                 if role == "planner":
                     self.planner_up = False
-                self.restart(role, "unexpected exit")
+                self.restart(role, "unexpected exit", self.client.endpoints(role))
 
     # ------------------------------------------------------------------ the run
     def run(self) -> int:
@@ -304,8 +298,10 @@ class Soak:
 
     def report(self, start_failed: str) -> int:
         a = self.args
+        kills = [e["t"] for e in self.events if e["event"] in ("kill", "unexpected-exit")
+                 and e["target"] == "planner"]
         with self.client.lock:
-            summary = self.ledger.summary()
+            summary = self.ledger.summary(kills)
         self.client.close()
         rss = self.rss.summary(a.warmup_fraction, tasks=summary["published"])
         report = {

@@ -98,20 +98,31 @@ class SoakClient:
             return self.ledger.open_count()
 
     # -- graph
-    def _subscribers(self, topic: str) -> list[tuple[str, str]]:
-        return [(i.node_namespace, i.node_name) for i in self.node.get_subscriptions_info_by_topic(topic)]
+    def _subscribers(self, topic: str) -> list[tuple[str, str, tuple]]:
+        """(namespace, node name, endpoint GID) of every subscription of ``topic`` in the graph."""
+        return [(i.node_namespace, i.node_name, tuple(i.endpoint_gid))
+                for i in self.node.get_subscriptions_info_by_topic(topic)]
 
-    def planner_up(self) -> bool:
-        """The planner subscribes /tasks and this writer matched it (so a task now reaches it)."""
-        planner = ("/", "planner") in self._subscribers(topics.TASKS)
-        others = sum(1 for ns, name in self._subscribers(topics.TASKS) if name != "planner")
-        return planner and self.tasks.get_subscription_count() >= 1 + others
+    def endpoints(self, role: str) -> set[tuple]:
+        """GIDs of the subscriptions that show ``role`` (planner, recorder or an agent) is up.
 
-    def robot_up(self, agent: str) -> bool:
-        return any(ns == f"/{agent}" for ns, _ in self._subscribers(f"/{agent}/{topics.SKILL_SEGMENTS}"))
+        A killed process stays in the graph until its DDS lease runs out, so a restart is only up
+        once an endpoint that was not there before the kill appears.
+        """
+        if role == "planner":
+            return {g for ns, name, g in self._subscribers(topics.TASKS) if (ns, name) == ("/", "planner")}
+        if role == "recorder":
+            return {g for ns, name, g in self._subscribers(topics.TASK_STATUS) if (ns, name) == ("/", "recorder")}
+        return {g for ns, _, g in self._subscribers(f"/{role}/{topics.SKILL_SEGMENTS}") if ns == f"/{role}"}
 
-    def recorder_up(self) -> bool:
-        return ("/", "recorder") in self._subscribers(topics.TASK_STATUS)
+    def up(self, role: str, stale: set[tuple] = frozenset()) -> bool:
+        """``role`` has an endpoint not in ``stale``; for the planner also matched by this writer."""
+        if not self.endpoints(role) - stale:
+            return False
+        if role != "planner":
+            return True
+        readers = {g for _, _, g in self._subscribers(topics.TASKS)}
+        return self.tasks.get_subscription_count() >= len(readers)
 
     def wait(self, check, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

@@ -7,7 +7,9 @@ Accounting (:class:`Ledger`): each published task is recorded with whether the p
 (COMPLETED / FAILED / EXPIRED / REJECTED / CANCELLED) was observed for it — possibly long after a
 planner restart. At the end:
 
-* ``lost`` — published while the planner was up and never final: the run fails on any;
+* ``lost`` — published while the planner was up and never final: the run fails on any. Split into
+  tasks still open when the planner was killed (a crash-recovery gap) and tasks lost while the
+  planner kept running (worse: no crash to blame);
 * ``unanswered_while_down`` — published while the planner was down (a robot would retry) and never
   answered: reported separately, since nobody was listening when they were sent;
 * per final state, counts; per task, publish → final latency.
@@ -68,9 +70,12 @@ class Ledger:
     def open_count(self) -> int:
         return sum(1 for task in self.tasks.values() if not task.final)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, planner_kills: list[float] = ()) -> dict[str, Any]:
+        """Counts (see the module docstring); ``planner_kills``: when the planner was killed, to tell
+        tasks lost in a crash from tasks lost while the planner kept running."""
         finals = Counter(task.final for task in self.tasks.values() if task.final)
         lost = {tid: task for tid, task in self.tasks.items() if not task.final and task.planner_up}
+        crash = {tid for tid, task in lost.items() if any(k >= task.t for k in planner_kills)}
         down = [task for task in self.tasks.values() if not task.planner_up]
         latencies = sorted(task.final_t - task.t for task in self.tasks.values() if task.final)
         reasons = Counter(_reason_kind(task.reason) for task in self.tasks.values()
@@ -82,8 +87,10 @@ class Ledger:
             "lost": len(lost),
             "lost_after_a_status": sum(1 for task in lost.values() if task.states),
             "lost_never_seen": sum(1 for task in lost.values() if not task.states),
-            "lost_tasks": {tid: {"agent": task.agent, "states": task.states} for tid, task in
-                           list(lost.items())[:50]},
+            "lost_open_at_a_planner_kill": len(crash),
+            "lost_with_the_planner_running": len(lost) - len(crash),
+            "lost_tasks": {tid: {"agent": task.agent, "published_s": round(task.t, 2), "states": task.states,
+                                 "open_at_a_planner_kill": tid in crash} for tid, task in list(lost.items())[:50]},
             "published_while_planner_down": len(down),
             "answered_while_down": sum(1 for task in down if task.final),
             "unanswered_while_down": sum(1 for task in down if not task.final),
@@ -160,7 +167,8 @@ def table(summary: dict[str, Any], rss: dict[str, dict[str, float]], events: lis
     s = summary
     lines = [
         f"published {s['published']}   final {s['final']}   LOST {s['lost']} "
-        f"(after a status {s['lost_after_a_status']}, never seen {s['lost_never_seen']})",
+        f"(after a status {s['lost_after_a_status']}, never seen {s['lost_never_seen']}; open at a planner "
+        f"kill {s['lost_open_at_a_planner_kill']}, with the planner running {s['lost_with_the_planner_running']})",
         "final states: " + (", ".join(f"{k} {v}" for k, v in s["final_states"].items()) or "-"),
         f"published while the planner was down: {s['published_while_planner_down']} "
         f"(answered {s['answered_while_down']}, unanswered {s['unanswered_while_down']})",

@@ -33,11 +33,12 @@ def test_ledger_counts_lost_separately_from_tasks_sent_while_the_planner_was_dow
     led.status("b", "QUEUED", 0.6)
     led.status("c", "REJECTED", 9.0, "no robot node for agent 'arm_1' within 5 s")
     led.status("zz", "COMPLETED", 1.0)
-    s = led.summary()
+    s = led.summary(planner_kills=[0.35])
     assert s["published"] == 5 and s["final"] == 2
     assert s["final_states"] == {"COMPLETED": 1, "REJECTED": 1}
     assert s["lost"] == 2 and s["lost_after_a_status"] == 1 and s["lost_never_seen"] == 1
     assert set(s["lost_tasks"]) == {"b", "e"}
+    assert s["lost_open_at_a_planner_kill"] == 1 and s["lost_with_the_planner_running"] == 1  # b / e
     assert (s["published_while_planner_down"], s["answered_while_down"], s["unanswered_while_down"]) == (2, 1, 1)
     assert s["repeated_finals"] == 1 and s["unknown_statuses"] == 1
     assert s["latency_s"]["max"] == 8.8 and s["top_reasons"] == {"no robot node for agent 'arm_#' within # s": 1}
