@@ -39,6 +39,7 @@ import threading
 import time
 from typing import Any
 
+from rclpy.duration import Duration
 from rclpy.node import Node
 from timely_llm_ros.msg import Segment, Task, TaskStatus
 from timely_llm_ros.msg import SegmentFeedback as FeedbackMsg
@@ -439,6 +440,10 @@ class RobotNode(Node):
             self.get_logger().warning(f"shutting down with {len(pending)} segment(s) not executed")
         t0 = time.monotonic()
         self.backend.close()
+        try:  # the last FAILED feedback must reach the planner before the process (and DDS) goes
+            self.feedback_pub.wait_for_all_acked(Duration(seconds=2.0))
+        except Exception as exc:  # an RMW without the call must not break shutdown
+            self.get_logger().debug(f"wait_for_all_acked: {exc}")
         self.get_logger().info(
             f"{self.agent_id} stopped ({self.counters}; backend {self.backend.status()}; "
             f"close took {time.monotonic() - t0:.1f} s)"
