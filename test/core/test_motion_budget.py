@@ -50,7 +50,7 @@ def test_loop_repeats_count_for_distance_rotation_time_and_calls():
     assert b.used == cost
 
 
-def test_the_issue_plan_is_refused_and_nothing_is_charged():
+def test_a_looped_long_flight_is_refused_and_nothing_is_charged():
     """`20{mf(200)` for "fly forward 100000 cm": 20 x 200 = 4000 cm > 2000 cm."""
     b = MotionBudget(DRONE)
     with pytest.raises(BudgetExceeded, match=r"distance would reach 4000 cm .* limit of 2000 cm"):

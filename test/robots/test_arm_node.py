@@ -68,7 +68,7 @@ def test_arm_node_refuses_a_drone_skill_set_and_the_tello_backend(subprocess_env
 
 
 def test_interleaved_segments_of_many_tasks_run_one_task_at_a_time(subprocess_env, tmp_path):
-    """Issue 18 finding 1: in a flood, segments of different tasks interleaved on the arm and 249 of
+    """Seen in a flood before robots ran one task at a time: segments of different tasks interleaved on the arm and 249 of
     250 tasks failed ("cannot pick 'X': the gripper already holds 'Y'"). Here a misbehaving planner
     (this test) publishes eight pick-and-place plans round-robin, segment by segment, straight to
     the arm: every plan must run whole, one after the other, and every segment succeed."""

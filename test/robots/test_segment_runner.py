@@ -63,7 +63,7 @@ def test_planner_failure_marks_queued_segments_failed():
 
 
 def test_the_robot_refuses_a_plan_over_its_motion_budget_before_anything_moves():
-    """Issue finding: `20{mf(200)` flew about 40 m for "fly forward 100000 cm"."""
+    """Seen before the budget: `20{mf(200)` flew about 40 m for "fly forward 100000 cm"."""
     backend = SimBackend(DRONE, time_scale=0.0)
     r = SegmentRunner(DRONE, backend)
     out = r.run(SegmentItem("far", 0, "20{mf(200)"))
@@ -114,7 +114,7 @@ def test_details_are_cut_to_the_forwarding_limit():
 
 
 def test_per_task_state_stays_bounded_over_thousands_of_tasks():
-    """Issue finding 7 (robot side): per-task state is dropped when the task is over."""
+    """Memory stays flat: per-task state is dropped when the task is over."""
     from timely_llm_ros.robots.task_queue import TaskQueue
 
     r = runner()

@@ -3,8 +3,7 @@
 Why one task at a time: a robot executing the segments of two plans interleaved flies (or grips)
 two programs mixed together — in a flood, 249 of 250 arm tasks failed with "cannot pick 'X': the
 gripper already holds 'Y'". The planner queues a robot's tasks (one open task per agent), but the
-robot must stay safe even when a planner misbehaves, so it enforces the same rule itself
-(``AGREEMENTS`` item 4):
+robot must stay safe even when a planner misbehaves, so it enforces the same rule itself:
 
 * The first segment that can run makes its task the robot's **active** task. Until that task is
   *over*, segments of other tasks are **held**; one held longer than ``busy_wait`` is handed out
@@ -51,7 +50,7 @@ class SegmentItem:
 
     @property
     def marker(self) -> bool:
-        """The planner's closing marker: a final segment without text (AGREEMENTS item 3)."""
+        """The planner's closing marker: a final segment without text (nothing to run, no feedback)."""
         return self.final and not self.text.strip()
 
 
