@@ -172,3 +172,13 @@ def test_the_planner_fails_an_over_budget_plan_before_dispatching_it():
     assert ok.state != ev.FAILED  # (a closing marker, if the planner sends one, has no text)
     assert [c.name for d in sent if d.task_id == "ok" for c in d.calls] == ["mu", "tp"]
     assert ("far", ev.FAILED, far.reason) in states
+
+
+def test_the_skill_set_schema_accepts_the_budget_section_and_refuses_a_misspelt_field(tmp_path):
+    from timely_llm_ros.core.skills import SkillSetError, load_skill_set_file
+
+    text = (DRONE.source_path and open(DRONE.source_path, encoding="utf-8").read())
+    bad = tmp_path / "tello_minispec.yaml"
+    bad.write_text(text.replace("  max_distance_cm: 2000", "  max_distance: 2000"), encoding="utf-8")
+    with pytest.raises(SkillSetError, match="max_distance"):
+        load_skill_set_file(bad)
