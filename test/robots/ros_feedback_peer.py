@@ -23,8 +23,10 @@ def main() -> int:
             peer.send_segment(spec["agent"], task, index, text, final)
         for task, index, _, _ in spec["segments"]:
             peer.wait_finished(task, index)
-        names = {0: "STARTED", 1: "DONE", 2: "FAILED"}
-        result = {"feedback": [[f.task_id, f.index, names[f.state], f.detail] for f in peer.feedback]}
+        names = {0: "STARTED", 1: "DONE", 2: "FAILED"}  # PROGRESS heartbeats (3) are left out
+        result = {
+            "feedback": [[f.task_id, f.index, names[f.state], f.detail] for f in peer.feedback if f.state in names]
+        }
     finally:
         peer.close()
     print("RESULT " + json.dumps(result), flush=True)

@@ -1,15 +1,18 @@
 """Driver side of the Tello backend tests (run inside the host network namespace).
 
 Usage: ``tello_peer.py '<json spec>'`` with ``{"backend": {TelloBackend keyword args}, "steps": [...]}``;
-a step is ``{"segment": [task_id, index, text, final]}`` or ``{"idle": seconds}`` (the node's idle
-loop: ``backend.idle()`` every 0.1 s). The backend is closed (lands) at the end. Prints one line
-``RESULT {json}`` with every outcome, the backend counters and the commands it sent.
+a step is ``{"segment": [task_id, index, text, final]}``, ``{"idle": seconds}`` (the node's idle
+loop: ``backend.idle()`` every 0.1 s) or ``{"interrupt": [task_id, index, text, final, after_s]}``
+(run the segment and interrupt its task after ``after_s``, as a terminal status does). The backend
+is closed (lands) at the end. Prints one line ``RESULT {json}`` with every outcome, the backend
+counters and the commands it sent.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 
 from timely_llm_ros.core.skills import load_skill_set
@@ -30,6 +33,17 @@ def main() -> int:
                 task, index, text, final = step["segment"]
                 out = runner.run(SegmentItem(task, index, text, final))
                 result["outcomes"].append({"ok": out.ok, "detail": out.detail})
+            elif "interrupt" in step:  # the planner ends the task while the segment runs
+                task, index, text, final, after = step["interrupt"]
+                box: list = []
+                worker = threading.Thread(
+                    target=lambda: box.append(runner.run(SegmentItem(task, index, text, final)))
+                )
+                worker.start()
+                time.sleep(after)
+                backend.interrupt(task, "the planner marked the task FAILED: test", halt=True)
+                worker.join(timeout=60)
+                result["outcomes"].append({"ok": box[0].ok, "detail": box[0].detail})
             elif "idle" in step:
                 end = time.monotonic() + step["idle"]
                 while time.monotonic() < end:

@@ -31,7 +31,7 @@ def _states(peer, task_id):
     from timely_llm_ros.msg import SegmentFeedback
 
     names = {SegmentFeedback.STARTED: "S", SegmentFeedback.DONE: "D", SegmentFeedback.FAILED: "F"}
-    return [(f.index, names[f.state]) for f in peer.feedback if f.task_id == task_id]
+    return [(f.index, names[f.state]) for f in peer.feedback if f.task_id == task_id and f.state in names]
 
 
 def test_segments_run_in_order_with_feedback_and_answers_from_the_task_scene(
@@ -54,7 +54,7 @@ def test_segments_run_in_order_with_feedback_and_answers_from_the_task_scene(
         scan = sset.split("?s('cat')==True{g('cat');_1=ox('cat');l(_1)}->False")
         moves = sset.split("mf(50);tc(90);mu(30)")
         peer.send_task(AGENT, "scan", scene="[cat x:0.48 y:0.55 width:0.2 height:0.4]")
-        # interleave the two tasks' segments; within a task they must still run by index
+        # interleave the two tasks' segments: they run one task after the other, each by index
         for i in range(max(len(scan), len(moves))):
             if i < len(scan):
                 peer.send_segment(AGENT, "scan", i, scan[i], final=i == len(scan) - 1)
@@ -81,10 +81,15 @@ def test_segments_run_in_order_with_feedback_and_answers_from_the_task_scene(
     assert rc == 0, log
     for task, segs in (("scan", scan), ("moves", moves)):
         assert _states(peer, task) == [(i, s) for i in range(len(segs)) for s in "SD"], log
+    feedback = [f for f in peer.feedback if not f.task_id.startswith("probe-")]  # late probe answers
+    started = [f.task_id for f in feedback if f.state == SegmentFeedback.STARTED]
+    assert started[: len(scan) + len(moves)] == ["scan"] * len(scan) + ["moves"] * len(moves)
     # one robot executes one segment at a time: every STARTED follows the previous DONE/FAILED
     running: set[tuple[str, int]] = set()
-    for f in peer.feedback:  # (rejections come without STARTED: they never ran)
-        if f.state == SegmentFeedback.STARTED:
+    for f in feedback:  # (rejections come without STARTED: they never ran)
+        if f.state == SegmentFeedback.PROGRESS:
+            assert (f.task_id, f.index) in running
+        elif f.state == SegmentFeedback.STARTED:
             running.add((f.task_id, f.index))
         else:
             running.discard((f.task_id, f.index))
@@ -94,7 +99,8 @@ def test_segments_run_in_order_with_feedback_and_answers_from_the_task_scene(
     assert all(f.duration >= 0 and f.agent_id == AGENT for f in peer.feedback)
     assert "above the maximum 500" in peer.finished("bad", 0).detail
     assert "arrived at robot 'drone_7'" in peer.finished("foreign", 0).detail
-    assert "an earlier segment of task 'bad' failed" in peer.finished("bad", 1).detail
+    assert "task 'bad' is over on this robot" in peer.finished("bad", 1).detail
+    assert "above the maximum 500" in peer.finished("bad", 1).detail
     assert "planner marked the task EXPIRED: utility below zero" in peer.finished("gone", 1).detail
     assert all(f.state == SegmentFeedback.FAILED for f in failures.values())
 
@@ -226,3 +232,51 @@ def test_tello_backend_node_flies_the_segments_and_lands_on_sigterm(netns_pair, 
     assert rc == 0, log
     cmds = [json.loads(ln)["cmd"] for ln in emu_log.read_text().splitlines() if '"rx"' in ln]
     assert [c for c in cmds if c != "battery?"] == ["command", "takeoff", "forward 60", "cw 45", "land"], cmds
+
+
+def test_heartbeats_busy_refusal_and_a_planner_timeout_that_stops_the_motion(kit, peer, subprocess_env, tmp_path):
+    """Liveness and one task at a time on the drone: PROGRESS while a long segment runs; a segment
+    of another task held past busy_wait fails "robot busy"; the planner's FAILED status (its segment
+    timeout) interrupts the running motion and fails the task's queued segment; then the drone is free."""
+    from timely_llm_ros.msg import SegmentFeedback, TaskStatus
+
+    proc = kit.start_node(
+        "timely_llm_ros.nodes.drone",
+        f"/{AGENT}",
+        {"exec_mode": "min", "time_scale": 1.0, "busy_wait": 2.0, "heartbeat_period": 0.3},
+        subprocess_env,
+        tmp_path / "node.log",
+    )
+
+    def fb(task, state):
+        return [f for f in peer.feedback if f.task_id == task and f.state == state]
+
+    try:
+        peer.wait_for_robot(AGENT)
+        peer.send_segment(AGENT, "long", 0, "d(10);")  # hovers 10 s
+        peer.send_segment(AGENT, "long", 1, "tp", final=True)
+        assert peer.spin_until(lambda: len(fb("long", SegmentFeedback.PROGRESS)) >= 2)
+        peer.send_segment(AGENT, "other", 0, "tp", final=True)
+        busy = peer.wait_finished("other", 0)
+        peer.send_status(AGENT, "long", TaskStatus.FAILED, "segment 0 timed out")
+        stopped = peer.wait_finished("long", 0)
+        queued = peer.wait_finished("long", 1)
+        peer.send_segment(AGENT, "after", 0, "tp", final=True)
+        after = peer.wait_finished("after", 0)
+    finally:
+        rc = kit.stop_node(proc)
+    log = (tmp_path / "node.log").read_text()
+    assert rc == 0, log
+    beats = fb("long", SegmentFeedback.PROGRESS)
+    assert all(b.index == 0 for b in beats) and [b.duration for b in beats] == sorted(b.duration for b in beats)
+    assert busy.state == SegmentFeedback.FAILED and "robot busy with task 'long'" in busy.detail
+    assert not fb("other", SegmentFeedback.STARTED)  # never ran
+    assert peer.feedback.index(busy) < peer.feedback.index(stopped)  # refused while 'long' still ran
+    assert stopped.state == SegmentFeedback.FAILED
+    assert "interrupted: the planner marked the task FAILED: segment 0 timed out" in stopped.detail
+    assert queued.state == SegmentFeedback.FAILED and "is over on this robot" in queued.detail
+    assert not fb("long", SegmentFeedback.DONE)
+    assert after.state == SegmentFeedback.DONE
+    # the heartbeats stop with the segment
+    last = max(peer.feedback.index(b) for b in beats)
+    assert last < peer.feedback.index(stopped)

@@ -150,3 +150,20 @@ def test_call_language_runs_calls_in_order():
     notes = prog.run_segment("sc('red_box'); gt('red_box');") + prog.run_segment(" pi('red_box');")
     assert rt.calls == ["sc('red_box')", "gt('red_box')", "pi('red_box')"]
     assert notes == ["sc('red_box')=True"]
+
+
+def test_a_budget_refuses_the_segment_before_any_of_it_runs():
+    from timely_llm_ros.core.motion_budget import MotionBudget
+
+    rt = Recorder()
+    prog = MiniSpecProgram(DRONE, rt, MotionBudget(DRONE))
+    prog.run_segment("mf(500);2{tc(90)")
+    with pytest.raises(SkillFailure, match="motion budget: plan distance would reach 2500 cm"):
+        prog.run_segment(";mf(500);mf(500)")  # 500 + 2 x 1000 = 2500 > 2000 (inside the 2{ loop)
+    assert rt.calls == ["mf(500)", "tc(90)"]  # the refused segment moved nothing
+    with pytest.raises(SkillFailure, match="nested 2 deep"):
+        prog.run_segment(";3{tp}")
+    arm = load_skill_set("robot_arm")
+    calls = CallProgram(arm, Recorder(), MotionBudget(arm))
+    with pytest.raises(SkillFailure, match="execution time would reach 183 s"):
+        calls.run_segment("sc('a');" * 61)

@@ -1,59 +1,12 @@
-"""Segment ordering (SegmentQueue) and per-task execution state (SegmentRunner), without ROS."""
+"""Per-task execution state of SegmentRunner (motion budget, bounded state), without ROS."""
 
 from __future__ import annotations
 
 from timely_llm_ros.core.skills import load_skill_set
-from timely_llm_ros.robots.runner import SegmentItem, SegmentQueue, SegmentRunner
+from timely_llm_ros.robots.runner import MAX_DETAIL, MAX_SCENE, SegmentItem, SegmentRunner, clip
 from timely_llm_ros.robots.sim import SimBackend
 
 DRONE = load_skill_set("tello_minispec")
-
-
-def handouts(q: SegmentQueue, n: int) -> list[tuple[str, str, int]]:
-    out = []
-    for _ in range(n):
-        h = q.get(timeout=30)
-        assert h is not None
-        out.append((h.kind, h.item.task_id, h.item.index))
-    return out
-
-
-def test_tasks_interleave_in_arrival_order_but_each_task_runs_by_index():
-    q = SegmentQueue(gap_timeout=60)
-    for task, idx in [("a", 0), ("b", 1), ("b", 0), ("a", 1), ("a", 2)]:
-        q.put(SegmentItem(task, idx, "tp"))
-    assert handouts(q, 5) == [
-        ("run", "a", 0),
-        ("run", "b", 0),
-        ("run", "b", 1),
-        ("run", "a", 1),
-        ("run", "a", 2),
-    ]
-    assert q.get(timeout=0.01) is None
-
-
-def test_a_duplicate_is_reported_not_run_twice():
-    q = SegmentQueue(gap_timeout=60)
-    q.put(SegmentItem("a", 0, "tp"))
-    q.put(SegmentItem("a", 0, "tp"))
-    assert handouts(q, 2) == [("run", "a", 0), ("duplicate", "a", 0)]
-
-
-def test_a_segment_whose_predecessor_never_arrives_is_handed_out_as_a_gap():
-    q = SegmentQueue(gap_timeout=0.05)
-    q.put(SegmentItem("a", 2, "tp"))
-    h = q.get(timeout=30)
-    assert h.kind == "gap" and "segment(s) 0..1 of task 'a' never arrived" in h.reason
-    q.put(SegmentItem("a", 3, "tp"))  # the task's later segments flow (the runner fails them)
-    assert handouts(q, 1) == [("run", "a", 3)]
-
-
-def test_close_wakes_a_waiting_consumer_and_drain_returns_the_rest():
-    q = SegmentQueue(gap_timeout=60)
-    q.put(SegmentItem("a", 1, "tp"))
-    q.close()
-    assert q.get(timeout=30) is None
-    assert [i.index for i in q.drain()] == [1]
 
 
 def runner() -> SegmentRunner:
@@ -107,3 +60,73 @@ def test_planner_failure_marks_queued_segments_failed():
     r.fail_task("t", "the planner marked the task EXPIRED")
     out = r.run(SegmentItem("t", 1, "mf(50);"))
     assert not out.ok and "EXPIRED" in out.detail
+
+
+def test_the_robot_refuses_a_plan_over_its_motion_budget_before_anything_moves():
+    """Seen before the budget: `20{mf(200)` flew about 40 m for "fly forward 100000 cm"."""
+    backend = SimBackend(DRONE, time_scale=0.0)
+    r = SegmentRunner(DRONE, backend)
+    out = r.run(SegmentItem("far", 0, "20{mf(200)"))
+    assert not out.ok and "motion budget" in out.detail and "4000 cm" in out.detail
+    assert backend.calls == 0
+    # across segments: 3 x 500 + 500 = 2000 cm is the limit; 20 cm more is refused
+    assert r.run(SegmentItem("t", 0, "3{mf(500)")).ok
+    assert r.run(SegmentItem("t", 1, "}mf(500)")).ok
+    calls = backend.calls
+    over = r.run(SegmentItem("t", 2, ";mf(20)"))
+    assert not over.ok and "2020 cm" in over.detail and backend.calls == calls
+
+
+def test_nested_loops_are_refused_on_the_robot_even_across_segments():
+    backend = SimBackend(DRONE, time_scale=0.0)
+    r = SegmentRunner(DRONE, backend)
+    assert r.run(SegmentItem("t", 0, "2{tp")).ok
+    out = r.run(SegmentItem("t", 1, ";3{tc(10)}}"))
+    assert not out.ok and "nested 2 deep" in out.detail
+
+
+def test_without_a_budget_the_runner_runs_what_parses():
+    r = SegmentRunner(DRONE, SimBackend(DRONE, time_scale=0.0), motion_budget=False)
+    assert r.run(SegmentItem("far", 0, "20{mf(200)}")).ok
+
+
+def test_forget_drops_every_per_task_record():
+    r = runner()
+    r.set_scene("t", "[cat x:0.5 y:0.5]")
+    assert r.run(SegmentItem("t", 0, "tp")).ok
+    r.fail_task("t", "x")
+    assert r.task_states() == 2
+    r.forget("t")
+    assert r.task_states() == 0
+
+
+def test_an_oversized_scene_is_not_kept_and_perception_fails_with_the_reason():
+    r = runner()
+    r.set_scene("t", "[cat x:0.5 y:0.5] " * (MAX_SCENE // 10))
+    out = r.run(SegmentItem("t", 0, "?iv('cat')==True{tp"))
+    assert not out.ok and f"keeps at most {MAX_SCENE}" in out.detail
+
+
+def test_details_are_cut_to_the_forwarding_limit():
+    assert clip("x" * 10) == "x" * 10
+    cut = clip("y" * 1_000_000)
+    assert len(cut) <= MAX_DETAIL and cut.endswith("more characters cut]")
+
+
+def test_per_task_state_stays_bounded_over_thousands_of_tasks():
+    """Memory stays flat: per-task state is dropped when the task is over."""
+    from timely_llm_ros.robots.task_queue import TaskQueue
+
+    r = runner()
+    q = TaskQueue(on_end=r.forget)
+    for n in range(3000):
+        r.set_scene(f"t{n}", "[cat x:0.5 y:0.5]")
+        q.put(SegmentItem(f"t{n}", 0, "?iv('cat')==True{tp"))
+        q.put(SegmentItem(f"t{n}", 1, "}", final=n % 2 == 0))
+        if n % 2:
+            q.end(f"t{n}", "the planner marked the task COMPLETED")  # ends by status, not by a final
+        while (h := q.poll()) is not None:
+            out = r.run(h.item) if h.kind == "run" else None
+            if out is not None:
+                q.done(h.item.task_id, ok=out.ok, final=h.item.final)
+    assert r.task_states() == 0 and len(q) == 0 and q.task_states() <= q.max_ended

@@ -193,3 +193,22 @@ def test_an_unsolicited_reply_is_drained_before_the_next_command(netns_pair, tmp
     assert res["status"]["keepalive_failures"] == 0
     spurious = [e for e in emu_log(log) if e.get("spurious")]
     assert len(spurious) == 1  # the emulator really sent the extra 'ok' the driver had to drain
+
+
+def test_an_interrupt_sends_stop_at_once_and_nothing_more_of_the_segment(netns_pair, tmp_path):
+    """Liveness: the planner timed the task out; the drone must hover, not finish the motion."""
+    log = tmp_path / "emu.jsonl"
+    start_emulator(netns_pair, log, "--slow", "forward:6")
+    res = drive(
+        netns_pair,
+        [{"interrupt": ["t", 0, "mf(100);mf(100)", False, 1.5]}, seg("u", 0, "tc(30)", True)],
+    )
+    stopped, after = res["outcomes"]
+    assert not stopped["ok"] and "interrupted: the planner marked the task FAILED: test" in stopped["detail"]
+    assert after["ok"], after
+    cmds = received(log)
+    assert cmds[cmds.index("forward 100") + 1] == "stop"  # sent while the motion was still going
+    assert cmds.count("forward 100") == 1 and cmds.count("takeoff") == 1 and cmds.count("cw 30") == 1
+    replies = {(e["cmd"], e["reply"]) for e in emu_log(log) if e["event"] == "reply"}
+    assert ("forward 100", "error") in replies and ("stop", "ok") in replies  # cut short, hovering
+    assert res["status"]["stops"] == 1 and res["status"]["airborne"] is False  # landed at close

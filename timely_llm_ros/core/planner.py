@@ -53,6 +53,7 @@ from timely_llm_ros.core.exectime import ExecTimeModel, load_exec_time_model
 from timely_llm_ros.core.feedback import feedback_problem
 from timely_llm_ros.core.generation import Dispatch, Generation, Segment, TaskRecord, estimated_action_end
 from timely_llm_ros.core.intake import Intake
+from timely_llm_ros.core.motion_budget import PlanBudgets
 from timely_llm_ros.core.scheduler import Policy, Scheduler
 from timely_llm_ros.core.skills import SkillParseError, load_skill_set
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
@@ -105,6 +106,7 @@ class PlannerCore:
         self.retain = retain_records
         self.records: list[TaskRecord] | deque[TaskRecord] = [] if retain_records is None else deque(
             maxlen=retain_records)
+        self.budgets = PlanBudgets(self.exec_model)  # per-plan motion budgets (core/motion_budget.py)
         self._tasks: dict[str, Generation] = {}
         self._finished: OrderedDict[str, TaskRecord] = OrderedDict()  # retained terminal tasks
         self._running: dict[int, Generation] = {}
@@ -347,6 +349,10 @@ class PlannerCore:
     def _dispatch_segment(self, gen: Generation, text: str, calls: list, t: float, final: bool = False) -> bool:
         rec = gen.record
         idx = len(rec.segments)
+        why = self.budgets.check(gen.gen_id, gen.skill_set, [s.text for s in rec.segments], text)
+        if why:  # the plan could move the robot past its per-plan budget: fail it, send nothing
+            self._fail(gen, t, f"segment {idx} exceeds the motion budget: {why}")
+            return False
         try:
             # timed as the robot runs it: a loop's replays belong to the segment with its '}'
             est = self.exec_model.estimate_segment(gen.robot_type, gen.skill_set,

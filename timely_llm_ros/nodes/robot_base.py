@@ -1,18 +1,33 @@
-"""Shared robot node: receive Segment messages, execute them in order, report SegmentFeedback.
+"""Shared robot node: receive Segment messages, execute one task at a time, report SegmentFeedback.
 
 One robot node per agent, started in the agent's namespace (``--ros-args -r __ns:=/drone_1``): it
 subscribes to the relative ``skill_segments`` (= ``/<agent>/skill_segments``, where the planner
 publishes and where its robot-presence check looks) and publishes ``/segment_feedback``.
 
-Per segment the node publishes ``STARTED`` when execution begins and then ``DONE`` (detail: what
-the skills returned or logged) or ``FAILED`` (detail: the reason), each with the measured duration.
-Segments are taken off the DDS reader at once (the segment QoS has a lifespan) and executed by one
-worker thread, strictly in order (:class:`~timely_llm_ros.robots.runner.SegmentQueue`).
+Per segment the node publishes ``STARTED`` when execution begins, ``PROGRESS`` every
+``heartbeat_period`` while it runs (duration = seconds since STARTED: proof of life for the
+planner's timeout), then ``DONE`` (detail: what the skills returned or logged) or ``FAILED``
+(detail: the reason), each with the measured duration. Segments are taken off the DDS reader at
+once (the segment QoS has a lifespan) and executed by one worker thread.
+
+**One task at a time** (:class:`~timely_llm_ros.robots.task_queue.TaskQueue`): segments of two
+tasks never run interleaved. A segment of another task waits up to ``busy_wait`` for the current
+task to be over — its final segment ran, one of its segments failed, its closing marker (a final
+segment without text: nothing runs, no feedback) or a terminal ``/task_status`` arrived — and is
+otherwise FAILED with "robot busy with task A". Segments of a task that is over are FAILED with
+the reason. A task idle for ``idle_release`` (a lost status) stops blocking the robot.
+
+**Liveness**: a terminal ``/task_status`` of the running task (e.g. the planner timed it out and
+marked it FAILED) interrupts the running skill through the backend — sim waits end at once, the
+Tello gets ``stop`` (hover) — and the task's queued segments are FAILED.
+
+**Bounds**: per-task state is dropped when the task is over; at most ``max_queued_segments`` wait;
+every forwarded text (feedback detail, echoed ids) is cut to a fixed size; warnings about bad input
+are rate-limited (``warn_period``) — each bad message is still answered and counted.
 
 Also subscribed: ``/tasks`` (the scene of this agent's tasks, which the sim backends answer
-perception skills from) and ``/task_status`` (a task the planner marks FAILED or EXPIRED has its
-queued segments failed instead of executed). Rejected input — a segment for another agent, an
-empty task id — is answered with a FAILED feedback that says why; nothing is dropped silently.
+perception skills from). Rejected input — a segment for another agent, an empty or oversized task
+id, an oversized text — is answered with a FAILED feedback that says why; nothing is dropped silently.
 
 While idle the worker calls the backend's ``idle()`` (the Tello keep-alive). On SIGINT/SIGTERM the
 running skill is interrupted (its segment reported FAILED), then the backend closes (the Tello lands).
@@ -24,6 +39,7 @@ import threading
 import time
 from typing import Any
 
+from rclpy.duration import Duration
 from rclpy.node import Node
 from timely_llm_ros.msg import Segment, Task, TaskStatus
 from timely_llm_ros.msg import SegmentFeedback as FeedbackMsg
@@ -31,13 +47,23 @@ from timely_llm_ros.msg import SegmentFeedback as FeedbackMsg
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.skills import SkillSet, UnknownSkillSet, available_skill_sets, load_skill_set
 from timely_llm_ros.nodes.common import Param, ParamError, declare_params
+from timely_llm_ros.robots import task_queue as tq
 from timely_llm_ros.robots.base import RobotBackend
-from timely_llm_ros.robots.runner import SegmentItem, SegmentQueue, SegmentRunner
+from timely_llm_ros.robots.ratelimit import LogLimiter
+from timely_llm_ros.robots.runner import SegmentRunner, clip
+from timely_llm_ros.robots.task_queue import Handout, SegmentItem, TaskQueue
 from timely_llm_ros.robots.scene import SceneError, parse_scene
 from timely_llm_ros.robots.sim import EXEC_MODES, SimBackend
 from timely_llm_ros.ros import convert, qos, topics
 
 IDLE_POLL_S = 0.2  # how often the idle worker wakes up to call backend.idle()
+MAX_ID = 256  # characters of a task id this robot accepts (the planner's own limit is lower)
+MAX_SEGMENT_TEXT = 65_536  # characters of one segment's text
+TERMINAL = {  # TaskStatus codes that end a task (CANCELLED comes with the ROS-native interface)
+    code: name
+    for name in ("REJECTED", "COMPLETED", "FAILED", "EXPIRED", "CANCELLED")
+    if (code := getattr(TaskStatus, name, None)) is not None
+}
 
 
 def skill_set_check(robot_type: str):
@@ -122,6 +148,47 @@ def common_params(robot_type: str, default_skill_set: str, backends: tuple[str, 
             high=3600.0,
             read_only=True,
         ),
+        Param(
+            "busy_wait",
+            10.0,
+            "how long a segment of another task waits while this robot's current task is not over, "
+            "before it is failed with 'robot busy' (s); one task at a time per robot",
+            low=0.0,
+            high=3600.0,
+            read_only=True,
+        ),
+        Param(
+            "idle_release",
+            60.0,
+            "a current task with nothing queued or running for this long stops blocking the robot "
+            "(a lost final status); its later segments are failed, never run (s)",
+            low=1.0,
+            high=86400.0,
+            read_only=True,
+        ),
+        Param(
+            "heartbeat_period",
+            1.0,
+            "PROGRESS feedback period while a segment runs (s)",
+            low=0.05,
+            high=60.0,
+            read_only=True,
+        ),
+        Param(
+            "max_queued_segments",
+            1000,
+            "segments waiting beyond this many are failed at once (bounded memory)",
+            low=1,
+            high=1_000_000,
+            read_only=True,
+        ),
+        Param(
+            "warn_period",
+            10.0,
+            "at most one warning per kind of bad input per this many seconds (each is still answered)",
+            low=0.0,
+            high=3600.0,
+        ),
     ]
 
 
@@ -137,12 +204,37 @@ class RobotNode(Node):
         self.agent_id = self._agent()
         self.skill_set: SkillSet = load_skill_set(self.p["skill_set"])
         self.backend = self.make_backend()
-        self.queue = SegmentQueue(gap_timeout=self.p["gap_timeout"])
         self.runner = SegmentRunner(
-            self.skill_set, self.backend, default_scene=self.p["scene"], scene_wait=self.p["scene_wait"]
+            self.skill_set,
+            self.backend,
+            default_scene=self.p["scene"],
+            scene_wait=self.p["scene_wait"],
+            max_tasks=4096,
         )
-        self.counters = {"received": 0, "done": 0, "failed": 0, "rejected": 0, "duplicates": 0}
+        self.queue = TaskQueue(
+            gap_timeout=self.p["gap_timeout"],
+            busy_wait=self.p["busy_wait"],
+            idle_release=self.p["idle_release"],
+            max_items=self.p["max_queued_segments"],
+            on_end=self.runner.forget,
+        )
+        self.counters = {
+            "received": 0,
+            "done": 0,
+            "failed": 0,
+            "rejected": 0,
+            "duplicates": 0,
+            "busy": 0,
+            "over": 0,
+            "markers": 0,
+            "released": 0,
+            "interrupted": 0,
+            "progress": 0,
+        }
+        self.warn = LogLimiter(self.p["warn_period"])
         self._closing = threading.Event()
+        self._pub_lock = threading.Lock()  # feedback order: STARTED < PROGRESS* < DONE/FAILED
+        self._current: tuple[str, int, float] | None = None  # (task, index, started) while running
         self.feedback_pub = self.create_publisher(FeedbackMsg, topics.SEGMENT_FEEDBACK, qos.feedback_qos())
         self.backend.start()  # connect before subscribing: no segment arrives at a robot that is not up
         self.create_subscription(Task, topics.TASKS, self._on_task, qos.task_qos())
@@ -150,6 +242,8 @@ class RobotNode(Node):
         self.create_subscription(TaskStatus, topics.TASK_STATUS, self._on_status, qos.status_qos())
         self._worker = threading.Thread(target=self._work, name=f"{self.agent_id}-executor", daemon=True)
         self._worker.start()
+        self._heart = threading.Thread(target=self._heartbeat, name=f"{self.agent_id}-heartbeat", daemon=True)
+        self._heart.start()
         self.get_logger().info(
             f"{self.robot_type} {self.agent_id!r} ready: backend {self.backend.kind}, "
             f"skill set {self.skill_set.name}, segments on "
@@ -194,45 +288,104 @@ class RobotNode(Node):
                 self.backend.exec_mode = value
         if name == "scene":
             self.runner.default_scene = parse_scene(value)
+        if name == "warn_period":
+            self.warn.period = float(value)
+
+    def _warning(self, key: str, message: str) -> None:
+        line = self.warn(key, message)
+        if line is not None:
+            self.get_logger().warning(line)
 
     # ------------------------------------------------------------------ callbacks (executor thread)
     def _on_segment(self, msg: Segment) -> None:
         self.counters["received"] += 1
-        problem = None
+        kind, problem = "", ""  # kind: the rate-limiting key of the warning
         if not msg.task_id.strip():
-            problem = "segment has an empty task_id"
+            kind, problem = "empty id", "segment has an empty task_id"
+        elif len(msg.task_id) > MAX_ID:
+            kind = "long id"
+            problem = f"segment task_id has {len(msg.task_id)} characters; this robot accepts at most {MAX_ID}"
         elif msg.agent_id != self.agent_id:
+            kind = "foreign"
             problem = (
-                f"segment for agent {msg.agent_id!r} arrived at robot {self.agent_id!r} "
+                f"segment for agent {clip(msg.agent_id, 80)!r} arrived at robot {self.agent_id!r} "
                 f"({self.resolve_topic_name(topics.SKILL_SEGMENTS)}); not executed"
+            )
+        elif len(msg.text) > MAX_SEGMENT_TEXT:
+            kind = "long text"
+            problem = f"segment text has {len(msg.text)} characters; this robot accepts at most {MAX_SEGMENT_TEXT}"
+        item = SegmentItem(msg.task_id, int(msg.index), msg.text, bool(msg.final))
+        if not problem and not self.queue.put(item):
+            kind = "queue full"
+            problem = (
+                f"{len(self.queue)} segments are already waiting at robot {self.agent_id!r} "
+                f"(max_queued_segments); segment {msg.index} of task {clip(msg.task_id, 80)!r} is not executed"
             )
         if problem:
             self.counters["rejected"] += 1
-            self.get_logger().warning(problem)
-            self._feedback(msg.task_id, int(msg.index), ev.FEEDBACK_FAILED, 0.0, problem)
-            return
-        self.queue.put(SegmentItem(msg.task_id, int(msg.index), msg.text, bool(msg.final)))
+            self._warning(kind, problem)
+            if not item.marker:
+                self._feedback(msg.task_id[:MAX_ID], int(msg.index), ev.FEEDBACK_FAILED, 0.0, problem)
 
     def _on_task(self, msg: Task) -> None:
-        if msg.agent_id == self.agent_id:
+        if msg.agent_id == self.agent_id and len(msg.task_id) <= MAX_ID and not self.queue.ended(msg.task_id):
             self.runner.set_scene(msg.task_id, msg.scene)
 
     def _on_status(self, msg: TaskStatus) -> None:
-        if msg.agent_id != self.agent_id:
+        if msg.agent_id != self.agent_id or msg.state not in TERMINAL:
             return
-        if msg.state in (TaskStatus.FAILED, TaskStatus.EXPIRED):
-            state = "FAILED" if msg.state == TaskStatus.FAILED else "EXPIRED"
-            self.runner.fail_task(
-                msg.task_id,
-                f"the planner marked the task {state}" + (f": {msg.reason}" if msg.reason else ""),
-            )
+        state = TERMINAL[msg.state]
+        reason = f"the planner marked the task {state}" + (f": {clip(msg.reason, 300)}" if msg.reason else "")
+        self.queue.end(msg.task_id, reason)
+        with self._pub_lock:
+            running = self._current is not None and self._current[0] == msg.task_id
+        self.backend.interrupt(msg.task_id, reason, halt=running)
+        if running:
+            self.counters["interrupted"] += 1
+            self.get_logger().warning(f"task {clip(msg.task_id, 80)!r}: {reason}; running motion stopped")
 
-    # ------------------------------------------------------------------ worker thread
+    # ------------------------------------------------------------------ worker and heartbeat threads
     def _feedback(self, task_id: str, index: int, state: str, duration: float, detail: str) -> None:
         now = self.get_clock().now().nanoseconds * 1e-9
-        self.feedback_pub.publish(
-            convert.feedback_to_msg(task_id, self.agent_id, index, state, now, duration, detail)
-        )
+        msg = convert.feedback_to_msg(task_id, self.agent_id, index, state, now, duration, clip(detail))
+        with self._pub_lock:
+            self.feedback_pub.publish(msg)
+
+    def _heartbeat(self) -> None:
+        """PROGRESS of the running segment, and refusals that must not wait for the worker."""
+        period = self.p["heartbeat_period"]
+        while not self._closing.wait(period):
+            with self._pub_lock:
+                cur = self._current
+                if cur is not None:
+                    task, index, started = cur
+                    msg = convert.feedback_to_msg(task, self.agent_id, index, ev.STARTED,
+                                                  self.get_clock().now().nanoseconds * 1e-9)
+                    msg.state = FeedbackMsg.PROGRESS
+                    msg.duration = time.monotonic() - started
+                    self.feedback_pub.publish(msg)
+                    self.counters["progress"] += 1
+            for h in self.queue.refusals():
+                self._refuse(h)
+
+    def _refuse(self, h: Handout) -> None:
+        """Answer a handout that executes nothing (see :mod:`timely_llm_ros.robots.task_queue`)."""
+        item = h.item
+        if h.kind == tq.MARKER:
+            self.counters["markers"] += 1
+            return
+        if h.kind == tq.DUPLICATE:
+            self.counters["duplicates"] += 1
+            self._warning("duplicate", h.reason)
+            return
+        if h.kind == tq.RELEASED:
+            self.counters["released"] += 1
+            self._warning("released", f"task {item.task_id!r} {h.reason}")
+            return
+        self.counters["busy" if h.kind == tq.BUSY else "over" if h.kind == tq.OVER else "failed"] += 1
+        self._warning(h.kind, h.reason)
+        if not item.marker:
+            self._feedback(item.task_id, item.index, ev.FEEDBACK_FAILED, 0.0, h.reason)
 
     def _work(self) -> None:
         while not self._closing.is_set():
@@ -241,27 +394,31 @@ class RobotNode(Node):
                 try:
                     self.backend.idle()
                 except Exception as exc:  # a failed keep-alive is logged; the next segment will tell
-                    self.get_logger().warning(f"{self.backend.kind} backend idle check failed: {exc}")
+                    self._warning("idle", f"{self.backend.kind} backend idle check failed: {exc}")
+                continue
+            if handout.kind != tq.RUN:
+                self._refuse(handout)
                 continue
             item = handout.item
-            if handout.kind == "duplicate":
-                self.counters["duplicates"] += 1
-                self.get_logger().warning(handout.reason)
-                continue
-            if handout.kind == "gap":
-                self.runner.fail_task(item.task_id, handout.reason)
-                self.counters["failed"] += 1
-                self._feedback(item.task_id, item.index, ev.FEEDBACK_FAILED, 0.0, handout.reason)
-                continue
+            with self._pub_lock:
+                self._current = (item.task_id, item.index, time.monotonic())
             self._feedback(item.task_id, item.index, ev.STARTED, 0.0, "")
             outcome = self.runner.run(item)
+            with self._pub_lock:
+                self._current = None
             state = ev.DONE if outcome.ok else ev.FEEDBACK_FAILED
             self.counters["done" if outcome.ok else "failed"] += 1
             if not outcome.ok:
-                self.get_logger().warning(
-                    f"segment {item.index} of task {item.task_id!r} failed: {outcome.detail}"
+                self._warning(
+                    "segment failed", f"segment {item.index} of task {item.task_id!r} failed: {outcome.detail}"
                 )
             self._feedback(item.task_id, item.index, state, outcome.duration, outcome.detail)
+            self.queue.done(
+                item.task_id,
+                ok=outcome.ok,
+                final=item.final,
+                reason=f"its segment {item.index} failed: {clip(outcome.detail, 300)}",
+            )
 
     def close(self) -> None:
         """Stop the worker (interrupting the running skill), then release the robot (land)."""
@@ -269,7 +426,8 @@ class RobotNode(Node):
         self.backend.stop()
         self.queue.close()
         self._worker.join(timeout=60)
-        pending = self.queue.drain()
+        self._heart.join(timeout=10)
+        pending = [item for item in self.queue.drain() if not item.marker]
         for item in pending:
             self._feedback(
                 item.task_id,
@@ -282,6 +440,10 @@ class RobotNode(Node):
             self.get_logger().warning(f"shutting down with {len(pending)} segment(s) not executed")
         t0 = time.monotonic()
         self.backend.close()
+        try:  # the last FAILED feedback must reach the planner before the process (and DDS) goes
+            self.feedback_pub.wait_for_all_acked(Duration(seconds=2.0))
+        except Exception as exc:  # an RMW without the call must not break shutdown
+            self.get_logger().debug(f"wait_for_all_acked: {exc}")
         self.get_logger().info(
             f"{self.agent_id} stopped ({self.counters}; backend {self.backend.status()}; "
             f"close took {time.monotonic() - t0:.1f} s)"

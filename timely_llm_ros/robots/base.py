@@ -69,6 +69,10 @@ class RobotBackend(ABC):
         self.ctx = TaskContext("")
         self.stop_event = threading.Event()  # set by shutdown: waits end early, calls fail
         self.notes: list[str] = []  # anomalies worth reporting in the segment's feedback detail
+        self._interrupt = threading.Event()  # set by interrupt(): the current segment's task ended
+        self._interrupt_reason = ""
+        self._interrupted_task = ""
+        self._ctx_lock = threading.Lock()
 
     def start(self) -> None:
         """Connect to the robot (default: nothing to do)."""
@@ -79,7 +83,41 @@ class RobotBackend(ABC):
 
     def begin_segment(self, ctx: TaskContext) -> None:
         """Called before each segment runs (the real drone takes off here on its first task)."""
-        self.ctx = ctx
+        with self._ctx_lock:
+            self.ctx = ctx
+            # an interrupt of an earlier task never reaches this one; one of this task still holds
+            if ctx.task_id and ctx.task_id == self._interrupted_task:
+                self._interrupt.set()
+            else:
+                self._interrupt.clear()
+
+    def interrupt(self, task_id: str, reason: str, *, halt: bool = True) -> None:
+        """The planner ended ``task_id`` (timed out, failed, ...): stop its motion now.
+
+        Called from another thread. A wait of the task's running segment ends at once and every
+        later call of the task fails with ``reason`` (also a segment that was about to start);
+        with ``halt`` (the task's segment is running) a real robot also gets its stop/hover
+        command (:meth:`halt`).
+        """
+        with self._ctx_lock:
+            self._interrupted_task = task_id
+            self._interrupt_reason = reason
+            if self.ctx.task_id == task_id:
+                self._interrupt.set()
+        if halt:
+            self.halt()
+
+    def halt(self) -> None:
+        """Make the robot stop moving and hold position (default: nothing beyond ending the waits)."""
+
+    def interrupted(self) -> bool:
+        """True once the current segment's task was interrupted (see :meth:`interrupt`)."""
+        return self._interrupt.is_set()
+
+    def check_interrupt(self, what: str) -> None:
+        """Raise :class:`SkillFailure` if the current segment was interrupted."""
+        if self._interrupt.is_set():
+            raise SkillFailure(f"{what} interrupted: {self._interrupt_reason}")
 
     @abstractmethod
     def execute(self, call: Call, args: tuple) -> Any:
@@ -106,8 +144,14 @@ class RobotBackend(ABC):
 
     # helpers for subclasses
     def wait(self, seconds: float, what: str) -> None:
-        """Sleep ``seconds`` of wall time, ending early (with a failure) when the node shuts down."""
-        if seconds > 0 and self.stop_event.wait(seconds):
-            raise SkillFailure(f"{what} interrupted: the robot node is shutting down")
+        """Sleep ``seconds`` of wall time, ending early (with a failure) when the node shuts down or
+        the segment is interrupted (:meth:`interrupt`)."""
+        self.check_interrupt(what)
+        end = time.monotonic() + max(seconds, 0.0)
+        while not self.stop_event.is_set():
+            left = end - time.monotonic()
+            if left <= 0 or self._interrupt.wait(min(left, 0.05)):
+                break
+        self.check_interrupt(what)
         if self.stop_event.is_set():
-            raise SkillFailure(f"{what} not started: the robot node is shutting down")
+            raise SkillFailure(f"{what} interrupted: the robot node is shutting down")

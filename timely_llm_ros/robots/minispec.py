@@ -30,6 +30,11 @@ Semantics (decided here; the planner and the tests rely on them):
   text argument given a number or boolean gets its text (``_2=oh('bottle');l(_2)``).
 
 Anything the runtime cannot do raises :class:`SkillFailure`; the segment then fails with its reason.
+
+Motion budget: given a :class:`~timely_llm_ros.core.motion_budget.MotionBudget`, a program charges
+each segment to it *before* running any of it; a segment that would take the plan over the robot
+type's per-plan limits (distance, rotation, time, calls, loop nesting) fails without moving — the
+robot's own check, whatever the planner let through.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from timely_llm_ros.core.motion_budget import BudgetExceeded, MotionBudget
 from timely_llm_ros.core.skills import TOKEN_RE, VAR_RE, SkillParseError, SkillSet, Var, check_arg
 
 
@@ -265,13 +271,14 @@ class Halt(Exception):
 class MiniSpecProgram:
     """One task's MiniSpec plan, executed incrementally (see the module docstring)."""
 
-    def __init__(self, skill_set: SkillSet, runtime: Runtime) -> None:
+    def __init__(self, skill_set: SkillSet, runtime: Runtime, budget: MotionBudget | None = None) -> None:
         if skill_set.language != "minispec":
             raise ValueError(
                 f"skill set {skill_set.name!r} is not MiniSpec (language {skill_set.language!r})"
             )
         self.skill_set = skill_set
         self.runtime = runtime
+        self.budget = budget
         self.vars: dict[str, Any] = {}
         self.stack: list[_Frame] = []
         self.returned = False
@@ -292,6 +299,7 @@ class MiniSpecProgram:
             self.skill_set.parse(text)  # validation with the planner's own rules and messages
         except SkillParseError as exc:
             raise SkillFailure(f"segment does not parse: {exc}") from None
+        charge(self.budget, text)
         items = _ItemParser(text).items()
         self.notes = []
         self.skipped = 0
@@ -447,11 +455,12 @@ def values_equal(a: Any, b: Any) -> bool:
 class CallProgram:
     """A plan in the flat ``call`` language (arm skill sets): each segment's calls run in order."""
 
-    def __init__(self, skill_set: SkillSet, runtime: Runtime) -> None:
+    def __init__(self, skill_set: SkillSet, runtime: Runtime, budget: MotionBudget | None = None) -> None:
         if skill_set.language != "call":
             raise ValueError(f"skill set {skill_set.name!r} is not a call-language set")
         self.skill_set = skill_set
         self.runtime = runtime
+        self.budget = budget
         self.returned = False
         self.open_blocks = 0
 
@@ -460,6 +469,7 @@ class CallProgram:
             calls = self.skill_set.parse(text)
         except SkillParseError as exc:
             raise SkillFailure(f"segment does not parse: {exc}") from None
+        charge(self.budget, text)
         notes = []
         for c in calls:
             spec = self.skill_set.skills[c.name]
@@ -469,12 +479,26 @@ class CallProgram:
         return notes
 
 
-def new_program(skill_set: SkillSet, runtime: Runtime) -> MiniSpecProgram | CallProgram:
+def charge(budget: MotionBudget | None, text: str) -> None:
+    """Charge a segment to the plan's motion budget before any of it runs (SkillFailure if over)."""
+    if budget is None:
+        return
+    try:
+        budget.charge(text)
+    except BudgetExceeded as exc:
+        raise SkillFailure(f"motion budget: {exc.reason}; nothing of this segment was executed") from None
+    except SkillParseError as exc:
+        raise SkillFailure(f"segment does not continue the plan: {exc}") from None
+
+
+def new_program(
+    skill_set: SkillSet, runtime: Runtime, budget: MotionBudget | None = None
+) -> MiniSpecProgram | CallProgram:
     """The interpreter for the skill set's language (chatbot sets have no robot)."""
     if skill_set.language == "minispec":
-        return MiniSpecProgram(skill_set, runtime)
+        return MiniSpecProgram(skill_set, runtime, budget)
     if skill_set.language == "call":
-        return CallProgram(skill_set, runtime)
+        return CallProgram(skill_set, runtime, budget)
     raise ValueError(
         f"skill set {skill_set.name!r} (language {skill_set.language!r}) has no robot interpreter"
     )

@@ -1,137 +1,46 @@
-"""Segment execution for one robot, without ROS: ordering, per-task interpreter state, outcomes.
+"""Segment execution for one robot, without ROS: per-task interpreter state, motion budget, outcomes.
 
-:class:`SegmentQueue` decides *which* segment runs next: segments run one at a time in arrival
-order, but each task's segments strictly by index. A segment whose predecessor has not arrived
-waits (DDS keeps per-publisher order, so this only happens after a loss); after ``gap_timeout``
-it is handed out as a gap failure instead of waiting forever. A repeated index is handed out as a
-duplicate (reported, not executed twice).
-
-:class:`SegmentRunner` executes one segment: parses it with the skill set (the robot never trusts
-that the planner did), refuses skills the backend cannot perform before anything moves, keeps the
-task's interpreter state across its segments, and turns every failure into an outcome with a reason.
+Which segment runs next (one task at a time, by index, gaps, duplicates) is decided by
+:class:`~timely_llm_ros.robots.task_queue.TaskQueue`. :class:`SegmentRunner` executes one segment:
+parses it with the skill set (the robot never trusts that the planner did), refuses skills the
+backend cannot perform before anything moves, charges it to the plan's motion budget
+(:mod:`timely_llm_ros.core.motion_budget`) before anything moves, keeps the task's interpreter
+state across its segments, and turns every failure into an outcome with a reason.
 Once a segment of a task fails, the task's later segments fail at once (the planner stops the task;
 TimelyLLM segments are parts of one program, running the rest out of context would be unsafe).
+
+Bounded: per-task state (program, failure, scene) is dropped by :meth:`SegmentRunner.forget` when
+the task is over, and at most ``max_tasks`` of each are kept anyway; a scene longer than
+``MAX_SCENE`` characters is not stored (a perception skill of that task fails with the reason);
+every outcome detail is cut to ``MAX_DETAIL`` characters.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass
 
+from timely_llm_ros.core.exectime import ExecTimeModel
+from timely_llm_ros.core.motion_budget import BudgetLimits, MotionBudget, budget_limits
 from timely_llm_ros.core.skills import SkillParseError, SkillSet
 from timely_llm_ros.robots.base import RobotBackend, TaskContext
 from timely_llm_ros.robots.minispec import SkillFailure, new_program
 from timely_llm_ros.robots.scene import parse_scene
+from timely_llm_ros.robots.task_queue import SegmentItem
 
-MAX_DETAIL = 2000  # characters of feedback detail (log output can be long)
+__all__ = ["MAX_DETAIL", "MAX_SCENE", "SegmentItem", "SegmentOutcome", "SegmentRunner", "clip"]
 
-
-@dataclass
-class SegmentItem:
-    """One received segment (what the node takes from the Segment message)."""
-
-    task_id: str
-    index: int
-    text: str
-    final: bool = False
-    received: float = field(default_factory=time.monotonic)
+MAX_DETAIL = 1000  # characters of any text the robot forwards (feedback detail); the planner's limit
+MAX_SCENE = 16_000  # characters of a task scene kept for perception (the planner's Task limit)
 
 
-@dataclass(frozen=True)
-class Handout:
-    """What :meth:`SegmentQueue.get` hands out. kind: ``run`` | ``duplicate`` | ``gap``."""
+class _TooLarge:
+    """Stands in for a scene that was too long to keep; using it fails with the reason."""
 
-    kind: str
-    item: SegmentItem
-    reason: str = ""
-
-
-class SegmentQueue:
-    """Thread-safe FIFO with per-task index order (see the module docstring)."""
-
-    def __init__(self, gap_timeout: float = 10.0, max_tasks: int = 1024) -> None:
-        self.gap_timeout = gap_timeout
-        self._items: deque[SegmentItem] = deque()
-        self._next: OrderedDict[str, int] = OrderedDict()  # task -> next index to hand out
-        self._max_tasks = max_tasks
-        self._cv = threading.Condition()
-        self._closed = False
-
-    def put(self, item: SegmentItem) -> None:
-        with self._cv:
-            self._items.append(item)
-            self._cv.notify_all()
-
-    def close(self) -> None:
-        with self._cv:
-            self._closed = True
-            self._cv.notify_all()
-
-    def drain(self) -> list[SegmentItem]:
-        """Remove and return every segment still waiting (at shutdown, to report them)."""
-        with self._cv:
-            out = list(self._items)
-            self._items.clear()
-            return out
-
-    def __len__(self) -> int:
-        with self._cv:
-            return len(self._items)
-
-    def get(self, timeout: float | None = None) -> Handout | None:
-        """Next segment to handle, or None after ``timeout`` / :meth:`close`."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cv:
-            while not self._closed:
-                out = self._pick()
-                if out is not None:
-                    return out
-                now = time.monotonic()
-                waits = [it.received + self.gap_timeout - now for it in self._items]
-                if deadline is not None:
-                    waits.append(deadline - now)
-                    if deadline <= now:
-                        return None
-                self._cv.wait(max(min(waits), 0.001) if waits else None)
-            return None
-
-    def _advance(self, task_id: str, index: int) -> None:
-        self._next[task_id] = index + 1
-        self._next.move_to_end(task_id)
-        while len(self._next) > self._max_tasks:
-            self._next.popitem(last=False)
-
-    def _pick(self) -> Handout | None:
-        now = time.monotonic()
-        for i, it in enumerate(self._items):
-            want = self._next.get(it.task_id, 0)
-            if it.index == want:
-                del self._items[i]
-                self._advance(it.task_id, it.index)
-                return Handout("run", it)
-            if it.index < want:
-                del self._items[i]
-                return Handout(
-                    "duplicate",
-                    it,
-                    f"segment {it.index} of task {it.task_id!r} was already "
-                    f"received (next expected: {want}); not executed again",
-                )
-        for i, it in enumerate(self._items):
-            if now - it.received >= self.gap_timeout:
-                del self._items[i]
-                want = self._next.get(it.task_id, 0)
-                self._advance(it.task_id, it.index)
-                missing = f"{want}" if want == it.index - 1 else f"{want}..{it.index - 1}"
-                return Handout(
-                    "gap",
-                    it,
-                    f"segment(s) {missing} of task {it.task_id!r} never arrived within "
-                    f"{self.gap_timeout:g} s; segment {it.index} cannot run out of order",
-                )
-        return None
+    def __init__(self, size: int) -> None:
+        self.size = size
 
 
 @dataclass(frozen=True)
@@ -152,31 +61,53 @@ class SegmentRunner:
         default_scene: str = "",
         max_tasks: int = 256,
         scene_wait: float = 0.0,
+        motion_budget: BudgetLimits | None | bool = True,
+        exec_model: ExecTimeModel | None = None,
     ) -> None:
         self.skill_set = skill_set
         self.backend = backend
+        # True: the skill set's own budget (its YAML); False/None: no budget; or explicit limits
+        self.limits = budget_limits(skill_set) if motion_budget is True else (motion_budget or None)
+        self.exec_model = exec_model
         self.default_scene = parse_scene(default_scene)
         self.scene_wait = scene_wait
         self.anonymous_scene: str | None = None  # scene of the latest task sent without a task id
         self.max_tasks = max_tasks
         self._programs: OrderedDict[str, tuple] = OrderedDict()  # task -> (program, ctx)
         self._failed: OrderedDict[str, str] = OrderedDict()  # task -> reason
-        self._scenes: OrderedDict[str, str] = OrderedDict()
+        self._scenes: OrderedDict[str, str | _TooLarge] = OrderedDict()
         self._lock = threading.Lock()
 
     def set_scene(self, task_id: str, scene: str) -> None:
         """Remember a task's scene (from its Task message). A task sent without an id gets its id
         from the planner, which the robot never learns: its scene serves unknown tasks instead."""
+        kept: str | _TooLarge = scene if len(scene) <= MAX_SCENE else _TooLarge(len(scene))
         with self._lock:
             if task_id:
-                self._scenes[task_id] = scene
+                self._scenes[task_id] = kept
                 self._bound(self._scenes)
             else:
-                self.anonymous_scene = scene
+                self.anonymous_scene = kept if isinstance(kept, str) else ""
 
     def _scene_text(self, task_id: str) -> str | None:
         with self._lock:
-            return self._scenes.get(task_id)
+            scene = self._scenes.get(task_id)
+        if isinstance(scene, _TooLarge):
+            raise SkillFailure(f"the task's scene has {scene.size} characters; this robot keeps at most "
+                               f"{MAX_SCENE}")
+        return scene
+
+    def forget(self, task_id: str) -> None:
+        """The task is over: drop its program, failure record and scene (bounded memory)."""
+        with self._lock:
+            self._programs.pop(task_id, None)
+            self._failed.pop(task_id, None)
+            self._scenes.pop(task_id, None)
+
+    def task_states(self) -> int:
+        """Per-task records held (for tests and status logs)."""
+        with self._lock:
+            return len(self._programs) + len(self._failed) + len(self._scenes)
 
     def fail_task(self, task_id: str, reason: str) -> None:
         """Mark a task failed (e.g. a gap in its segments): its later segments fail at once.
@@ -201,12 +132,12 @@ class SegmentRunner:
             self.fail_task(item.task_id, exc.reason)
             notes = self.backend.take_notes()
             reason = exc.reason + (f" (robot notes: {'; '.join(notes)})" if notes else "")
-            return SegmentOutcome(False, time.monotonic() - t0, _clip(reason))
+            return SegmentOutcome(False, time.monotonic() - t0, clip(reason))
         except Exception as exc:  # a backend bug must not kill the node; report it as the failure
             reason = f"internal error in the {self.backend.kind} backend: {type(exc).__name__}: {exc}"
             self.fail_task(item.task_id, reason)
-            return SegmentOutcome(False, time.monotonic() - t0, _clip(reason))
-        return SegmentOutcome(True, time.monotonic() - t0, _clip(detail))
+            return SegmentOutcome(False, time.monotonic() - t0, clip(reason))
+        return SegmentOutcome(True, time.monotonic() - t0, clip(detail))
 
     def _run(self, item: SegmentItem) -> str:
         with self._lock:
@@ -238,7 +169,8 @@ class SegmentRunner:
                 self.scene_wait,
                 lambda: self.anonymous_scene,
             )
-            entry = (new_program(self.skill_set, self.backend), ctx)
+            budget = MotionBudget(self.skill_set, self.limits, self.exec_model) if self.limits else None
+            entry = (new_program(self.skill_set, self.backend, budget), ctx)
             with self._lock:
                 self._programs[item.task_id] = entry
                 self._bound(self._programs)
@@ -254,5 +186,9 @@ class SegmentRunner:
         return "; ".join(notes)
 
 
-def _clip(text: str) -> str:
-    return text if len(text) <= MAX_DETAIL else text[: MAX_DETAIL - 3] + "..."
+def clip(text: str, limit: int = MAX_DETAIL) -> str:
+    """``text`` cut to at most ``limit`` characters, saying how much was cut (forwarded text is bounded)."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit - len(f"... [{len(text)} more characters cut]"), 0)  # the count never grows
+    return text[:keep] + f"... [{len(text) - keep} more characters cut]"

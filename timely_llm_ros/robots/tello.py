@@ -20,6 +20,10 @@ still moves (with the fitted models: up/down from ~292 cm, ``cw 360`` ≈ 6.7 s 
 split so that the fitted execution-time model (``config/exec_time/drone.yaml``) predicts at most
 ``max_command_s`` (default 5 s) per part: up/down ≤ 255 cm, horizontal ≤ 442 cm, turns ≤ 255°.
 
+Interrupt (:meth:`RobotBackend.interrupt`: the planner ended the task while it flies): ``stop`` is
+sent at once, without waiting behind the command in flight — Tello SDK 2.0 "stop: hovers in the
+air; works at any time" — and the segment fails with the reason; no further command of it is sent.
+
 Take-off happens before the first segment runs (the node stays on the ground until it has work),
 and again if the state stream shows the drone landed by itself. :meth:`TelloBackend.close` lands.
 
@@ -122,6 +126,7 @@ class TelloBackend(RobotBackend):
             "keepalives": 0,
             "keepalive_failures": 0,
             "takeoffs": 0,
+            "stops": 0,
         }
 
     # -- lifecycle
@@ -156,6 +161,11 @@ class TelloBackend(RobotBackend):
             self.control("takeoff", kind="takeoff", timeout=TAKEOFF_TIMEOUT_S)
             self.airborne = True
             self.counters["takeoffs"] += 1
+
+    def halt(self) -> None:
+        if self.link is not None and self.airborne:
+            self.counters["stops"] += 1
+            self.link.send_nowait("stop")
 
     def idle(self) -> None:
         if self.link is None or self.stop_event.is_set():
@@ -239,9 +249,14 @@ class TelloBackend(RobotBackend):
         while sends < self.retry_count:
             if self.stop_event.is_set() and kind not in ("land", "connect"):
                 raise SkillFailure(f"{command!r} not sent: the robot node is shutting down")
+            if kind not in ("land", "connect"):
+                self.check_interrupt(f"{command!r}")
             sends += 1
             self.counters["commands"] += 1
             reply = self.link.send(command, timeout)
+            if kind not in ("land", "connect") and self.interrupted():
+                self._settle_after_stop(1 if reply is None else 0)
+                self.check_interrupt(f"{command!r} (the drone was told to stop and hover)")
             if reply is None:
                 self.counters["timeouts"] += 1
                 reply = self._late_reply()
@@ -276,6 +291,14 @@ class TelloBackend(RobotBackend):
                 else:
                     self.wait(self.retry_delay_s, command)
         raise SkillFailure(f"the drone answered {last!r} to {command!r} {sends} time(s)")
+
+    def _settle_after_stop(self, answered_none: int) -> None:
+        """After ``stop`` cut a command short, two replies were due (the command's and stop's) and
+        one was read; wait briefly for the rest so neither can answer a later command."""
+        for _ in range(1 + answered_none):
+            if self.link.wait_reply(1.0) is None:
+                break
+            self.link.stale += 1
 
     def _late_reply(self) -> str | None:
         """Wait for a late reply; skip replies that cannot answer a control command (shifted)."""

@@ -16,7 +16,9 @@ Faithful to the Ryze Tello SDK 2.0 user guide and to djitellopy 2.5.0's observed
   (3 s), ``go`` (distance / speed + 1 s) and queries (20 ms) are our assumptions: no public data.
 * firmware-style query answers (``height?`` → ``8dm``, ``time?`` → ``11s``, ``temp?`` → ``63~66C``);
 * commands are handled one at a time in arrival order (a command re-sent during a motion waits
-  and is then executed again — the doubled motion the notes warn about); ``emergency`` acts at once.
+  and is then executed again — the doubled motion the notes warn about); ``emergency`` (motors
+  off) and ``stop`` (SDK 2.0: hover where it is, "works at any time") act at once: the motion in
+  progress ends where it is and its reply is ``error``.
 
 Test hooks (fault injection): ``errors`` answers ``error`` to the first N commands with a prefix
 (without acting); ``drop_replies`` executes but never answers the first N; ``slow`` gives a prefix a
@@ -110,6 +112,7 @@ class TelloEmulator:
         self.busy_until = 0.0
         self.last_rx = time.monotonic()
         self.auto_landings = 0
+        self.stops = 0
         self._threads = [
             threading.Thread(target=f, daemon=True) for f in (self._rx, self._worker, self._state)
         ]
@@ -132,6 +135,7 @@ class TelloEmulator:
             x=round(self.x, 1),
             y=round(self.y, 1),
             auto_landings=self.auto_landings,
+            stops=self.stops,
         )
         self.sock.close()
         if self._log:
@@ -162,6 +166,13 @@ class TelloEmulator:
                 with self.lock:
                     self.flying, self.h, self.v = False, 0, (0, 0, 0)
                 self._reply("ok", addr, cmd)
+                continue
+            if cmd == "stop" and self.sdk:  # SDK 2.0: hover in place, works at any time
+                self._abort.set()
+                with self.lock:
+                    self.v = (0, 0, 0)
+                    self.stops += 1
+                self._reply("ok" if self.flying else "error", addr, cmd)
                 continue
             self._queue.put((cmd, addr))
 

@@ -101,10 +101,10 @@ class TelloLink:
 
         Stale replies are drained first; the minimum spacing since the last exchange is kept.
         """
-        self.drain()
         gap = time.monotonic() - self.last_io
         if gap < MIN_INTERVAL_S:
             time.sleep(MIN_INTERVAL_S - gap)
+        self.drain()  # after the spacing: a reply arriving during it is stale too
         self.last_io = time.monotonic()
         reply = self.tello.send_command_with_return(command, timeout=max(1, int(math.ceil(timeout))))
         self.last_io = time.monotonic()
@@ -113,6 +113,15 @@ class TelloLink:
             return None
         self.log.append((command, reply))
         return reply
+
+    def send_nowait(self, command: str) -> None:
+        """Send ``command`` without waiting for its reply (``stop`` while another command waits).
+
+        Its reply then answers the command in flight or arrives stale; both are handled: the caller
+        of the interrupted command knows it was interrupted, and stale replies are drained first.
+        """
+        self.tello.send_command_without_return(command)
+        self.log.append((command, None))
 
     def query(self, command: str, timeout: float) -> str | None:
         """A read command (``battery?``): skips shifted ``ok``/``error`` replies; None on timeout."""
