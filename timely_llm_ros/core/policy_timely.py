@@ -157,15 +157,15 @@ class TimelyRanking(Ranking):
         ix = self._ix
         ent = ix.entries
         promoted, q = ix.promoted, self._q
-        for item in promoted[:q]:
-            yield ent[item[2]].gen
+        for i in range(min(q, len(promoted))):  # indices, not slices: the tiers may be long
+            yield ent[promoted[i][2]].gen
         for e in self._kept:
             yield e.gen
         live = ix.live
         for i in range(self._w, len(live)):
             yield ent[live[i][2]].gen
-        for item in promoted[q:]:
-            yield ent[item[2]].gen
+        for i in range(q, len(promoted)):
+            yield ent[promoted[i][2]].gen
         for e in self._deferred:
             yield e.gen
         for item in ix.late:
@@ -233,26 +233,27 @@ class UtilityAccrualPriority(PriorityStrategy):
                 gone = self._ua_removed(t, slots, tested)
                 if gone:
                     kept = [e for e in window if e.slot not in gone]
-                    deferred = [e for e in window if e.slot in gone]
-                    deferred.sort(key=lambda e: (-e.utility(t) / e.g, e.item))
+                    deferred = sorted((e for e in window if e.slot in gone), key=lambda e: (-gone[e.slot], e.item))
         self.last_deferred = len(deferred)
         return TimelyRanking(t, ix, q, kept, len(window), deferred, ix.tardy_slope())
 
-    def _ua_removed(self, t: float, slots: list[float], live: list[Entry]) -> set[int]:
-        """Slots of the live generations the utility-accrual test defers (module docstring)."""
+    def _ua_removed(self, t: float, slots: list[float], live: list[Entry]) -> dict[int, float]:
+        """The live generations the utility-accrual test defers: slot -> PUD (module docstring)."""
         m = len(slots)
         s0 = 0.0
         for f in slots:
             s0 += f - t
         last = slots[-1]
+        k = len(live)
         crit = [e.item[0] for e in live]
         g = [e.g for e in live]
+        rank = [k] * k  # removal rank of each live item (k: never removed)
 
-        def feasible(skip: set[int]) -> bool:
+        def feasible(r: int) -> bool:
             prior = 0.0
             j = 0
-            for i in range(len(live)):
-                if i in skip:
+            for i in range(k):
+                if rank[i] < r:
                     continue
                 if j < m:
                     start = slots[j]
@@ -267,14 +268,16 @@ class UtilityAccrualPriority(PriorityStrategy):
                 j += 1
             return True
 
-        if feasible(set()):
+        if feasible(0):
             self._hint = 0
-            return set()
+            return {}
         # removal order: lowest PUD first; ties: latest critical time, then newest
         pud = [e.utility(t) / e.g for e in live]
-        removal = sorted(range(len(live)), key=lambda i: (pud[i], -crit[i], -live[i].seq))
-        r = self._hint = _least_removals(lambda r: feasible(set(removal[:r])), len(live), self._hint)
-        return {live[i].slot for i in removal[:r]}
+        removal = sorted(range(k), key=lambda i: (pud[i], -crit[i], -live[i].seq))
+        for pos, i in enumerate(removal):
+            rank[i] = pos
+        r = self._hint = _least_removals(feasible, k, self._hint)
+        return {live[i].slot: pud[i] for i in removal[:r]}
 
 
 def _least_removals(feasible, k: int, hint: int) -> int:
