@@ -75,12 +75,14 @@ def test_loadsweep_plot_and_ablation_summary(tmp_path):
     for rate, vals in ((0.1, (100.0, 99.0)), (0.5, (80.0, 60.0))):
         for pol in ("timely", "edf-seg"):
             rows.append({"rate": rate, "cap": None, "policy": pol, "scenario": f"r{rate}",
-                         "classes": {"urgent": {"pct_beta_clamped": vals[0]},
-                                     "normal": {"pct_beta_clamped": vals[1]}}})
+                         "classes": {"urgent": {"pct_beta_clamped": vals[0], "pct_beta": vals[0] - 50},
+                                     "normal": {"pct_beta_clamped": vals[1], "pct_beta": vals[1] - 50}}})
     png = loadsweep.plot(rows, tmp_path / "sweep.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = ablation.summary(rows)
     assert "100.0/99.0" in text and "80.0/60.0" in text
+    assert "50.0/49.0" in ablation.summary(rows, "pct_beta")
+    assert "50.0" in loadsweep._text(rows, "pct_beta") and "100.0" in loadsweep._text(rows, "pct_beta")
 
 
 def test_loadsweep_cli_on_one_light_rate(tmp_path):

@@ -24,9 +24,9 @@ edf-seg             EDF on the task's initial deadline (baseline)
 ==================  ====================================================================
 
 Prints one table per scenario and class (:func:`timely_llm_ros.bench.tables.render_table`: mean
-utility unclamped and clamped, % of Σβ, n U ≤ 0, response p50/p99/max, mean waiting) and a compact
-summary (urgent/normal clamped % of Σβ per variant and scenario); writes ``ablation.json`` and
-``ablation.txt``.
+utility unclamped and clamped, % of Σβ, n U ≤ 0, response p50/p99/max, mean waiting) and two compact
+summaries (urgent/normal % of Σβ per variant and scenario: Eq. 1 unclamped, then clamped at 0);
+writes ``ablation.json`` and ``ablation.txt``.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(exc))
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     rows = ablate(scen, variants, log)
-    text = "\n\n".join([summary(rows), *tables(rows), TIME_NOTE])
+    text = "\n\n".join([summary(rows, "pct_beta"), summary(rows), *tables(rows), TIME_NOTE])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "ablation.json").write_text(json.dumps({"variants": variants, "rows": rows}, indent=1))
