@@ -59,25 +59,31 @@ ending at ``F`` (past its zero-utility point a generation loses nothing more —
 * running ``r`` ends at ``F_r = t + n_r·T(B)``; admitting now makes it ``F_r + δ_r`` with
   ``δ_r = P + n_r·(T(B+k) − T(B))``: it loses ``ℓ_r = u_r(F_r) − u_r(F_r + δ_r)``;
 * the candidates, admitted now, end at ``E_i = t + P + n_i·T(B+k)`` — the same step model as the
-  running ones (issue 16: the previous rule used the bare estimate ``G`` here, which ignores the
-  prefill pass and the batch's slower steps, so an urgent candidate looked ~80 ms earlier than it
-  is and was held back until that phantom slack was spent: up to ~165 ms with free slots);
-* deferring the group until the ``j``-th losing generation ends (``t_j``, ascending ``F``) saves only
-  what that wait really saves: the whole loss of the losers that end by ``t_j``, and for the others
-  the part of the slowdown on the tokens they generate before ``t_j`` — they still pay the prefill
-  pass and the rest when the group is admitted later (issue 16: the previous rule credited the
-  deferral with every running generation's loss, so a few tardy urgent generations could keep a
-  slot idle while an urgent candidate waited). It costs the group ``Σ u_i(E_i) − u_i(E_i + t_j − t)``
-  plus, for the idle slot, the tardy backlog's slope: ``(Σ|α| of the other tardy live queued
-  generations) · k · (t_j − t)/M``;
-* admit unless some ``t_j`` saves more than it costs; a promoted candidate is always admitted (the
-  starvation bound); with nothing running or nothing measured yet, admit (the paper's "lag for one
-  generation").
+  running ones (issue 16: the previous rule used the bare estimate ``G`` = 90 ms here, which ignores
+  the prefill pass and the batch's slower steps — a drone first segment takes a pass plus about five
+  loaded steps, ~150 ms — so an urgent candidate seemed to have tens of milliseconds of slack it
+  did not have, and was held back until that phantom slack was spent while slots were free);
+* deferring the group until the ``j``-th losing generation ends (``t_j``, ascending ``F``) is credited
+  only with what that wait really saves: the whole loss of the losers that end by ``t_j``, and for
+  the others the slowdown of the tokens they generate before ``t_j`` — they still pay the prefill
+  pass and the rest when the group is admitted later (issue 16: the previous rule credited waiting
+  with every running generation's loss, so a few tardy urgent generations kept a slot idle while an
+  urgent candidate waited) — unless the pass at ``t_j`` is one another new prompt opens anyway
+  (one that is queued behind the group and not admitted now): then the group rides it and the
+  still-running losers are spared the whole pass. Waiting costs the group
+  ``Σ u_i(E_i) − u_i(E_i + t_j − t)`` plus, for the idle slot, the tardy backlog's slope:
+  ``(Σ|α| of the other tardy live queued generations) · k · (t_j − t)/M``;
+* admit unless some ``t_j`` saves more than it costs; if several do, the group is deferred to the one
+  that saves the most, and that is a *promise*: a later decision admits it once ``t_j`` has come,
+  without trading again (the trade assumed admission at ``t_j``; re-trading at every step could defer
+  it step after step — issue 16); a promoted candidate is always admitted (the starvation bound);
+  with nothing running or nothing measured yet, admit (the paper's "lag for one generation").
 
 So a normal request with plenty of slack waits a few steps while urgent first segments finish, a
-fresh urgent one is admitted at once unless a losing segment ends within about a step, and under
-sustained overload (a tardy backlog) the batch stays full. The paper's literal check is
-``timely-paper``; ``timely-adm-paper`` pairs it with this ordering.
+fresh urgent one waits at most for losing segments that end within its real slack, and under
+sustained overload (a tardy backlog) the batch stays full. Ablations: ``timely-adm-issue8`` (the
+previous rule), ``timely-adm-nopromise``, ``timely-adm-group``, ``timely-adm-nocap``; the paper's
+literal check is ``timely-paper``, and ``timely-adm-paper`` pairs it with this ordering.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Policies (``name`` or ``name@bN`` for a fixed maximum batch N; default N = 8, the reference model's):
 
 ==============  =========  ==================================  ======================================
-policy          segmented  priority (recomputed every fetch)   admission besides batch + KV memory
+policy          segmented  priority (at every decision)        admission besides batch + KV memory
 ==============  =========  ==================================  ======================================
 timely-paper    yes        PUD, Eq. 4 (:mod:`.priority`)       §4.4 latency-guided check
 timely          yes        utility accrual, segment EDF (*)    utility-guided (*)
@@ -30,9 +30,13 @@ engine behind late work; ``timely-paper`` keeps it.
 
 Every policy also needs a free batch slot and ``mem_need ≤`` free KV memory (suspended contexts
 are evictable); a candidate that fails any check blocks the ones behind it (no overtaking), as in
-vLLM's FCFS waiting queue. There is no mid-segment preemption. Priorities are recomputed at every
-scheduling point (before every engine iteration); the clock does not move within one decision, so
-that one recomputation ranks every admission of the step.
+vLLM's FCFS waiting queue. There is no mid-segment preemption. Every scheduling point (before every
+engine iteration) asks the priority strategy for one :class:`~.priority.Ranking` — the service order
+at that time; the clock does not move within one decision, so that one ranking orders every
+admission of the step, and the admission check of each candidate gets it (the explicit decision
+object: which candidates are promoted, which come next, the tardy backlog's utility slope).
+Strategies keep their own index of the queue, so a decision costs what changed since the previous
+one, not a re-scoring of the whole queue (issue 16; ``bench.sched_overhead`` measures it).
 
 Strategies are small objects (:class:`~.priority.PriorityStrategy`, :class:`Admission`); a new
 policy is a pair of them registered with :func:`register_policy`.
