@@ -91,6 +91,7 @@ from __future__ import annotations
 import math
 from bisect import insort
 from collections.abc import Iterator
+from itertools import islice
 from dataclasses import dataclass
 
 from timely_llm_ros.core.generation import Generation
@@ -162,16 +163,15 @@ class TimelyRanking(Ranking):
     def __iter__(self) -> Iterator[Generation]:
         ix = self._ix
         ent = ix.entries
-        promoted, q = ix.promoted, self._q
-        for i in range(min(q, len(promoted))):  # indices, not slices: the tiers may be long
-            yield ent[promoted[i][2]].gen
+        q = self._q
+        for item in islice(ix.promoted, q):
+            yield ent[item[2]].gen
         for e in self._kept:
             yield e.gen
-        live = ix.live
-        for i in range(self._w, len(live)):
-            yield ent[live[i][2]].gen
-        for i in range(q, len(promoted)):
-            yield ent[promoted[i][2]].gen
+        for item in ix.live.iter_from(self._w):
+            yield ent[item[2]].gen
+        for item in ix.promoted.iter_from(q):
+            yield ent[item[2]].gen
         for e in self._deferred:
             yield e.gen
         for item in ix.late:
@@ -229,7 +229,7 @@ class UtilityAccrualPriority(PriorityStrategy):
         q = n_prom if opt.promoted_share >= 1.0 else min(
             n_prom, max(0, math.ceil(opt.promoted_share * m) - run_promoted))
         ent = ix.entries
-        window = [ent[item[2]] for item in ix.live[:opt.window]]
+        window = [ent[item[2]] for item in ix.live.head(opt.window)]
         kept, deferred = window, []
         if opt.ua_defer:
             tested = window if opt.late_tier else [e for e in window if e.phase != LATE]
