@@ -1,4 +1,4 @@
-"""Scenario summary (issue 16): timely vs the best baseline, ×edf-seg, the alone bound; the bound itself."""
+"""Scenario summary: timely vs the best baseline, ×edf-seg, the alone bound; the bound itself."""
 
 import math
 

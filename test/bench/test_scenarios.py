@@ -15,7 +15,7 @@ def test_suffix_and_specs():
     assert sc.with_suffix("timely", "@b4") == "timely@b4"
     assert sc.with_suffix("edf-seg@b6", "@b4") == "edf-seg@b6"  # the policy's own cap wins
     assert sc.with_suffix("vllm", "") == "vllm"
-    # issue 16: axes that add load — more agents come with more robots per event, and the rate axis
+    # axes that add load — more agents come with more robots per event, and the rate axis
     # gives every task its own agent (nothing skipped)
     assert sc.agents_spec(1) == "wid2" and sc.agents_spec(2) == "wid2:agents=84,max_tpe=32"
     assert sc.agents_spec(3) == "wid2:agents=126,max_tpe=48"

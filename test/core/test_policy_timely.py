@@ -1,4 +1,4 @@
-"""Robust ``timely`` (issue 8): ordering, utility-accrual deferral, late tier + aging, admission.
+"""Robust ``timely``: ordering, utility-accrual deferral, late tier + aging, admission.
 
 Hand-computed cases on a virtual clock; G = 0.09 s (drone), net = 8 ms. Urgent TUF: ERT 0.2 s,
 β = 2, α = −20/3 (zero utility at 0.5 s); normal: ERT 1 s, β = 1, α = −2 (zero at 1.5 s).
@@ -213,15 +213,15 @@ def test_admission_refuses_a_candidate_that_can_wait():
 
 
 def test_admission_times_the_candidate_like_the_running_ones():
-    # issue 16: same running urgent generation as above (loses 0.1067, ends at t_1 = 0.06); an urgent
+    # same running urgent generation as above (loses 0.1067, ends at t_1 = 0.06); an urgent
     # candidate arrived at -0.03. Timed like the running ones (prefill pass + 5 tokens at T(2)) it
     # ends at 0.13 (W = 0.168, U = 2) if admitted now, at 0.19 after waiting (W = 0.228,
-    # U = 1.8133): waiting costs 0.1867 > 0.1067 -> admitted. The issue-8 rule timed it by its bare
+    # U = 1.8133): waiting costs 0.1867 > 0.1067 -> admitted. The earlier rule (timely-adm-g) timed it by its bare
     # estimate G = 0.09: ends at 0.115 now or 0.15 later, W = 0.188 <= ERT both times, so waiting
     # looked free and it was held back — a phantom 35 ms of slack on a 200 ms deadline.
     r = gen(arrival=-0.12, tuf=URGENT_TUF, seg_tokens=2)
     assert admit(gen(arrival=-0.03, tuf=URGENT_TUF), [r])
-    assert not admit(gen(arrival=-0.03, tuf=URGENT_TUF), [r], policy="timely-adm-issue8")
+    assert not admit(gen(arrival=-0.03, tuf=URGENT_TUF), [r], policy="timely-adm-g")
 
 
 def two_running():
@@ -238,10 +238,10 @@ def test_deferral_is_credited_only_with_what_it_saves():
     # Waiting until r1 ends (0.063): U(0.256) = 1.6267, costs 0.3733; saves r1's 0.1267 and of r2's
     # loss only the slowdown of its tokens before 0.063 (it still pays the pass later): 0.02.
     # Waiting until r2 ends too (0.105): costs 0.6533, saves 0.3267. No deferral pays -> admitted.
-    # The issue-8 rule credited waiting until 0.063 with both losses (0.3267 > its 0.0733) -> refused.
+    # The earlier rule credited waiting until 0.063 with both losses (0.3267 > its 0.0733) -> refused.
     cand = gen(arrival=-0.05, tuf=URGENT_TUF)
     assert admit(cand, two_running(), policy="timely@b3")
-    assert not admit(gen(arrival=-0.05, tuf=URGENT_TUF), two_running(), policy="timely-adm-issue8@b3")
+    assert not admit(gen(arrival=-0.05, tuf=URGENT_TUF), two_running(), policy="timely-adm-g@b3")
 
 
 def test_a_deferred_prompt_that_shares_a_later_prefill_pass():
@@ -275,7 +275,7 @@ def test_a_deferred_prompt_that_shares_a_later_prefill_pass():
 
 
 def test_late_running_generation_never_blocks_admission():
-    # pitfall 1: a running urgent generation past its zero-utility point (arrived at -0.6) has nothing
+    # a running urgent generation past its zero-utility point (arrived at -0.6) has nothing
     # left to lose, so the normal candidate is admitted; the literal §4.4 check refuses it.
     r = gen(arrival=-0.6, tuf=URGENT_TUF, seg_tokens=2)
     assert admit(gen(arrival=0.0), [r])
@@ -397,7 +397,7 @@ def burst():
 
 
 def test_burst_on_a_small_batch_beats_edf_seg():
-    # issue 8's overload target in miniature: >= 1.3x edf-seg's urgent utility (clamped at 0), normal
+    # the overload target in miniature: >= 1.3x edf-seg's urgent utility (clamped at 0), normal
     # requests no worse (measured: urgent 8.30 vs 5.76, normal 10.0 vs 6.59)
     def utility(policy):
         recs = simulate(burst(), SimConfig(policy=policy)).records
@@ -411,7 +411,7 @@ def test_burst_on_a_small_batch_beats_edf_seg():
 
 @pytest.mark.parametrize("cap", [4, 8])
 def test_bursty_compressed_workload_never_trails_the_baselines(cap):
-    # issue 16's criterion on a small composed workload (two-state bursts at 10x, arrivals compressed
+    # the robustness criterion on a small composed workload (two-state bursts at 10x, arrivals compressed
     # x0.5, urgent-heavy, one agent per task: 164 tasks): timely within 1 point of the best baseline
     # on urgent and normal % of Σβ, unclamped and clamped (measured: cap 4 urgent 90.6 vs edf-seg
     # 53.2, cap 8 98.9 vs 90.9; normal 100 at both)

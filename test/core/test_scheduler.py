@@ -124,7 +124,7 @@ def test_latency_guided_admission_hand_computed():
 
 
 def test_literal_admission_stalls_behind_a_late_generation():
-    # pitfall 1: a running suspended-and-resumed generation whose previous action already ended
+    # a running suspended-and-resumed generation whose previous action already ended
     # (slack <= 0) refuses every admission under timely-paper, but not under edf-seg
     late = gen(arrival=0.0, k=1, ref=0.5, seg_tokens=0)
     for policy, expect in (("timely-paper", []), ("edf-seg", None)):

@@ -1,4 +1,4 @@
-"""Phase index of the timely policy (issue 16): phase boundaries by hand, the blocked sorted tiers."""
+"""Phase index of the timely policy: phase boundaries by hand, the blocked sorted tiers."""
 
 import random
 

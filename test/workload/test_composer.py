@@ -137,7 +137,7 @@ def test_parse_trace_list():
         parse_trace_list("8-1")
 
 
-# ------------------------------------------------------------------ overload families (issue 16)
+# ------------------------------------------------------------------ overload families
 def _spec(**kw):
     base = dict(rate=0.5, max_tpe=6, traces=[1, 6], agents=500, duration=400, seed=3)
     base.update(kw)

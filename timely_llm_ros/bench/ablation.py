@@ -14,7 +14,7 @@ timely-crit-d       tardy live segments keep their deadline D as critical time (
 timely-adm-group    admission trades the group the free slots would take, not just the candidate
 timely-adm-nocap    admission ignores the idle capacity's cost to the tardy backlog
 timely-adm-paper    §4.4 admission read literally instead of the utility-guided one
-timely-adm-issue8   the issue-8 admission (candidates timed by G, waiting credited with every loss)
+timely-adm-g        the earlier admission (candidates timed by G, waiting credited with every loss)
 timely-adm-nopromise a refusal does not promise admission at its deferral point
 timely-full-ua      the utility-accrual test over the whole live queue (no lookahead window)
 timely-no-adm       no admission check (batch + memory only)

@@ -1,6 +1,6 @@
 """An upper bound on what any policy can get from a workload: every task served alone at arrival.
 
-Why (issue 16): under overload the "≥ 1.3× edf-seg urgent utility" goal is out of reach when even
+Why: under overload the "≥ 1.3× edf-seg urgent utility" goal is out of reach when even
 a perfect scheduler could not get that much, and that must be *measured*, not argued. A task served
 alone on an idle engine at its arrival gets the fastest first action the engine allows — batching
 only slows a decode step, queueing only adds waiting — so ``TUF_0`` of that response time bounds

@@ -40,7 +40,7 @@ modes (combine freely; runs shared between them are done once):
                                        8  policies side by side per task class, WID1 and WID2
                                        9  robot-arm workload WID3 per task type
   --suite paper                      Figures 5-9 + all their tables + the overhead report
-  --suite scenarios                  issue-8/16 scenarios: public samples, presets, fleet (1-3x WID2
+  --suite scenarios                  overload scenarios: public samples, presets, fleet (1-3x WID2
                                      agents and robots per event), event rate (one agent per task),
                                      batch caps 2-16, bursts (incl. bursty=10), compressed arrivals,
                                      urgent-heavy, overload at caps 4/6/8; a summary table against
@@ -109,7 +109,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--suite",
         choices=("paper", "scenarios"),
         default=None,
-        help="paper: figures 5-9 + overhead; scenarios: issue-8/16 scenario set + summary",
+        help="paper: figures 5-9 + overhead; scenarios: overload scenario set + summary",
     )
     parser.add_argument(
         "--overhead",

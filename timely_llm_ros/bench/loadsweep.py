@@ -68,7 +68,7 @@ def plot(rows: list[dict[str, Any]], path: Path, metric: str = "pct_beta") -> Pa
                 pts = [(r["rate"], (r["classes"].get(cls) or {}).get(metric)) for r in rows
                        if r["cap"] == cap and r["policy"] == pol]
                 pts = [(x, y) for x, y in pts if y is not None]
-                if pts:  # distinct markers: fcfs-seg and vllm-stream coincide (pitfalls note §6)
+                if pts:  # distinct markers: fcfs-seg and vllm-stream coincide (free resumption)
                     style = "-" if pol.startswith("timely") else "--"
                     ax.plot(*zip(*pts), style, marker=MARKERS[k % len(MARKERS)], label=pol,
                             linewidth=2 if pol == "timely" else 1, markersize=7 - (k % 3))

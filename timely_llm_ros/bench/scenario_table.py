@@ -5,7 +5,7 @@ One row per (scenario, max batch, task class). Columns (all % of the class's Σ�
 * ``timely`` and ``best`` (the best of the baselines :data:`BASELINES` on that class, named) with the
   paper's Eq. 1 utility **unclamped** first (the headline: a starved task counts with its negative
   utility) and clamped at 0 beside it; ``Δ`` = timely − best (unclamped, then clamped);
-* ``×edf`` — the ratio of timely's to ``edf-seg``'s utility clamped at 0 (the issue-8/16 goal is
+* ``×edf`` — the ratio of timely's to ``edf-seg``'s utility clamped at 0 (the project's goal is
   ≥ 1.3 for urgent tasks under overload; clamped because unclamped sums may be negative);
 * ``bound`` — every task served alone at its arrival (:mod:`.bounds`): no policy can get more, so
   ``bound/edf`` < 1.3 means the 1.3× goal is impossible on that row, measured;
@@ -13,7 +13,7 @@ One row per (scenario, max batch, task class). Columns (all % of the class's Σ�
 * ``skip`` — tasks the composer skipped because every agent was busy (0 with ``unique_agents``).
 
 The closing lines count the rows where timely trails the best baseline by more than
-:data:`TOLERANCE` points (unclamped, and clamped), the criterion of issue 16.
+:data:`TOLERANCE` points (unclamped, and clamped): the robustness criterion.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 BASELINES = ("vllm", "vllm-stream", "fcfs-seg", "edf-seg")
 TOLERANCE = 1.0  # points of %Σβ timely may trail the best baseline by
-GOAL = 1.3  # ×edf-seg urgent utility under overload (issue 8/16)
+GOAL = 1.3  # ×edf-seg urgent utility under overload (the project's target)
 CLASSES = ("urgent", "normal", "arm")
 
 

@@ -1,17 +1,17 @@
-"""Benchmark scenarios beyond the paper's presets (issues 8 and 16).
+"""Benchmark scenarios beyond the paper's presets.
 
-At the published loads the simulated engine is busy only ~10–20 % of the time
-(``shared/notes/scheduling-pitfalls.md`` §5), so the presets cannot tell a policy that handles
-overload from one that does not. The scenarios here add load along axes that really add load, each
+At the published loads the simulated engine is busy only ~10–20 % of the time (measured with
+``timely-llm bench``), so the presets cannot tell a policy that handles overload from one that
+does not. The scenarios here add load along axes that really add load, each
 reproducible from its workload spec alone (``--workload`` syntax, :mod:`timely_llm_ros.workload`):
 
 * ``low`` — the three public samples and the three presets as published (the low-load targets);
 * ``agents`` — the fleet: f × WID 2's 42 agents where every event involves f × as many robots
-  (``max_tpe`` 16·f, so ``min_tpe`` 8·f), f = 1, 2, 3. (Issue 16: more agents alone did not add load —
-  2× and 3× gave the same 739 tasks once no task was skipped for lack of a free agent);
+  (``max_tpe`` 16·f, so ``min_tpe`` 8·f), f = 1, 2, 3. (More agents alone do not add load: 2× and
+  3× gave the same 739 tasks once no task was skipped for lack of a free agent);
 * ``rate`` — WID 2's event rate 0.1 … 1.0 events/s with one agent per task (``unique_agents``): the
-  rate alone sets the load and no task is skipped (issue 16: with a fixed pool the 1.0 point skipped
-  1,761 tasks for lack of a free agent);
+  rate alone sets the load and no task is skipped (with WID 2's fixed pool of 42 the 1.0 point
+  skipped 1,761 tasks for lack of a free agent);
 * ``batch`` — WID 2 with one agent per task under max-batch caps 2 … 16;
 * ``burst`` — rare large events (16–32 tasks at once) and two-state bursty arrivals (``bursty=10``:
   a burst state with 10× the calm state's event rate, same mean rate);

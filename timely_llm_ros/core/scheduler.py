@@ -36,7 +36,7 @@ at that time; the clock does not move within one decision, so that one ranking o
 admission of the step, and the admission check of each candidate gets it (the explicit decision
 object: which candidates are promoted, which come next, the tardy backlog's utility slope).
 Strategies keep their own index of the queue, so a decision costs what changed since the previous
-one, not a re-scoring of the whole queue (issue 16; ``bench.sched_overhead`` measures it).
+one, not a re-scoring of the whole queue (``bench.sched_overhead`` measures it).
 
 Strategies are small objects (:class:`~.priority.PriorityStrategy`, :class:`Admission`); a new
 policy is a pair of them registered with :func:`register_policy`.

@@ -1,6 +1,6 @@
 """Incremental index of the queue for the robust ``timely`` policy: phases that change at known times.
 
-Why (issue 16): re-classifying and re-sorting every queued generation at every decision made the
+Why: re-classifying and re-sorting every queued generation at every decision made the
 decision cost grow linearly with the queue (≈ 20 ms at 10,000 queued). But a generation's place in
 the ``timely`` order only changes at instants known when it is queued, so the index keeps sorted
 lists and moves an entry only when one of those instants has passed.

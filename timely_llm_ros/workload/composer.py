@@ -21,7 +21,7 @@ Where this composer differs from the public generator, on purpose:
 - the free agent chosen is the one that has been free longest (ties: lowest index), which is the
   public generator's "earliest timer" rule restricted to free agents.
 
-Workload families for overload studies (issue 16; each is a key, so ``wid2:bursty=10,compress=0.5``
+Workload families for overload studies (each is a key, so ``wid2:bursty=10,compress=0.5``
 reproduces a case from its name alone; with all three at their defaults the draws, and so the
 tasks, are exactly those of the plain Poisson composer):
 
