@@ -256,8 +256,10 @@ class Scheduler:
         self.decisions += 1
         picked: list[Generation] = []
         active = list(running)
-        for cand in ranking:
-            if free <= 0:
+        order = iter(ranking)
+        while free > 0:  # ask for the next candidate only while a slot is free (rankings are lazy)
+            cand = next(order, None)
+            if cand is None:
                 break
             if cand.mem_need > mem_free or not self._adm.allow(t, cand, active, speed, ranking):
                 break
