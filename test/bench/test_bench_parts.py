@@ -44,7 +44,8 @@ def test_figure_plans():
     assert {j.workload for j in rn.figure_jobs("9", pols)} == {"wid3"}
     assert rn.batch_policy("timely@b2", 8) == "timely@b2" and rn.batch_policy("vllm", None) == "vllm"
     scen = rn.scenario_jobs(pols)
-    assert any(j.workload == "wid2:agents=84" and j.policy == "edf-seg@b4" for j in scen)
+    assert any(j.workload == "wid2:unique_agents=true" and j.policy == "edf-seg@b4" for j in scen)
+    assert any(j.workload.startswith("wid2:bursty=10,compress=0.5") and j.policy == "timely@b6" for j in scen)
     assert any(j.workload == "sample1" for j in scen)
 
 

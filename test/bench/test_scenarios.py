@@ -15,9 +15,12 @@ def test_suffix_and_specs():
     assert sc.with_suffix("timely", "@b4") == "timely@b4"
     assert sc.with_suffix("edf-seg@b6", "@b4") == "edf-seg@b6"  # the policy's own cap wins
     assert sc.with_suffix("vllm", "") == "vllm"
-    assert sc.agents_spec(2) == "wid2:agents=84" and sc.agents_spec(3) == "wid2:agents=126"
-    assert sc.rate_spec(0.25) == "wid2:rate=0.25,agents=126"
-    assert sc.rate_spec(1.0) == "wid2:rate=1,agents=504"
+    # axes that add load — more agents come with more robots per event, and the rate axis
+    # gives every task its own agent (nothing skipped)
+    assert sc.agents_spec(1) == "wid2" and sc.agents_spec(2) == "wid2:agents=84,max_tpe=32"
+    assert sc.agents_spec(3) == "wid2:agents=126,max_tpe=48"
+    assert sc.rate_spec(0.25) == "wid2:rate=0.25,unique_agents=true"
+    assert sc.rate_spec(1.0) == "wid2:rate=1,unique_agents=true"
     for bad in (0, -1, 1.5, True, "2"):
         with pytest.raises(ValueError):
             sc.agents_spec(bad)
@@ -33,12 +36,15 @@ def test_suffix_and_specs():
 def test_groups_resolve_to_task_lists():
     burst = sc.bursts()
     assert [s.name for s in burst] == list(sc.BURSTS)
+    assert sum(1 for _, spec, _ in sc.SUITE if "bursty=10" in spec) >= 4
     name, tasks, suffix = burst[0]  # a scenario unpacks as (name, tasks, suffix)
     assert tasks and all(isinstance(t, TaskSpec) for t in tasks) and suffix == ""
     caps = sc.batch_caps((2, 4), spec="wid1")
     assert [(s.name, s.suffix) for s in caps] == [("wid1@b2", "@b2"), ("wid1@b4", "@b4")]
     assert caps[0].tasks == caps[1].tasks
-    assert set(sc.GROUPS) == {"low", "agents", "batch", "rate", "burst", "overload"}
+    assert set(sc.GROUPS) == {"low", "agents", "rate", "batch", "burst", "compress", "urgent", "overload"}
+    assert {cap for g, _, cap in sc.SUITE if g == "batch"} == {2, 4, 6, 8, 12, 16}
+    assert {cap for g, _, cap in sc.SUITE if g == "overload"} >= {4, 6, 8}
     for s in caps:
         parse_policy(sc.with_suffix("timely", s.suffix))
 
@@ -69,12 +75,14 @@ def test_loadsweep_plot_and_ablation_summary(tmp_path):
     for rate, vals in ((0.1, (100.0, 99.0)), (0.5, (80.0, 60.0))):
         for pol in ("timely", "edf-seg"):
             rows.append({"rate": rate, "cap": None, "policy": pol, "scenario": f"r{rate}",
-                         "classes": {"urgent": {"pct_beta_clamped": vals[0]},
-                                     "normal": {"pct_beta_clamped": vals[1]}}})
+                         "classes": {"urgent": {"pct_beta_clamped": vals[0], "pct_beta": vals[0] - 50},
+                                     "normal": {"pct_beta_clamped": vals[1], "pct_beta": vals[1] - 50}}})
     png = loadsweep.plot(rows, tmp_path / "sweep.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = ablation.summary(rows)
     assert "100.0/99.0" in text and "80.0/60.0" in text
+    assert "50.0/49.0" in ablation.summary(rows, "pct_beta")
+    assert "50.0" in loadsweep._text(rows, "pct_beta") and "100.0" in loadsweep._text(rows, "pct_beta")
 
 
 def test_loadsweep_cli_on_one_light_rate(tmp_path):

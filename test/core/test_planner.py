@@ -181,7 +181,7 @@ def test_done_feedback_sets_the_suspended_generations_reference_in_the_queue():
     p.on_feedback("a", 0, ev.STARTED, t0 + 0.01)
     p.on_feedback("a", 0, ev.DONE, t0 + 0.02)
     assert gen.ref == t0 + 0.02
-    assert p.scheduler._q.cols["ref"][gen.slot] == gen.ref
+    assert p.scheduler._prio.index.entries[gen.slot].ref == gen.ref  # the queue re-indexed it
     stop = [e for e in trace if e.kind == ev.GEN_STOP][0]
     assert (stop.seg, stop.detail, stop.value) == (0, "segment", 4)  # mu ( 40 ) then ");" cut at ")"
     start = [e for e in trace if e.kind == ev.EXEC_START][0]

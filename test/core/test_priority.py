@@ -80,7 +80,7 @@ def _columns(n, seed=1):
         k0 = rng.random() < 0.5
         ert = 0.2 if urgent else 1.0
         q.append((rng.uniform(0, 3), ert if k0 else 0.0, -6.67 if urgent else -2.0, 2.0 if urgent else 1.0,
-                  rng.choice([0.09, 0.16]), NET, 0.0, float(i)))
+                  rng.choice([0.09, 0.16]), NET, float(i)))
     return q
 
 

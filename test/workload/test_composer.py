@@ -6,7 +6,13 @@ import dataclasses
 
 import pytest
 
-from timely_llm_ros.workload.composer import ComposerSpec, compose, parse_trace_list
+from timely_llm_ros.workload.composer import (
+    ComposerSpec,
+    TimeChange,
+    compose,
+    parse_trace_list,
+    reshape_tasks,
+)
 from timely_llm_ros.workload.errors import WorkloadError
 from timely_llm_ros.workload.fileformat import resolve_workload
 from timely_llm_ros.workload.tasks import load_catalog
@@ -129,3 +135,90 @@ def test_parse_trace_list():
     assert parse_trace_list("1,3-4") == [1, 3, 4]
     with pytest.raises(WorkloadError):
         parse_trace_list("8-1")
+
+
+# ------------------------------------------------------------------ overload families
+def _spec(**kw):
+    base = dict(rate=0.5, max_tpe=6, traces=[1, 6], agents=500, duration=400, seed=3)
+    base.update(kw)
+    return ComposerSpec(**base)
+
+
+def test_bursty_time_change_hand_computed():
+    # rate 1 ev/s, bursts 4x the calm rate, mean burst 1 s / calm 3 s: p = 1/4 of the time in bursts,
+    # calm rate 1 / (0.75 + 4·0.25) = 4/7, burst rate 16/7 (mean stays 1). Given sojourns calm 3 s,
+    # burst 1 s, calm 3 s: Λ(3) = 12/7, Λ(4) = 12/7 + 16/7 = 4, Λ(7) = 4 + 12/7.
+    spec = _spec(rate=1.0, bursty=4, burst_s=1.0, calm_s=3.0)
+    warp = TimeChange(spec, sojourns=iter([3.0, 1.0, 3.0, 1.0]), start_burst=False)
+    assert (warp.r_calm, warp.r_burst) == pytest.approx((4 / 7, 16 / 7))
+    assert warp.real(1.0) == pytest.approx(1.75)  # Λ = 1 inside the first calm state: 1 / (4/7)
+    assert warp.real(2.0) == pytest.approx(3.125)  # 3 + (2 − 12/7) / (16/7)
+    assert warp.real(4.0) == pytest.approx(4.0)  # the burst ends exactly at Λ = 4
+    assert warp.real(5.0) == pytest.approx(5.75)  # calm again: 4 + 1 / (4/7)
+
+
+def test_bursty_keeps_the_plain_draws_and_the_mean_rate():
+    plain, bursty = compose(_spec()), compose(_spec(bursty=10))
+    n = min(plain.events, bursty.events)
+    # same event sizes and traces (the state process has its own random stream), other times
+    assert plain.event_sizes[:n] == bursty.event_sizes[:n]
+    assert [t.trace_id for t in plain.tasks[:50]] == [t.trace_id for t in bursty.tasks[:50]]
+    assert [t.arrival for t in plain.tasks[:50]] != [t.arrival for t in bursty.tasks[:50]]
+    long = compose(_spec(bursty=10, duration=20000, agents=100000))
+    assert abs(long.events / 20000 - 0.5) / 0.5 < 0.1  # the long-run mean rate is kept
+    # bursts: the busiest 10 % of 10-s windows hold far more than 10 % of the tasks
+    counts = [0] * 2000
+    for t in long.tasks:
+        counts[min(1999, int(t.arrival // 10))] += 1
+    counts.sort(reverse=True)
+    assert sum(counts[:200]) > 0.3 * sum(counts)
+    assert compose(_spec(bursty=True)).spec.bursty == 10.0  # bursty=true: the default factor
+
+
+def test_compress_scales_event_times_and_unique_agents_skips_nothing():
+    plain = compose(_spec(unique_agents=True))
+    half = compose(_spec(unique_agents=True, compress=0.5))
+    assert half.event_sizes == plain.event_sizes and len(half.tasks) == len(plain.tasks) == sum(plain.event_sizes)
+    assert not plain.skipped and not half.skipped
+    assert len({t.agent_id for t in half.tasks}) == len(half.tasks)  # one agent per task
+    # an event at time x arrives at 0.5·x (start 0); the tasks of one event stay 1 ms apart
+    pairs = list(zip(plain.tasks, half.tasks, strict=True))
+    firsts = [(a, b) for (a, b), (p, _) in zip(pairs[1:], pairs) if a.arrival - p.arrival > 0.01]
+    assert len(firsts) > 100
+    for a, b in firsts:
+        assert b.arrival == pytest.approx(0.5 * a.arrival)
+    for (a0, b0), (a1, b1) in zip(pairs, pairs[1:]):
+        if a1.arrival - a0.arrival < 0.01:
+            assert b1.arrival - b0.arrival == pytest.approx(a1.arrival - a0.arrival)
+    # with a fixed pool the compressed timeline skips more tasks (agents are still busy), reported
+    tight = dict(agents=20, duration=200)
+    assert len(compose(_spec(compress=0.5, **tight)).skipped) > len(compose(_spec(**tight)).skipped)
+
+
+def test_family_overrides_reproduce_from_the_name_and_bad_values_are_errors():
+    wl = resolve_workload("wid1:bursty=10,compress=0.5,unique_agents=true")
+    spec = wl.composition.spec
+    assert (spec.bursty, spec.compress, spec.unique_agents) == (10, 0.5, True)
+    assert wl.name == "wid1:bursty=10,compress=0.5,unique_agents=true"
+    again = resolve_workload(wl.name)
+    assert _key(again.tasks) == _key(wl.tasks)
+    for bad, field in (("bursty=0.5", "bursty"), ("compress=0", "compress"), ("unique_agents=3", "unique_agents"),
+                       ("burst_s=-1", "burst_s")):
+        with pytest.raises(WorkloadError, match=field):
+            resolve_workload(f"wid1:{bad}")
+
+
+def test_reshape_applies_to_task_lists(tmp_path):
+    path = tmp_path / "w.yaml"
+    path.write_text("tasks:\n"
+                    "  - {trace: 1, arrival: 2.0, agent: a}\n"
+                    "  - {trace: 6, arrival: 4.0, agent: a}\n"
+                    "  - {trace: 6, arrival: 10.0, agent: b}\n")
+    wl = resolve_workload(f"{path}:compress=0.5,unique_agents=true")
+    assert [t.arrival for t in wl.tasks] == [2.0, 3.0, 6.0]  # offsets from the first arrival halved
+    assert [t.agent_id for t in wl.tasks] == ["u0", "u1", "u2"]
+    assert wl.name.endswith(":compress=0.5,unique_agents=true")
+    with pytest.raises(WorkloadError, match="only apply to composer"):
+        resolve_workload(f"{path}:agents=3")
+    with pytest.raises(WorkloadError, match="compress"):
+        reshape_tasks(wl.tasks, {"compress": -1}, "x")

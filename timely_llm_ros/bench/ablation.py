@@ -14,6 +14,9 @@ timely-crit-d       tardy live segments keep their deadline D as critical time (
 timely-adm-group    admission trades the group the free slots would take, not just the candidate
 timely-adm-nocap    admission ignores the idle capacity's cost to the tardy backlog
 timely-adm-paper    §4.4 admission read literally instead of the utility-guided one
+timely-adm-g        the earlier admission (candidates timed by G, waiting credited with every loss)
+timely-adm-nopromise a refusal does not promise admission at its deferral point
+timely-full-ua      the utility-accrual test over the whole live queue (no lookahead window)
 timely-no-adm       no admission check (batch + memory only)
 timely-edf-dyn      all off: EDF on segment deadlines, no admission check
 timely-paper        the paper's Eq. 4 + §4.4 literally (reference)
@@ -21,9 +24,9 @@ edf-seg             EDF on the task's initial deadline (baseline)
 ==================  ====================================================================
 
 Prints one table per scenario and class (:func:`timely_llm_ros.bench.tables.render_table`: mean
-utility unclamped and clamped, % of Σβ, n U ≤ 0, response p50/p99/max, mean waiting) and a compact
-summary (urgent/normal clamped % of Σβ per variant and scenario); writes ``ablation.json`` and
-``ablation.txt``.
+utility unclamped and clamped, % of Σβ, n U ≤ 0, response p50/p99/max, mean waiting) and two compact
+summaries (urgent/normal % of Σβ per variant and scenario: Eq. 1 unclamped, then clamped at 0);
+writes ``ablation.json`` and ``ablation.txt``.
 """
 
 from __future__ import annotations
@@ -41,10 +44,11 @@ from timely_llm_ros.bench.tables import TIME_NOTE, class_order, render_table
 from timely_llm_ros.core.policy_timely import VARIANTS
 
 VARIANT_NAMES = ("timely", *VARIANTS, "timely-paper", "edf-seg")
-# Default scenario set: three low-load cases and four loaded ones (kept small: two shared cores).
+# Default scenario set: three low-load cases and five loaded ones (kept small: two shared cores).
 DEFAULT_SPECS = (
     ("sample1", None), ("wid2", None), ("arm", None),
-    (sc.agents_spec(2), 4), (sc.agents_spec(2), 6), (sc.BURSTS[0], None), (sc.rate_spec(0.5), None),
+    (sc.batch_spec(), 4), (sc.BURSTS[2], None), (sc.OVERLOAD_SPECS[0], 6), (sc.OVERLOAD_SPECS[2], 8),
+    (sc.rate_spec(0.5), None),
 )
 
 
@@ -117,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(exc))
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     rows = ablate(scen, variants, log)
-    text = "\n\n".join([summary(rows), *tables(rows), TIME_NOTE])
+    text = "\n\n".join([summary(rows, "pct_beta"), summary(rows), *tables(rows), TIME_NOTE])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "ablation.json").write_text(json.dumps({"variants": variants, "rows": rows}, indent=1))

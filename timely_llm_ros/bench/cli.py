@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from timely_llm_ros.bench import runner as rn
+from timely_llm_ros.bench.scenario_table import render as render_summary
 from timely_llm_ros.bench.tables import TIME_NOTE, class_tables, overhead_tables
 from timely_llm_ros.core.scheduler import UnknownPolicy, parse_policy, policy_names
 from timely_llm_ros.workload.errors import WorkloadError
@@ -39,8 +40,11 @@ modes (combine freely; runs shared between them are done once):
                                        8  policies side by side per task class, WID1 and WID2
                                        9  robot-arm workload WID3 per task type
   --suite paper                      Figures 5-9 + all their tables + the overhead report
-  --suite scenarios                  issue-8 scenarios: public samples, presets, 2x/3x WID2 agents,
-                                     batch caps 2/4/6/8, event-rate sweep, bursts; load figures
+  --suite scenarios                  overload scenarios: public samples, presets, fleet (1-3x WID2
+                                     agents and robots per event), event rate (one agent per task),
+                                     batch caps 2-16, bursts (incl. bursty=10), compressed arrivals,
+                                     urgent-heavy, overload at caps 4/6/8; a summary table against
+                                     the best baseline with x edf-seg and an upper bound; load figures
   --overhead                         segmentation (Table 4) and scheduling (Table 5) overhead
 
 workloads: a preset (%(presets)s), a public TimelyLLM sample (%(samples)s; files
@@ -105,7 +109,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--suite",
         choices=("paper", "scenarios"),
         default=None,
-        help="paper: figures 5-9 + overhead; scenarios: issue-8 scenario set",
+        help="paper: figures 5-9 + overhead; scenarios: overload scenario set + summary",
     )
     parser.add_argument(
         "--overhead",
@@ -404,16 +408,20 @@ def draw_figures(
             )
         )
     if plan.get("scenarios"):
-        for name, specs, xs, label in (
-            (
-                "rate",
-                [f"wid2:rate={r}" for r in rn.RATE_SWEEP],
-                list(rn.RATE_SWEEP),
-                "events per second (WID2)",
-            ),
-            ("agents", ["wid2", "wid2:agents=84", "wid2:agents=126"], [42, 84, 126], "agents (WID2)"),
-        ):
-            series = {p: [(x, bench.runs[(s, p)]) for x, s in zip(xs, specs)] for p in policies}
+        from timely_llm_ros.bench import scenarios as sc
+
+        axes = (
+            ("rate", [(r, sc.rate_spec(r), None) for r in sc.RATES], "events per second (WID2, one agent per task)"),
+            ("agents", [(sc.WID2_AGENTS * f, sc.agents_spec(f), None) for f in sc.AGENT_FACTORS],
+             "agents (WID2; robots per event scaled alike)"),
+            ("batch", [(c, sc.batch_spec(), c) for c in sc.BATCH_CAPS], "max batch size (WID2, one agent per task)"),
+        )
+        for name, points, label in axes:
+            series = {
+                p: [(x, bench.runs[(s, sc.policy_for(p, c))]) for x, s, c in points
+                    if (s, sc.policy_for(p, c)) in bench.runs]
+                for p in policies
+            }
             written.append(
                 fg.fig_sweep(
                     series,
@@ -427,11 +435,11 @@ def draw_figures(
 
 
 def _load_keys(series: dict[str, list[tuple[Any, rn.RunResult]]]) -> tuple[tuple[str, str], ...]:
-    """Panels of a sweep figure: % of Σβ per class, clamped at 0 (readable when a few late tasks
-    make the unclamped mean plunge) and unclamped (Eq. 1)."""
+    """Panels of a sweep figure: % of Σβ per class, unclamped (Eq. 1: the headline) and clamped at 0
+    (readable when a few late tasks make the unclamped mean plunge)."""
     classes = {c for points in series.values() for _, run in points for c in run.classes}
     present = [c for c in ("urgent", "normal", "arm") if c in classes] or ["all"]
-    return tuple((c, key) for key in ("pct_beta_clamped", "pct_beta") for c in present)
+    return tuple((c, key) for key in ("pct_beta", "pct_beta_clamped") for c in present)
 
 
 # --------------------------------------------------------------------------------- entry points
@@ -513,6 +521,12 @@ def run(args: argparse.Namespace) -> int:
         text.extend(class_tables(wl.name, runs))
         text.append("")
     extra: dict[str, Any] = {}
+    if args.suite == "scenarios":
+        note("computing the alone bounds ...")
+        rows = _scenario_summary(bench, policies, options)
+        extra["scenario_summary"] = rn.clean(rows)
+        text.append(render_summary(rows))
+        text.append("")
     if args.overhead or args.suite == "paper":
         note("measuring overheads ...")
         report = {"segmentation": rn.segmentation_overhead(options), "scheduling": rn.scheduling_overhead()}
@@ -552,6 +566,30 @@ def run(args: argparse.Namespace) -> int:
             note(f"figure: {p}")
     note(f"results: {out / 'results.json'} ({time.perf_counter() - t_start:.1f} s)")
     return 0
+
+
+def _scenario_summary(bench: rn.Bench, policies: list[str], options: rn.BenchOptions) -> list[dict[str, Any]]:
+    """Summary rows of the scenario suite (:mod:`.scenario_table`), bounds computed once per workload."""
+    from timely_llm_ros.bench import scenarios as sc
+    from timely_llm_ros.bench.bounds import class_bounds
+    from timely_llm_ros.bench.scenario_table import summary_rows
+    from timely_llm_ros.core.simulator import SimConfig
+
+    config = SimConfig(profile=options.profile, exec_mode=options.exec_mode,
+                       network_latency=options.network_latency, seed=options.seed)
+    bounds: dict[str, dict[str, dict[str, Any]]] = {}
+
+    def bound_of(spec: str) -> dict[str, dict[str, Any]]:
+        if spec not in bounds:
+            bounds[spec] = class_bounds(bench.workload(spec).tasks, config)
+        return bounds[spec]
+
+    def classes_of(spec: str, policy: str) -> dict[str, Any] | None:
+        run_ = bench.runs.get((spec, policy))
+        return None if run_ is None else run_.classes
+
+    return summary_rows(sc.SUITE, classes_of, bound_of, lambda spec: len(bench.workload(spec).skipped),
+                        sc.policy_for, timely=policies[0] if policies[0].startswith("timely") else "timely")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,10 +1,10 @@
 """Urgent and normal % of Σβ versus load for every policy.
 
 ``python -m timely_llm_ros.bench.loadsweep --out results/ [--rates 0.1,0.25,0.5,0.75,1] [--cap 4]
-[--policies timely,edf-seg,...] [--metric pct_beta_clamped]``
+[--policies timely,edf-seg,...] [--metric pct_beta]``
 
-The load axis is WID 2's event rate (events/s; the preset is 0.25) with the agent pool scaled so
-that the rate, not the pool, sets the load (:func:`.scenarios.rate_spec`). Each (rate, policy) is one
+The load axis is WID 2's event rate (events/s; the preset is 0.25) with one agent per task, so that
+the rate, not the agent pool, sets the load and no task is skipped (:func:`.scenarios.rate_spec`). Each (rate, policy) is one
 simulation; the figure has one panel per task class (urgent, normal) with one line per policy, and
 a second row of panels when ``--cap`` adds a fixed max batch. Writes ``loadsweep.json`` (every
 class metric of every run, so the PNG can be re-drawn and checked) and ``loadsweep.png``
@@ -50,7 +50,7 @@ def sweep(rates: list[float], policies: list[str], caps: list[int | None],
 
 
 
-def plot(rows: list[dict[str, Any]], path: Path, metric: str = "pct_beta_clamped") -> Path:
+def plot(rows: list[dict[str, Any]], path: Path, metric: str = "pct_beta") -> Path:
     """Draw the sweep: rows = caps, columns = classes, x = event rate, one line per policy."""
     import matplotlib
 
@@ -68,14 +68,15 @@ def plot(rows: list[dict[str, Any]], path: Path, metric: str = "pct_beta_clamped
                 pts = [(r["rate"], (r["classes"].get(cls) or {}).get(metric)) for r in rows
                        if r["cap"] == cap and r["policy"] == pol]
                 pts = [(x, y) for x, y in pts if y is not None]
-                if pts:  # distinct markers: fcfs-seg and vllm-stream coincide (pitfalls note §6)
+                if pts:  # distinct markers: fcfs-seg and vllm-stream coincide (free resumption)
                     style = "-" if pol.startswith("timely") else "--"
                     ax.plot(*zip(*pts), style, marker=MARKERS[k % len(MARKERS)], label=pol,
                             linewidth=2 if pol == "timely" else 1, markersize=7 - (k % 3))
             cap_txt = f"max batch {cap}" if cap else "max batch 8 (default)"
             ax.set_title(f"{cls} tasks, WID 2, {cap_txt}", fontsize=10)
             ax.set_xlabel("event rate (events/s)")
-            ax.set_ylabel("% of Σβ" + (" (clamped at 0)" if metric == "pct_beta_clamped" else f" [{metric}]"))
+            ax.set_ylabel({"pct_beta": "% of Σβ (Eq. 1, unclamped)",
+                           "pct_beta_clamped": "% of Σβ (clamped at 0)"}.get(metric, f"[{metric}]"))
             ax.grid(alpha=0.3)
             if metric.startswith("pct_beta"):
                 ax.set_ylim(top=102)
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policies", default=",".join(POLICIES), help="comma-separated policy names")
     ap.add_argument("--cap", type=int, action="append", default=None,
                     help="also sweep with this fixed max batch (repeatable)")
-    ap.add_argument("--metric", default="pct_beta_clamped", choices=METRICS, help="plotted metric")
+    ap.add_argument("--metric", default="pct_beta", choices=METRICS, help="plotted metric")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     from timely_llm_ros.core.scheduler import UnknownPolicy, parse_policy
@@ -132,12 +133,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _text(rows: list[dict[str, Any]], metric: str) -> str:
-    lines = [f"{'cap':>4} {'rate':>5}  {'policy':<18}" + "".join(f"{c + ' ' + metric:>28}" for c in CLASSES)]
+    """One line per run: ``metric`` per class, and the clamped % of Σβ beside an unclamped one."""
+    keys = [metric] + (["pct_beta_clamped"] if metric == "pct_beta" else [])
+    head = "".join(f"{c + ' ' + k:>28}" for c in CLASSES for k in keys)
+    lines = [f"{'cap':>4} {'rate':>5}  {'policy':<18}" + head]
     for r in rows:
         cells = []
         for c in CLASSES:
-            v = (r["classes"].get(c) or {}).get(metric)
-            cells.append(f"{'-' if v is None else f'{v:.1f}':>28}")
+            for k in keys:
+                v = (r["classes"].get(c) or {}).get(k)
+                cells.append(f"{'-' if v is None else f'{v:.1f}':>28}")
         lines.append(f"{r['cap'] or 8:>4} {r['rate']:>5g}  {r['policy']:<18}" + "".join(cells))
     return "\n".join(lines)
 

@@ -8,99 +8,111 @@ generation time (PUD), execution-time-aware waiting of suspended generations, la
 size — in a form that behaves like EDF in underload (where EDF is optimal) and sheds by utility
 density only under overload, in the style of Locke's best-effort scheduler and DASA.
 
-Per queued generation ``i`` at time ``t`` (same inputs as Eq. 4: ``ref``, ``ERT_k``, ``α``, ``β``, ``G``,
-``net``; a generation started now is expected to end its segment at ``t + G``):
-
-* ``U_i = min(β, α·(max(W, 0) − ERT_k) + β)`` with ``W = t + G + net − ref`` — TUF_0 for a first
-  segment, TUF_1 for later ones (§4.2; ``ref`` is the previous action's estimated end with its
-  *minimum* execution time, §4.3), i.e. Eq. 4's numerator; ``PUD_i = U_i / G_i``;
-* ``D_i = ref + ERT_k − net``: latest generation end for full utility (the segment's deadline);
-* ``span_i = β/|α|`` (α < 0) or ``ERT_k + G_i`` (flat TUF: never loses utility; the span only bounds
-  its wait), ``Z_i = D_i + span_i``: the generation end at which its utility reaches 0;
-* *live* if ``U_i > 0``, else *late*; a live generation's critical time is ``C_i = D_i`` while it
-  can still end on time (``t + G_i ≤ D_i``) and ``Z_i`` once tardy (what is left to save);
-* *promoted*: late with ``t ≥ P_i = Z_i + A·(ERT_k + span_i)`` (``A`` = ``aging``, default 1): it
-  has waited one more zero-utility time past its zero-utility point.
+Per queued generation (``ref``, ``ERT_k``, ``α``, ``β``, ``G``, ``net`` as in Eq. 4; ``ref`` is the
+previous action's estimated end with its *minimum* execution time for k > 0, §4.3) the index of
+:mod:`.ua_index` keeps its deadline ``D``, zero-utility time ``Z``, promotion time ``P`` and its phase
+(ONTIME, TARDY, LATE, PROMOTED); its utility if started now is ``U = min(β, α·(max(W, 0) − ERT_k) + β)``
+with ``W = t + G + net − ref`` (TUF_0 for a first segment, TUF_1 after, §4.2) and ``PUD = U / G``.
+*Live* = ONTIME or TARDY; the critical time ``C`` of a live one is ``D`` while ONTIME and ``Z`` once
+TARDY (what is left to save; ordering a tardy segment by its missed deadline — ablation
+``timely-crit-d`` — puts the most overdue work first: EDF's domino effect under overload).
 
 Order (first = served first):
 
-1. promoted generations, by ``P_i`` (first promoted first) — the starvation bound: once promoted a
+1. promoted generations, by ``P`` (first promoted first) — the starvation bound: once promoted a
    generation only waits for those promoted before it, so with a finite backlog its wait is
-   bounded (test_policy_timely.py shows a late task is served and the ≤ 3× zero-utility bound);
-2. live generations kept by the utility-accrual test, by ``C_i`` (EDF; ties: higher PUD, then
-   submission order);
+   bounded (test_policy_timely.py shows a late task is served within 3× its zero-utility time);
+2. live generations kept by the utility-accrual test, by ``C`` (EDF; ties: submission order);
 3. live generations deferred by the test, by PUD (highest first);
-4. late, not yet promoted generations, by ``Z_i`` (first to become late first).
+4. late, not yet promoted generations, by ``Z`` (first to become late first).
 
 Option ``promoted_share < 1`` lets promoted work take at most that share of the ``M`` slots ahead of
-the kept live ones (the rest follow them). It trades the bound for utility under *permanent*
+the kept live ones (the rest follow them): it trades the bound for utility under *permanent*
 overload, where any bounded policy ends up serving everything late (variant ``timely-promote-half``).
 
-Why ``Z`` for tardy segments: ordering a tardy segment by its missed deadline ``D`` (ablation
-``timely-crit-d``) puts the most overdue work first — EDF's domino effect under overload.
-
-**Utility-accrual test** (DASA-style). The batch is ``M`` slots (the policy's max batch); slot
-``s`` is free at ``f_s`` (``t`` for an idle slot, ``max(t, seg_start + G)`` for a running generation:
-its segment's expected end), sorted ascending. The tentative schedule lists the kept live
-generations in EDF order; the ``j``-th (0-based) starts at ``f_j`` for ``j < M`` (list scheduling gives
-the ``j``-th earliest slot exactly) and at ``max(f_{M−1}, t + (Σ_s (f_s − t) + Σ_{l<j} G_l)/M)`` beyond
-(the average backlog: Graham's bound, never optimistic); it is feasible if every kept generation
-ends by ``C_i``. If the set of all live generations is infeasible, the lowest-PUD ones (ties: latest
-``C``, then newest) are deferred one by one until the rest is feasible. Deferring can only make the
-start times earlier, so feasibility is monotone in the number deferred and a binary search finds
-the least number (galloping from the previous decision's answer: usually two tests), ``O(n log n)``
-per test. In underload nothing is deferred and the order is
-EDF on segment deadlines.
+**Utility-accrual test** (DASA-style) over the first ``window`` live generations in EDF order (the
+*lookahead*; default 128 — more than the live queue of any preset, so there it is the whole queue).
+The batch is ``M`` slots; slot ``s`` is free at ``f_s`` (``t`` for an idle slot, ``max(t, seg_start +
+G)`` for a running generation), sorted ascending. The tentative schedule lists the kept live
+generations in EDF order; the ``j``-th (0-based) starts at ``f_j`` for ``j < M`` and at
+``max(f_{M−1}, t + (Σ_s (f_s − t) + Σ_{l<j} G_l)/M)`` beyond (the average backlog: Graham's bound,
+never optimistic); it is feasible if every kept generation ends by ``C``. If not, the lowest-PUD ones
+(ties: latest ``C``, then newest) are deferred one by one until the rest is feasible; feasibility
+is monotone in the number deferred, so a binary search finds the least number (galloping from the
+previous decision's answer: usually two tests). Live generations beyond the lookahead follow the
+kept ones in EDF order untested: their deadlines lie behind ``window`` others, so this decision's
+picks do not hinge on them, and the test's cost stays bounded however long the queue (≤ 1 ms
+per decision at 10,000 queued, ``bench.sched_overhead``). In underload nothing is deferred and the order is EDF on
+segment deadlines.
 
 **Utility-guided admission** (:class:`UtilityGuidedAdmission`, §4.4's intent: admit another
-generation only if the running ones can afford it). Admitting slows every running generation: one
-prefill pass ``P`` per step that admits new prompts, and a slower decode step ``T(B+1) > T(B)``. Both
-are *measured* between scheduling points (:class:`StepModel`: pure decode steps per batch size; the
-extra time of steps that admitted a new prompt), so the estimate is robust to prefill steps and
-needs no speed window (pitfall 2). With ``B`` running generations and candidate ``c``:
+generation only if that does not cost the running ones more than waiting costs the candidate).
+Admitting delays every running generation: one prefill pass ``P`` per step that admits new prompts,
+and a slower decode step ``T(B+k) > T(B)``. Both are *measured* (:class:`StepModel`: pure decode steps
+per batch size; the extra time of steps that admitted a prompt), so the estimate is robust to prefill
+steps and needs no speed window (a windowed speed estimate that mixes in prefill steps is fragile). With ``B`` running and the group ``c`` of ``k`` candidates
+(``k`` = 1, or the free slots with ``adm_group``), ``n_x`` = expected tokens left of ``x``'s segment
+(``⌈G_x / T(1)⌉`` capped at the maximum segment length, minus those generated, at least 1), and the
+*clamped* utility ``u_x(F) = max(0, min(β, α·(max(F + net − ref, 0) − ERT_k) + β))`` of a generation
+ending at ``F`` (past its zero-utility point a generation loses nothing more, so late running work never blocks admissions):
 
-* running generation ``r``, ``n_r`` = its expected tokens left (``⌈G_r / T(1)⌉`` capped at the
-  maximum segment length, minus those generated, at least 1): ``F_r = t + n_r·T(B)``,
-  ``F'_r = t + P + n_r·T(B+1)``; loss ``L_run = Σ_r u_r(F_r) − u_r(F'_r)`` with the *clamped* utility
-  ``u(F) = max(0, min(β, α·(max(F + net − ref, 0) − ERT_k) + β))`` — a generation past its
-  zero-utility point loses nothing more, so late running generations never block (pitfall 1);
-* deferring ``c`` until ``t_d = min F_r`` over the losing ones costs it
-  ``L_wait = u_c(t + P + G_c) − u_c(t_d + G_c)`` plus, for the idle slot, the tardy backlog's
-  slope: ``(Σ|α| of the other tardy live queued generations) · (t_d − t)/M``;
-* admit iff ``L_wait ≥ L_run``; a promoted candidate is always admitted (the starvation bound).
+* running ``r`` ends at ``F_r = t + n_r·T(B)``; admitting now makes it ``F_r + δ_r`` with
+  ``δ_r = P + n_r·(T(B+k) − T(B))``: it loses ``ℓ_r = u_r(F_r) − u_r(F_r + δ_r)``;
+* the candidates, admitted now, end at ``E_i = t + P + n_i·T(B+k)`` — the same step model as the
+  running ones (an earlier rule, ablation ``timely-adm-g``, used the bare estimate ``G`` = 90 ms here, which ignores
+  the prefill pass and the batch's slower steps — a drone first segment takes a pass plus about five
+  loaded steps, ~150 ms — so an urgent candidate seemed to have tens of milliseconds of slack it
+  did not have, and was held back until that phantom slack was spent while slots were free);
+* deferring the group until the ``j``-th losing generation ends (``t_j``, ascending ``F``) is credited
+  only with what that wait really saves: the whole loss of the losers that end by ``t_j``, and for
+  the others the slowdown of the tokens they generate before ``t_j`` — they still pay the prefill
+  pass and the rest when the group is admitted later (the earlier rule credited waiting
+  with every running generation's loss, so a few tardy urgent generations kept a slot idle while an
+  urgent candidate waited) — unless the pass at ``t_j`` is one another new prompt opens anyway
+  (one that is queued behind the group and not admitted now): then the group rides it and the
+  still-running losers are spared the whole pass. Waiting costs the group
+  ``Σ u_i(E_i) − u_i(E_i + t_j − t)`` plus, for the idle slot, the tardy backlog's slope:
+  ``(Σ|α| of the other tardy live queued generations) · k · (t_j − t)/M``;
+* admit unless some ``t_j`` saves more than it costs; if several do, the group is deferred to the one
+  that saves the most, and that is a *promise*: a later decision admits it once ``t_j`` has come,
+  without trading again (the trade assumed admission at ``t_j``; re-trading at every step could defer
+  it step after step); a promoted candidate is always admitted (the starvation bound);
+  with nothing running or nothing measured yet, admit (the paper's "lag for one generation").
 
-So a normal request with plenty of slack waits ~100 ms while urgent first segments finish, a fresh
-urgent one is admitted at once, and under sustained overload (a tardy backlog) the batch stays full.
-Option ``adm_group`` trades the whole group the ``k`` free slots would take (``T(B+k)``, the sum over
-the candidate and the next ``k − 1``; variant ``timely-adm-group``): measured slightly worse except
-under permanent overload. The paper's literal check is ``timely-paper``; ``timely-adm-paper`` pairs
-it with this ordering.
+So a normal request with plenty of slack waits a few steps while urgent first segments finish, a
+fresh urgent one waits at most for losing segments that end within its real slack, and under
+sustained overload (a tardy backlog) the batch stays full. Ablations: ``timely-adm-g`` (the
+earlier rule), ``timely-adm-nopromise``, ``timely-adm-group``, ``timely-adm-nocap``; the paper's
+literal check is ``timely-paper``, and ``timely-adm-paper`` pairs it with this ordering.
 """
 
 from __future__ import annotations
 
 import math
 from bisect import insort
+from collections.abc import Iterator
+from itertools import islice
 from dataclasses import dataclass
 
-import numpy as np
-
 from timely_llm_ros.core.generation import Generation
-from timely_llm_ros.core.priority import PriorityStrategy
+from timely_llm_ros.core.priority import PriorityStrategy, Ranking, check_estimate
 from timely_llm_ros.core.scheduler import (
     DEFAULT_MAX_BATCH,
     Admission,
     LatencyGuidedAdmission,
     register_policy,
 )
+from timely_llm_ros.core.ua_index import LATE, PROMOTED, Entry, PhaseIndex
 
-# Prior of the measured step model before any measurement (pitfalls note reference model: 21.5 ms
+# Prior of the measured step model before any measurement (paper Table 1 profile: 21.5 ms
 # per decode step + 0.8 ms per extra running sequence, i.e. ≈ 3.7 % of a step per sequence) and of
 # a prefill pass of a short prompt suffix (bound by reading the weights, like one decode step:
 # comment on prefill_c in config/profiles/llama3-8b-fp16-rtx4090.yaml).
 PRIOR_MARGINAL = 0.8 / 21.5
 PRIOR_PREFILL_STEPS = 1.0
 EMA = 0.25  # weight of a new step measurement (≈ the 4-step window of the engine's SpeedMeter)
+DEFAULT_WINDOW = 128  # live generations the utility-accrual test looks ahead (module docstring)
+PROMISES_KEPT = 4096  # deferral promises kept before old ones are pruned
 
 
 @dataclass(frozen=True)
@@ -115,6 +127,9 @@ class TimelyOptions:
     adm_group: bool = False  # the admission trades the group the free slots would take, not c alone
     adm_capacity: bool = True  # ... and counts idle slots against the tardy backlog
     promoted_share: float = 1.0  # promoted work may take at most this share of the slots (1: all)
+    window: int = DEFAULT_WINDOW  # lookahead of the utility-accrual test (live generations)
+    adm_promise: bool = True  # a refusal promises admission at the deferral point it assumed
+    adm_bare_g: bool = False  # the earlier admission rule (candidates timed by G, every loser credited)
 
     def __post_init__(self) -> None:
         if self.admission not in ADMISSIONS:
@@ -123,36 +138,54 @@ class TimelyOptions:
             raise ValueError(f"aging must be finite, got {self.aging!r}")
         if not 0.0 < self.promoted_share <= 1.0:
             raise ValueError(f"promoted_share must be in (0, 1], got {self.promoted_share!r}")
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
+            raise ValueError(f"window must be a positive integer, got {self.window!r}")
 
 
 ADMISSIONS = ("utility", "paper", "none")
 
 
 # -------------------------------------------------------------------------------- ordering
-def _classify(t: float, ref: float, e: float, al: float, be: float, g: float, net: float,
-              aging: float, critical_zero: bool) -> tuple[int, float, float]:
-    """(tier, key, pud) of one generation; tier 0 promoted, 1 live, 3 late (module docstring)."""
-    w = t + g + net - ref
-    u = al * ((w if w > 0.0 else 0.0) - e) + be
-    if u > be:
-        u = be
-    d = ref + e - net
-    span = be / -al if al < 0.0 else e + g
-    z = d + span
-    if u > 0.0:
-        crit = d if (t + g <= d or not critical_zero) else z
-        return 1, crit, u / g
-    if aging > 0.0:
-        p = z + aging * (e + span)
-        if t >= p:
-            return 0, p, u / g
-    return 3, z, u / g
+class TimelyRanking(Ranking):
+    """One decision's order (module docstring) over the index's tiers; built lazily."""
+
+    def __init__(self, t: float, index: PhaseIndex, first_promoted: int, kept: list[Entry],
+                 n_window: int, deferred: list[Entry], tardy_slope: float) -> None:
+        super().__init__(t)
+        self._ix = index
+        self._q = first_promoted
+        self._kept = kept
+        self._w = n_window
+        self._deferred = deferred
+        self.tardy_slope = tardy_slope
+        self.n_deferred = len(deferred)
+
+    def __iter__(self) -> Iterator[Generation]:
+        ix = self._ix
+        ent = ix.entries
+        q = self._q
+        for item in islice(ix.promoted, q):
+            yield ent[item[2]].gen
+        for e in self._kept:
+            yield e.gen
+        for item in ix.live.iter_from(self._w):
+            yield ent[item[2]].gen
+        for item in ix.promoted.iter_from(q):
+            yield ent[item[2]].gen
+        for e in self._deferred:
+            yield e.gen
+        for item in ix.late:
+            yield ent[item[2]].gen
+
+    def promoted(self, gen: Generation) -> bool:
+        e = self._ix.entries.get(gen.slot)
+        if e is None or e.gen is not gen or e.phase != PROMOTED:
+            return False
+        return self._q >= len(self._ix.promoted) or e.item < self._ix.promoted[self._q]
 
 
 class UtilityAccrualPriority(PriorityStrategy):
-    """EDF on segment deadlines in underload, PUD-based deferral under overload, bounded late tier.
-
-    Scores are ranks (``n − position``): larger is served first, as the scheduler expects."""
+    """EDF on segment deadlines in underload, PUD-based deferral under overload, bounded late tier."""
 
     name = "ua-edf"
     dynamic = True
@@ -160,220 +193,97 @@ class UtilityAccrualPriority(PriorityStrategy):
     def __init__(self, options: TimelyOptions | None = None) -> None:
         self.opt = options or TimelyOptions()
         self.max_batch = DEFAULT_MAX_BATCH
-        self._slot_ends: list[float] = []  # expected segment ends of the running generations
-        self._running_promoted = 0  # running generations that were promoted when admitted
-        self.last_deferred = 0  # live generations deferred by the last decision (diagnostics)
+        self.index = PhaseIndex(self.opt.aging, self.opt.critical_zero, self.opt.late_tier)
         self._hint = 0  # least removals of the last decision (search start)
-        self.last_live = 0
-        self.last_t = math.nan
-        self.last_cols = None
-        self.last_order = None
-        self.last_scores = None
-        self.last_promoted = 0
-        self.last_tardy_slope = 0.0
+        self.last_deferred = 0  # live generations deferred by the last decision (diagnostics)
 
     def fixed_key(self, arrival: float, ert: float) -> float:
         return arrival
 
-    def observe(self, t: float, running: list[Generation], max_batch: int) -> None:
-        self.max_batch = max(1, int(max_batch))
-        ends = []
-        promoted = 0
+    def add(self, gen: Generation) -> None:
+        check_estimate(gen)
+        self.index.add(gen)
+
+    def discard(self, gen: Generation) -> None:
+        self.index.discard(gen.slot)
+
+    def update(self, gen: Generation) -> None:
+        check_estimate(gen)
+        if gen.slot in self.index.entries:
+            self.index.discard(gen.slot)
+            self.index.add(gen)
+
+    def rank(self, t: float, running: list[Generation], max_batch: int) -> TimelyRanking:
         opt = self.opt
+        ix = self.index
+        self.max_batch = m = max(1, int(max_batch))
+        ix.advance(t)
+        ends = []
+        run_promoted = 0
         for r in running:
             end = r.seg_start + r.g
-            ends.append(end if end == end else t)  # nan seg_start: treat as free now
+            ends.append(end if end > t else t)  # nan seg_start (not started): free now
             if opt.promoted_share < 1.0 and r.seg_start == r.seg_start:
-                tier = _classify(r.seg_start, r.ref, r.ert_k, r.alpha, r.beta, r.g, r.net, opt.aging,
-                                 opt.critical_zero)[0]
-                promoted += tier == 0
-        self._slot_ends = ends
-        self._running_promoted = promoted
-
-    def _quota(self, n: int) -> int:
-        """How many promoted generations may go first (the rest follow the kept live ones)."""
-        if self.opt.promoted_share >= 1.0:
-            return n
-        return max(0, math.ceil(self.opt.promoted_share * self.max_batch) - self._running_promoted)
-
-    def _slots(self, t: float) -> list[float]:
-        m = self.max_batch
-        ends = sorted(e if e > t else t for e in self._slot_ends)[:m]
-        return [t] * (m - len(ends)) + ends
-
-    # -- the decision, pure Python (short queues) ----------------------------------------------
-    def scores_py(self, t: float, c: dict[str, list[float]], n: int) -> list[float]:
-        opt = self.opt
-        tiers: list[tuple] = [[], [], [], []]
-        tardy = 0.0  # Σ|α| of live generations already past their deadline (they lose with any delay)
-        for i, (ref, e, al, be, g, net, sq) in enumerate(zip(c["ref"], c["ert_k"], c["alpha"], c["beta"],
-                                                               c["g"], c["net"], c["seq"], strict=True)):
-            tier, key, pud = _classify(t, ref, e, al, be, g, net, opt.aging, opt.critical_zero)
-            if tier == 1 and t + g > ref + e - net:
-                tardy -= al
-            tiers[tier].append((key, -pud, sq, i))
-        live = sorted(tiers[1])  # EDF order: (C, -PUD, seq)
-        deferred: list[tuple] = []
-        if opt.ua_defer and len(live) > 1:
-            live, deferred = self._ua_split_py(t, live, c["g"])
+                run_promoted += Entry(r, opt.aging).phase_at(r.seg_start) == PROMOTED
+        n_prom = len(ix.promoted)
+        q = n_prom if opt.promoted_share >= 1.0 else min(
+            n_prom, max(0, math.ceil(opt.promoted_share * m) - run_promoted))
+        ent = ix.entries
+        window = [ent[item[2]] for item in ix.live.head(opt.window)]
+        kept, deferred = window, []
+        if opt.ua_defer:
+            tested = window if opt.late_tier else [e for e in window if e.phase != LATE]
+            if len(tested) > 1:
+                ends.sort()
+                slots = [t] * (m - len(ends)) + ends[:m] if len(ends) < m else ends[:m]
+                gone = self._ua_removed(t, slots, tested)
+                if gone:
+                    kept = [e for e in window if e.slot not in gone]
+                    deferred = sorted((e for e in window if e.slot in gone), key=lambda e: (-gone[e.slot], e.item))
         self.last_deferred = len(deferred)
-        self.last_live = len(live) + len(deferred)
-        late = sorted(tiers[3])
-        if not opt.late_tier:  # ablation: late ones in EDF order (by Z) among the kept live ones
-            live, late = sorted(live + late), []
-        promoted = sorted(tiers[0])
-        q = self._quota(len(promoted))
-        order = promoted[:q] + live + promoted[q:] + sorted(deferred, key=lambda x: (x[1], x[0], x[2])) + late
-        out = [0.0] * n
-        for rank, item in enumerate(order):
-            out[item[3]] = float(n - rank)
-        self._remember(t, c, [item[3] for item in order], out, min(q, len(promoted)))
-        self.last_tardy_slope = tardy
-        return out
+        return TimelyRanking(t, ix, q, kept, len(window), deferred, ix.tardy_slope())
 
-    def _remember(self, t: float, cols, order, scores, n_promoted: int) -> None:
-        """Keep the last decision's order for the admission (it trades a group of candidates)."""
-        self.last_t = t
-        self.last_cols = cols
-        self.last_order = order
-        self.last_scores = scores
-        self.last_promoted = n_promoted
-
-    def group(self, t: float, slot: int, k: int) -> list[int]:
-        """Slots of the queued generation in ``slot`` and of the ``k − 1`` next in the last order."""
-        if self.last_t != t or self.last_scores is None or not 0 <= slot < len(self.last_scores):
-            return [slot]
-        n = len(self.last_scores)
-        rank = int(n - self.last_scores[slot])
-        return [int(i) for i in self.last_order[rank:rank + k]]
-
-    def promoted(self, t: float, slot: int) -> bool:
-        if self.last_t != t or self.last_scores is None or not 0 <= slot < len(self.last_scores):
-            return False
-        return int(len(self.last_scores) - self.last_scores[slot]) < self.last_promoted
-
-    def _feasible_py(self, t: float, slots: list[float], s0: float, items: list[tuple], g: list[float],
-                     skip: set[int]) -> bool:
+    def _ua_removed(self, t: float, slots: list[float], live: list[Entry]) -> dict[int, float]:
+        """The live generations the utility-accrual test defers: slot -> PUD (module docstring)."""
         m = len(slots)
-        last = slots[-1]
-        prior = 0.0
-        j = 0
-        for crit, _, _, i in items:
-            if i in skip:
-                continue
-            gi = g[i]
-            if j < m:
-                start = slots[j]
-            else:
-                start = t + (s0 + prior) / m
-                if start < last:
-                    start = last
-            if start + gi > crit:
-                return False
-            prior += gi
-            j += 1
-        return True
-
-    def _ua_split_py(self, t: float, live: list[tuple], g: list[float]) -> tuple[list[tuple], list[tuple]]:
-        slots = self._slots(t)
         s0 = 0.0
         for f in slots:
             s0 += f - t
-        if self._feasible_py(t, slots, s0, live, g, set()):
-            self._hint = 0
-            return live, []
-        # removal order: lowest PUD first; ties: latest critical time, then newest
-        removal = sorted(live, key=lambda x: (-x[1], -x[0], -x[2]))
+        last = slots[-1]
+        k = len(live)
+        crit = [e.item[0] for e in live]
+        g = [e.g for e in live]
+        rank = [k] * k  # removal rank of each live item (k: never removed)
 
         def feasible(r: int) -> bool:
-            return self._feasible_py(t, slots, s0, live, g, {x[3] for x in removal[:r]})
-
-        r = self._hint = _least_removals(feasible, len(live), self._hint)
-        gone = {x[3] for x in removal[:r]}
-        return [x for x in live if x[3] not in gone], [x for x in live if x[3] in gone]
-
-    # -- the same decision with numpy (long queues); same float operations, same order ----------
-    def scores_np(self, t: float, a: dict[str, np.ndarray], n: int) -> np.ndarray:
-        opt = self.opt
-        ref, e, al, be = a["ref"][:n], a["ert_k"][:n], a["alpha"][:n], a["beta"][:n]
-        g, net, sq = a["g"][:n], a["net"][:n], a["seq"][:n]
-        w = ((t + g) + net) - ref
-        u = np.minimum(al * (np.maximum(w, 0.0) - e) + be, be)
-        d = (ref + e) - net
-        with np.errstate(divide="ignore"):
-            span = np.where(al < 0.0, be / np.where(al < 0.0, -al, 1.0), e + g)
-        z = d + span
-        pud = u / g
-        live = u > 0.0
-        crit = np.where((t + g <= d) | (not opt.critical_zero), d, z)
-        key = np.where(live, crit, z)
-        tier = np.where(live, 1, 3)
-        if opt.aging > 0.0:
-            p = z + opt.aging * (e + span)
-            promoted = ~live & (t >= p)
-            tier = np.where(promoted, 0, tier)
-            key = np.where(promoted, p, key)
-        # EDF order of everything by (tier, key, -pud, seq)
-        order = np.lexsort((sq, -pud, key, tier))
-        tier_sorted = tier[order]
-        live_idx = order[tier_sorted == 1]
-        self.last_deferred = 0
-        self.last_live = len(live_idx)
-        if opt.ua_defer and len(live_idx) > 1:
-            keep = self._ua_keep_np(t, live_idx, key, pud, g, sq)
-            if not keep.all():
-                self.last_deferred = int((~keep).sum())
-                dfr = live_idx[~keep]
-                dfr = dfr[np.lexsort((sq[dfr], key[dfr], -pud[dfr]))]
-                live_idx = np.concatenate((live_idx[keep], dfr))
-        front = order[tier_sorted == 0]
-        late_idx = order[tier_sorted == 3]
-        if not opt.late_tier:  # ablation: late ones in EDF order (by Z) among the kept live ones
-            n_kept = len(live_idx) - self.last_deferred
-            merged = np.concatenate((live_idx[:n_kept], late_idx))
-            merged = merged[np.lexsort((sq[merged], -pud[merged], key[merged]))]
-            live_idx = np.concatenate((merged, live_idx[n_kept:]))
-            late_idx = late_idx[:0]
-        q = min(self._quota(len(front)), len(front))
-        n_kept = len(live_idx) - self.last_deferred
-        order = np.concatenate((front[:q], live_idx[:n_kept], front[q:], live_idx[n_kept:], late_idx))
-        out = np.empty(n)
-        out[order] = n - np.arange(n, dtype=float)
-        self._remember(t, a, order, out, q)
-        self.last_tardy_slope = float(-al[live & (t + g > d)].sum())
-        return out
-
-    def _ua_keep_np(self, t: float, live_idx: np.ndarray, key: np.ndarray, pud: np.ndarray, g: np.ndarray,
-                    sq: np.ndarray) -> np.ndarray:
-        slots = np.asarray(self._slots(t))
-        m = len(slots)
-        s0 = 0.0
-        for f in slots:  # same summation order as the Python path
-            s0 += float(f) - t
-        crit = key[live_idx]
-        gl = g[live_idx]
-        k = len(live_idx)
-        # removal rank of each live item: lowest PUD first, then latest C, then newest
-        rem = np.lexsort((-sq[live_idx], -crit, pud[live_idx]))
-        rank = np.empty(k, dtype=np.int64)
-        rank[rem] = np.arange(k)
-
-        def feasible(r: int) -> bool:
-            kept = rank >= r
-            gk = gl[kept]
-            if not len(gk):
-                return True
-            prior = np.concatenate(([0.0], np.cumsum(gk)[:-1]))
-            start = np.maximum(t + (s0 + prior) / m, slots[-1])
-            j = min(m, len(gk))
-            start[:j] = slots[:j]
-            return bool(np.all(start + gk <= crit[kept]))
+            prior = 0.0
+            j = 0
+            for i in range(k):
+                if rank[i] < r:
+                    continue
+                if j < m:
+                    start = slots[j]
+                else:
+                    start = t + (s0 + prior) / m
+                    if start < last:
+                        start = last
+                gi = g[i]
+                if start + gi > crit[i]:
+                    return False
+                prior += gi
+                j += 1
+            return True
 
         if feasible(0):
             self._hint = 0
-            return np.ones(k, dtype=bool)
-        r = self._hint = _least_removals(feasible, k, max(self._hint, 1))
-        return rank >= r
+            return {}
+        # removal order: lowest PUD first; ties: latest critical time, then newest
+        pud = [e.utility(t) / e.g for e in live]
+        removal = sorted(range(k), key=lambda i: (pud[i], -crit[i], -live[i].seq))
+        for pos, i in enumerate(removal):
+            rank[i] = pos
+        r = self._hint = _least_removals(feasible, k, self._hint)
+        return {live[i].slot: pud[i] for i in removal[:r]}
 
 
 def _least_removals(feasible, k: int, hint: int) -> int:
@@ -496,13 +406,26 @@ class StepModel:
         return None if s is None else PRIOR_PREFILL_STEPS * s
 
 
-def _gen_utility(end: float, ref: float, e: float, al: float, be: float, net: float) -> float:
-    """Clamped utility of a segment whose generation ends at ``end`` (action starts ``net`` later)."""
-    w = end + net - ref
-    u = al * ((w if w > 0.0 else 0.0) - e) + be
-    if u > be:
-        u = be
+def _gen_utility(end: float, gen: Generation) -> float:
+    """Clamped utility of ``gen``'s segment if its generation ends at ``end`` (action ``net`` later)."""
+    w = end + gen.net - gen.ref
+    u = gen.alpha * ((w if w > 0.0 else 0.0) - gen.ert_k) + gen.beta
+    if u > gen.beta:
+        u = gen.beta
     return u if u > 0.0 else 0.0
+
+
+def _tokens_expected(g: Generation, t1: float) -> int:
+    """Expected tokens of a segment: its estimate G in tokens at the single-sequence step time,
+    capped at the skill set's maximum segment length."""
+    expected = int(math.ceil(g.g / t1)) if t1 > 0.0 else g.max_seg_tokens
+    return min(expected, g.max_seg_tokens)
+
+
+def _tokens_left(r: Generation, t1: float) -> int:
+    """Expected tokens left in a running generation's segment (at least one)."""
+    left = _tokens_expected(r, t1) - r.seg_tokens
+    return left if left > 1 else 1
 
 
 class UtilityGuidedAdmission(Admission):
@@ -510,85 +433,117 @@ class UtilityGuidedAdmission(Admission):
 
     name = "utility-guided"
 
-    def __init__(self, prio: UtilityAccrualPriority | None = None, group: bool = False,
-                 capacity: bool = True) -> None:
-        self.prio = prio
+    def __init__(self, group: bool = False, capacity: bool = True, promise: bool = True,
+                 bare_g: bool = False) -> None:
         self.group = group
         self.capacity = capacity
+        self.promise = promise
+        self.bare_g = bare_g
         self.model = StepModel()
+        self.max_batch = DEFAULT_MAX_BATCH
         self.refused = 0
         self._pass_at = math.nan  # time of the decision that already admitted a new prompt
+        self._promised: dict[int, float] = {}  # gen_id -> time it was deferred to
 
     def observe(self, t: float, running: list[Generation], max_batch: int) -> None:
+        self.max_batch = max(1, int(max_batch))
         self.model.observe(t)
+        if len(self._promised) > PROMISES_KEPT:  # generations that left without being admitted
+            self._promised = {k: v for k, v in self._promised.items() if v > t - 1.0}
 
     def decided(self, t: float, running: list[Generation], picked: list[Generation]) -> None:
         self.model.record_decision(t, list(running), picked)
 
-    def allow(self, t: float, cand: Generation, running: list[Generation], speed: float | None) -> bool:
+    def allow(self, t: float, cand: Generation, running: list[Generation], speed: float | None,
+              ranking: Ranking) -> bool:
         b = len(running)
         tb = self.model.step(b)
-        prio = self.prio
-        if not running or tb is None or prio is None:
+        if not running or tb is None or ranking.promoted(cand):
             return self._admit(t, cand)
-        if prio.promoted(t, cand.slot):  # the starvation bound: promoted work is never gated
-            return self._admit(t, cand)
-        free = max(1, prio.max_batch - b)
-        slots = prio.group(t, cand.slot, free if self.group else 1)
-        cols = prio.last_cols
-        k = len(slots)
-        tbk = self.model.step(b + k)
+        promised = self._promised.get(cand.gen_id)
+        if promised is not None and t >= promised:
+            return self._admit(t, cand)  # an earlier decision deferred it until now: keep its word
+        free = max(1, self.max_batch - b)
+        group = ranking.group(cand, free if self.group else 1)
+        k = len(group)
+        dstep = (self.model.step(b + k) or tb) - tb
         t1 = self.model.step(1) or tb
         # one prefill pass per step: only the first new prompt of this step pays its fixed cost
         pre = 0.0
         if cand.context is None and self._pass_at != t:
             pre = self.model.prefill_pass(b) or 0.0
-        loss = 0.0
-        t_d = math.inf
+        losers = []  # (F_r, its loss if the group is admitted now, r)
         for r in running:
-            left = _tokens_left(r, t1)
-            f = t + left * tb
-            f2 = t + pre + left * tbk
-            lr = (_gen_utility(f, r.ref, r.ert_k, r.alpha, r.beta, r.net)
-                  - _gen_utility(f2, r.ref, r.ert_k, r.alpha, r.beta, r.net))
-            if lr > 0.0:
-                loss += lr
-                if f < t_d:
-                    t_d = f
-        if loss <= 0.0:
+            f = t + _tokens_left(r, t1) * tb
+            loss = _gen_utility(f, r) - _gen_utility(f + pre + _tokens_left(r, t1) * dstep, r)
+            if loss > 0.0:
+                losers.append((f, loss, r))
+        if not losers:
             return self._admit(t, cand)
-        own = 0.0
-        ref, ek, al, be, g, net = (cols["ref"], cols["ert_k"], cols["alpha"], cols["beta"], cols["g"],
-                                   cols["net"])
-        for i in slots:
-            gi = float(g[i])
-            a = (float(ref[i]), float(ek[i]), float(al[i]), float(be[i]), float(net[i]))
-            own += _gen_utility(t + pre + gi, *a) - _gen_utility(t_d + gi, *a)
-        if self.capacity and t_d > t:
-            # the idle slots delay the tardy backlog behind the group by about k·(t_d − t)/M
-            behind = prio.last_tardy_slope
-            for i in slots:
-                if t + float(g[i]) > float(ref[i]) + float(ek[i]) - float(net[i]) and float(al[i]) < 0.0:
-                    behind += float(al[i])
-            if behind > 0.0:
-                own += behind * k * (t_d - t) / prio.max_batch
-        if own >= loss:
-            return self._admit(t, cand)
-        self.refused += 1
-        return False
+        losers.sort(key=lambda x: x[0])
+        behind = 0.0
+        if self.capacity:  # the idle slots delay the tardy backlog behind the group by about k·wait/M
+            behind = ranking.tardy_slope + sum(c.alpha for c in group if c.alpha < 0.0 and t + c.g > c.deadline())
+        if self.bare_g:
+            gain, until = self._bare_g_gain(t, group, losers, pre, behind)
+        else:
+            gain, until = self._best_deferral(t, cand, group, losers, pre, tb, dstep, t1, free, behind, ranking)
+        if gain > 0.0:
+            if self.promise:
+                self._promised[cand.gen_id] = until
+            self.refused += 1
+            return False
+        return self._admit(t, cand)
+
+    def _best_deferral(self, t: float, cand: Generation, group: list[Generation], losers: list, pre: float,
+                       tb: float, dstep: float, t1: float, free: int, behind: float,
+                       ranking: Ranking) -> tuple[float, float]:
+        """(largest net gain of deferring the group to the end of one of the losers, that end)."""
+        # A deferred new prompt rides a prefill pass that another new prompt, not admitted now
+        # anyway, will open when enough slots have freed: from that deferral point on, the running
+        # generations pay no extra pass for the group.
+        shared_from = len(losers)
+        if pre > 0.0:
+            ahead = ranking.group(cand, free + len(losers))
+            for idx in range(max(1, free), len(ahead)):
+                if ahead[idx].context is None:
+                    shared_from = idx - free
+                    break
+        ends = [t + pre + _tokens_expected(c, t1) * (tb + dstep) for c in group]
+        best, until = 0.0, t
+        for j, (tj, _, _) in enumerate(losers):
+            wait = tj - t
+            pre_later = 0.0 if j >= shared_from else pre
+            saved = 0.0
+            for i, (f, loss, r) in enumerate(losers):
+                if i <= j:
+                    saved += loss  # it ends before the deferred admission: spared entirely
+                else:  # still running then: it pays the pass and the slowdown of its last tokens
+                    later = (f - tj) / tb * dstep
+                    saved += loss - (_gen_utility(f, r) - _gen_utility(f + pre_later + later, r))
+            cost = behind * len(group) * wait / self.max_batch if behind > 0.0 else 0.0
+            for c, e in zip(group, ends, strict=True):
+                cost += _gen_utility(e, c) - _gen_utility(e + wait, c)
+            if saved - cost > best:
+                best, until = saved - cost, tj
+        return best, until
+
+    def _bare_g_gain(self, t: float, group: list[Generation], losers: list, pre: float,
+                     behind: float) -> tuple[float, float]:
+        """The earlier rule (ablation ``timely-adm-g``): the candidates' ends by their bare
+        estimate G, and waiting until the first loser ends credited with every loser's loss."""
+        t_d = losers[0][0]
+        own = sum(_gen_utility(t + pre + c.g, c) - _gen_utility(t_d + c.g, c) for c in group)
+        if behind > 0.0 and t_d > t:
+            own += behind * len(group) * (t_d - t) / self.max_batch
+        gain = sum(x[1] for x in losers) - own
+        return (gain, t_d) if gain > 0.0 else (0.0, t)
 
     def _admit(self, t: float, cand: Generation) -> bool:
+        self._promised.pop(cand.gen_id, None)
         if cand.context is None:  # this step now holds a prefill pass
             self._pass_at = t
         return True
-
-
-def _tokens_left(r: Generation, t1: float) -> int:
-    """Expected tokens left in a running generation's segment: its estimate G in tokens at the
-    single-sequence step time, less what it generated (at least one)."""
-    expected = int(math.ceil(r.g / t1)) if t1 > 0.0 else r.max_seg_tokens
-    left = min(expected, r.max_seg_tokens) - r.seg_tokens
-    return left if left > 1 else 1
 
 
 # -------------------------------------------------------------------------------- registration
@@ -598,7 +553,8 @@ def timely_strategies(options: TimelyOptions | None = None) -> tuple[PriorityStr
     prio = UtilityAccrualPriority(opt)
     adm: Admission
     if opt.admission == "utility":
-        adm = UtilityGuidedAdmission(prio, group=opt.adm_group, capacity=opt.adm_capacity)
+        adm = UtilityGuidedAdmission(group=opt.adm_group, capacity=opt.adm_capacity, promise=opt.adm_promise,
+                                     bare_g=opt.adm_bare_g)
     elif opt.admission == "paper":
         adm = LatencyGuidedAdmission()
     else:
@@ -619,6 +575,9 @@ VARIANTS: dict[str, TimelyOptions] = {
     "timely-no-adm": TimelyOptions(admission="none"),
     "timely-edf-dyn": TimelyOptions(ua_defer=False, late_tier=False, aging=0.0, critical_zero=False,
                                     admission="none"),
+    "timely-full-ua": TimelyOptions(window=1 << 30),
+    "timely-adm-nopromise": TimelyOptions(adm_promise=False),
+    "timely-adm-g": TimelyOptions(adm_bare_g=True, adm_promise=False),
 }
 
 

@@ -3,7 +3,7 @@
 Policies (``name`` or ``name@bN`` for a fixed maximum batch N; default N = 8, the reference model's):
 
 ==============  =========  ==================================  ======================================
-policy          segmented  priority (recomputed every fetch)   admission besides batch + KV memory
+policy          segmented  priority (at every decision)        admission besides batch + KV memory
 ==============  =========  ==================================  ======================================
 timely-paper    yes        PUD, Eq. 4 (:mod:`.priority`)       §4.4 latency-guided check
 timely          yes        utility accrual, segment EDF (*)    utility-guided (*)
@@ -30,9 +30,13 @@ engine behind late work; ``timely-paper`` keeps it.
 
 Every policy also needs a free batch slot and ``mem_need ≤`` free KV memory (suspended contexts
 are evictable); a candidate that fails any check blocks the ones behind it (no overtaking), as in
-vLLM's FCFS waiting queue. There is no mid-segment preemption. Priorities are recomputed at every
-scheduling point (before every engine iteration); the clock does not move within one decision, so
-that one recomputation ranks every admission of the step.
+vLLM's FCFS waiting queue. There is no mid-segment preemption. Every scheduling point (before every
+engine iteration) asks the priority strategy for one :class:`~.priority.Ranking` — the service order
+at that time; the clock does not move within one decision, so that one ranking orders every
+admission of the step, and the admission check of each candidate gets it (the explicit decision
+object: which candidates are promoted, which come next, the tardy backlog's utility slope).
+Strategies keep their own index of the queue, so a decision costs what changed since the previous
+one, not a re-scoring of the whole queue (``bench.sched_overhead`` measures it).
 
 Strategies are small objects (:class:`~.priority.PriorityStrategy`, :class:`Admission`); a new
 policy is a pair of them registered with :func:`register_policy`.
@@ -44,19 +48,20 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-
 from timely_llm_ros.core.generation import Generation
 from timely_llm_ros.core.priority import (
+    NUMPY_THRESHOLD,
     EDFPriority,
     FCFSPriority,
     PriorityStrategy,
     PUDPriority,
-    QueueColumns,
+    Ranking,
+    check_estimate,
 )
 
 DEFAULT_MAX_BATCH = 8
-NUMPY_THRESHOLD = 48  # queues at least this long are scored with numpy
+__all__ = ["NUMPY_THRESHOLD", "Admission", "LatencyGuidedAdmission", "Policy", "Ranking", "Scheduler",
+           "UnknownPolicy", "parse_policy", "policy_names", "register_policy"]
 
 
 class UnknownPolicy(ValueError):
@@ -68,7 +73,9 @@ class Admission:
 
     name = "none"
 
-    def allow(self, t: float, cand: Generation, running: list[Generation], speed: float | None) -> bool:
+    def allow(self, t: float, cand: Generation, running: list[Generation], speed: float | None,
+              ranking: Ranking) -> bool:
+        """Whether ``cand`` (the next in ``ranking``) may join ``running`` in this step."""
         return True
 
     def observe(self, t: float, running: list[Generation], max_batch: int) -> None:
@@ -83,7 +90,8 @@ class LatencyGuidedAdmission(Admission):
 
     name = "latency-guided"
 
-    def allow(self, t: float, cand: Generation, running: list[Generation], speed: float | None) -> bool:
+    def allow(self, t: float, cand: Generation, running: list[Generation], speed: float | None,
+              ranking: Ranking | None = None) -> bool:
         if not running or speed is None or not speed > 0:
             return True
         urgent = running[0]
@@ -169,94 +177,71 @@ def parse_policy(spec: str | Policy) -> Policy:
 
 
 class Scheduler:
-    """Priority queue of generations plus the admission decision of one engine step."""
+    """Priority queue of generations plus the admission decision of one engine step.
+
+    The queue itself lives in the policy's :class:`~.priority.PriorityStrategy` (each keeps the index
+    its order needs); the scheduler gives every queued generation a unique ticket (``gen.slot``) and
+    runs the decision: one :class:`~.priority.Ranking` per decision, candidates taken in its order
+    while batch, memory and the admission check allow (no overtaking)."""
 
     def __init__(self, policy: str | Policy) -> None:
         self.policy = parse_policy(policy)
         self._prio = self.policy.priority
         self._adm = self.policy.admission
-        self._q = QueueColumns()
-        self._gens: list[Generation] = []
+        self._gens: dict[int, Generation] = {}
+        self._ticket = 0
         self.decisions = 0
 
     def __len__(self) -> int:
-        return self._q.n
+        return len(self._gens)
 
     def __contains__(self, gen: Generation) -> bool:
-        return 0 <= gen.slot < self._q.n and self._gens[gen.slot] is gen
-
-    def _values(self, gen: Generation) -> tuple[float, ...]:
-        if not gen.g > 0:
-            raise ValueError(f"generation {gen.gen_id}: segment generation estimate G must be > 0, "
-                             f"got {gen.g}")
-        return (gen.ref, gen.ert_k, gen.alpha, gen.beta, gen.g, gen.net, gen.fixed_key, float(gen.seq))
+        return self._gens.get(gen.slot) is gen
 
     def push(self, gen: Generation) -> None:
         """Queue an initial or suspended generation (its fields say which segment comes next)."""
         if gen in self:
             raise ValueError(f"generation {gen.gen_id} is already queued")
+        check_estimate(gen)
         gen.fixed_key = self._prio.fixed_key(gen.record.arrival, gen.ert)
-        gen.slot = self._q.append(self._values(gen))
-        self._gens.append(gen)
+        self._ticket += 1
+        gen.slot = self._ticket
+        self._gens[gen.slot] = gen
+        self._prio.add(gen)
 
     def update(self, gen: Generation) -> None:
         """Re-read a queued generation's fields (e.g. after robot feedback moved ``ref``)."""
         if gen in self:
-            self._q.set(gen.slot, self._values(gen))
+            self._prio.update(gen)
 
     def remove(self, gen: Generation) -> None:
         if gen not in self:
             return
-        slot = gen.slot
-        moved = self._q.remove(slot)
-        last = self._gens.pop()
-        if moved >= 0:
-            self._gens[slot] = last
-            last.slot = slot
+        del self._gens[gen.slot]
+        self._prio.discard(gen)
         gen.slot = -1
 
-    def scores(self, t: float) -> list[float] | np.ndarray:
-        """Priorities of all queued generations at time ``t`` (slot order)."""
-        q = self._q
-        if q.n >= NUMPY_THRESHOLD:
-            return self._prio.scores_np(t, q.arrs, q.n)
-        return self._prio.scores_py(t, q.cols, q.n)
+    def ranking(self, t: float, running: list[Generation] | tuple = ()) -> Ranking:
+        """The service order at ``t`` (what :meth:`select` would take first, second, ...)."""
+        return self._prio.rank(t, list(running), self.policy.max_batch)
 
-    def _best(self, s, excluded: set[int]) -> int:
-        """Slot with the highest score (ties: earliest submission), skipping ``excluded`` slots."""
-        seq = self._q.cols["seq"]
-        if isinstance(s, np.ndarray):
-            if excluded:
-                s = s.copy()
-                s[list(excluded)] = -np.inf
-            m = s.max()
-            ties = np.flatnonzero(s == m)
-            if len(ties) == 1:
-                return int(ties[0])
-            return min((int(i) for i in ties), key=seq.__getitem__)
-        best = -1
-        bs = 0.0
-        for i, v in enumerate(s):
-            if i in excluded:
-                continue
-            if best < 0 or v > bs or (v == bs and seq[i] < seq[best]):
-                best, bs = i, v
-        return best
+    def order(self, t: float, running: list[Generation] | tuple = ()) -> list[Generation]:
+        """The whole queue in service order at ``t`` (diagnostics and tests; ``O(n log n)``)."""
+        return list(self.ranking(t, running))
 
     def pop_best(self, t: float) -> Generation | None:
-        """One scheduling decision: recompute all priorities, remove and return the best (benchmark)."""
-        if not self._q.n:
+        """One scheduling decision with nothing running: remove and return the best (benchmark)."""
+        if not self._gens:
             return None
-        slot = self._best(self.scores(t), set())
-        gen = self._gens[slot]
-        self.remove(gen)
+        gen = next(iter(self.ranking(t)), None)
+        if gen is not None:
+            self.remove(gen)
         self.decisions += 1
         return gen
 
     def select(self, t: float, running: list[Generation], speed: float | None,
                mem_free: int) -> list[Generation]:
         """Generations to admit or resume before the next engine step (removed from the queue)."""
-        self._prio.observe(t, running, self.policy.max_batch)
         self._adm.observe(t, running, self.policy.max_batch)
         picked = self._select(t, running, speed, mem_free)
         self._adm.decided(t, running, picked)
@@ -265,19 +250,19 @@ class Scheduler:
     def _select(self, t: float, running: list[Generation], speed: float | None,
                 mem_free: int) -> list[Generation]:
         free = self.policy.max_batch - len(running)
-        if free <= 0 or not self._q.n:
+        if free <= 0 or not self._gens:
             return []
-        s = self.scores(t)
+        ranking = self._prio.rank(t, list(running), self.policy.max_batch)
         self.decisions += 1
         picked: list[Generation] = []
-        taken: set[int] = set()
         active = list(running)
-        while free > 0 and len(taken) < self._q.n:
-            slot = self._best(s, taken)
-            cand = self._gens[slot]
-            if cand.mem_need > mem_free or not self._adm.allow(t, cand, active, speed):
+        order = iter(ranking)
+        while free > 0:  # ask for the next candidate only while a slot is free (rankings are lazy)
+            cand = next(order, None)
+            if cand is None:
                 break
-            taken.add(slot)
+            if cand.mem_need > mem_free or not self._adm.allow(t, cand, active, speed, ranking):
+                break
             picked.append(cand)
             active.append(cand)
             mem_free -= cand.mem_need

@@ -21,6 +21,26 @@ Where this composer differs from the public generator, on purpose:
 - the free agent chosen is the one that has been free longest (ties: lowest index), which is the
   public generator's "earliest timer" rule restricted to free agents.
 
+Workload families for overload studies (each is a key, so ``wid2:bursty=10,compress=0.5``
+reproduces a case from its name alone; with all three at their defaults the draws, and so the
+tasks, are exactly those of the plain Poisson composer):
+
+- ``bursty=F`` (F > 1): a two-state Markov-modulated Poisson process. The event stream alternates
+  between a *calm* state and a *burst* state whose event rate is F times the calm one; sojourn
+  times are exponential with means ``calm_s`` and ``burst_s``. The two rates are chosen so that the
+  long-run mean stays ``rate`` (calm rate ``rate / (1 − p + F·p)`` with ``p = burst_s / (burst_s +
+  calm_s)`` the share of time in bursts): the same expected load, concentrated. Implemented as a
+  time change of the plain stream (the k-th event's arrival solves ``Λ(t) = rate·τ_k`` where ``τ_k``
+  is its plain-Poisson time and ``Λ`` the integrated rate), so event sizes and traces are the same
+  draws as without ``bursty``; the state process has its own random stream (same seed);
+- ``compress=c`` (0 < c ≤ 1 packs, > 1 spreads): every event time ``t`` becomes
+  ``start + c·(t − start)`` — the same events, closer together, so bursts overlap; the tasks of an
+  event keep their ``job_interval``. Agents are assigned on the compressed timeline (a busy agent is
+  still busy), so with a fixed pool more tasks may be skipped — and reported;
+- ``unique_agents=true``: every task gets its own agent (the public generator's growing pool taken
+  to the limit: nothing is ever skipped and ``agents`` is ignored). The load is then set by the
+  event stream alone.
+
 The busy estimate uses the *isolated* planning time; under contention real planning takes
 longer, so an agent may receive its next task while the simulator is still planning the previous
 one. The simulator treats tasks independently (as the public workloads do), so this only affects
@@ -29,9 +49,11 @@ how realistic the agent count is, never correctness.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import random
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -43,6 +65,10 @@ from timely_llm_ros.workload.tasks import TaskCatalog, load_catalog
 # a 1 s guard between two tasks of the same agent.
 DEFAULT_JOB_INTERVAL_S = 0.001
 DEFAULT_GUARD_S = 1.0
+# Bursty family defaults: bursts of ~10 s every ~50 s (a burst state holds 20 % of the time).
+DEFAULT_BURST_S = 10.0
+DEFAULT_CALM_S = 40.0
+DEFAULT_BURST_FACTOR = 10.0  # ``bursty=true``
 
 
 @dataclass
@@ -62,6 +88,18 @@ class ComposerSpec:
     # Traces listed here are written for another skill set of the same task, e.g.
     # {9: "arm_fltrnn"}; default: each task's primary variant.
     skill_sets: dict[int, str] = field(default_factory=dict)
+    # Overload families (module docstring): two-state bursts, time compression, one agent per task.
+    bursty: float = 0.0  # burst-state rate / calm-state rate; 0 or 1: plain Poisson
+    burst_s: float = DEFAULT_BURST_S  # mean length of a burst state (s)
+    calm_s: float = DEFAULT_CALM_S  # mean length of a calm state (s)
+    compress: float = 1.0  # event times scaled about ``start`` by this factor
+    unique_agents: bool = False  # one agent per task (nothing skipped; ``agents`` ignored)
+
+    def __post_init__(self) -> None:
+        if self.bursty is True:  # ``bursty=true``: the default burst factor
+            self.bursty = DEFAULT_BURST_FACTOR
+        elif self.bursty is False:
+            self.bursty = 0.0
 
     @property
     def tpe_range(self) -> tuple[int, int]:
@@ -72,7 +110,8 @@ class ComposerSpec:
         def bad(name: str, reason: str) -> WorkloadError:
             return WorkloadError(source, reason, entry="composer", field=name)
 
-        for name in ("rate", "duration", "job_interval", "guard_s", "start"):
+        for name in ("rate", "duration", "job_interval", "guard_s", "start", "bursty", "burst_s", "calm_s",
+                     "compress"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise bad(name, f"expected a finite number, got {value!r}")
@@ -83,6 +122,13 @@ class ComposerSpec:
         for name in ("job_interval", "guard_s", "start"):
             if getattr(self, name) < 0:
                 raise bad(name, f"must be >= 0, got {getattr(self, name)}")
+        if self.bursty < 0 or 0 < self.bursty < 1:
+            raise bad("bursty", f"burst/calm rate ratio must be 0 (off) or >= 1, got {self.bursty}")
+        for name in ("burst_s", "calm_s", "compress"):
+            if getattr(self, name) <= 0:
+                raise bad(name, f"must be > 0, got {getattr(self, name)}")
+        if not isinstance(self.unique_agents, bool):
+            raise bad("unique_agents", f"expected true or false, got {self.unique_agents!r}")
         for name in ("max_tpe", "agents", "seed"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
@@ -200,6 +246,81 @@ class Composition:
         }
 
 
+RESHAPE_KEYS = ("compress", "unique_agents")  # the families that also apply to explicit task lists
+
+
+def reshape_tasks(tasks: list[TaskSpec], overrides: dict[str, Any], source: str) -> list[TaskSpec]:
+    """``compress`` / ``unique_agents`` applied to an explicit task list (a public trace, a task file).
+
+    Same meaning as in :class:`ComposerSpec`, with the first arrival as ``start`` (every arrival's
+    offset from it is scaled, the 1 ms spacing inside an event too). A public trace's agents were
+    assigned on its own timeline, so a compressed trace should normally also use ``unique_agents``
+    (else one robot may get a task while its previous one is still running). Agents become
+    ``u0``, ``u1``, ... in arrival order.
+    """
+    unknown = sorted(set(overrides) - set(RESHAPE_KEYS))
+    if unknown:
+        raise WorkloadError(source, f"overrides {unknown} only apply to composer workloads; a task list "
+                            f"takes {', '.join(RESHAPE_KEYS)}")
+    compress = overrides.get("compress", 1.0)
+    unique = overrides.get("unique_agents", False)
+    if isinstance(compress, bool) or not isinstance(compress, (int, float)) or not (
+            math.isfinite(compress) and compress > 0):
+        raise WorkloadError(source, f"must be a number > 0, got {compress!r}", field="compress")
+    if not isinstance(unique, bool):
+        raise WorkloadError(source, f"expected true or false, got {unique!r}", field="unique_agents")
+    if not tasks:
+        return tasks
+    start = min(t.arrival for t in tasks)
+    out = []
+    for i, t in enumerate(tasks):
+        out.append(dataclasses.replace(t, arrival=start + (t.arrival - start) * compress,
+                                       agent_id=f"u{i}" if unique else t.agent_id))
+    return out
+
+
+class TimeChange:
+    """Maps plain-Poisson event times to the bursty (two-state MMPP) timeline (module docstring).
+
+    The intensity is piecewise constant: ``r_calm`` or ``r_burst = F·r_calm`` over alternating
+    sojourns, exponential with means ``calm_s`` / ``burst_s`` drawn lazily from the state stream (a
+    test may pass ``sojourns``, the state lengths in order, and ``start_burst``). :meth:`real` must
+    be called with non-decreasing arguments (the event stream is increasing)."""
+
+    def __init__(self, spec: ComposerSpec, sojourns: Iterator[float] | None = None,
+                 start_burst: bool | None = None) -> None:
+        f = spec.bursty
+        p = spec.burst_s / (spec.burst_s + spec.calm_s)
+        self.rate = spec.rate
+        self.r_calm = spec.rate / (1.0 - p + f * p)
+        self.r_burst = f * self.r_calm
+        self.rng = random.Random(f"bursty-{spec.seed}")
+        self.spec = spec
+        self._given = sojourns
+        self.burst = self.rng.random() < p if start_burst is None else start_burst  # stationary start
+        self.t0 = spec.start  # start of the current sojourn (real time)
+        self.lam0 = 0.0  # integrated intensity at t0
+        self.t1 = self.t0 + self._sojourn()
+
+    def _sojourn(self) -> float:
+        if self._given is not None:
+            return next(self._given)
+        mean = self.spec.burst_s if self.burst else self.spec.calm_s
+        return self.rng.expovariate(1.0 / mean)
+
+    def real(self, tau: float) -> float:
+        """Real time at which the integrated intensity reaches ``rate·(tau − start)``."""
+        target = self.rate * (tau - self.spec.start)
+        while True:
+            r = self.r_burst if self.burst else self.r_calm
+            lam1 = self.lam0 + r * (self.t1 - self.t0)
+            if target <= lam1:
+                return self.t0 + (target - self.lam0) / r
+            self.t0, self.lam0 = self.t1, lam1
+            self.burst = not self.burst
+            self.t1 = self.t0 + self._sojourn()
+
+
 def compose(
     spec: ComposerSpec, catalog: TaskCatalog | None = None, source: str = "<composer>"
 ) -> Composition:
@@ -215,25 +336,32 @@ def compose(
     end = spec.start + spec.duration
     event = 0
     sizes: list[int] = []
-    t = spec.start + rng.expovariate(spec.rate)
+    warp = TimeChange(spec) if spec.bursty > 1.0 else None
+    tau = spec.start + rng.expovariate(spec.rate)  # plain-Poisson time of the next event
+    t = warp.real(tau) if warp else tau
     while t < end:
         n = rng.randint(low, high)
         traces = [rng.choice(spec.traces) for _ in range(n)]
         sizes.append(n)
+        t_event = spec.start + (t - spec.start) * spec.compress if spec.compress != 1.0 else t
         for k, trace in enumerate(traces):
-            arrival = t + k * spec.job_interval
-            if free_heap[0][0] > arrival:
-                skipped.append(SkippedTask(event=event, trace_id=trace, arrival=arrival))
-                continue
-            _, agent = heapq.heappop(free_heap)
+            arrival = t_event + k * spec.job_interval
             bench = catalog.get(trace)
             variant = bench.variant(spec.skill_sets.get(trace))
-            heapq.heappush(
-                free_heap, (arrival + variant.plan_time_s + variant.exec_time + spec.guard_s, agent)
-            )
+            if spec.unique_agents:
+                agent = len(tasks)
+            elif free_heap[0][0] > arrival:
+                skipped.append(SkippedTask(event=event, trace_id=trace, arrival=arrival))
+                continue
+            else:
+                _, agent = heapq.heappop(free_heap)
+                heapq.heappush(
+                    free_heap, (arrival + variant.plan_time_s + variant.exec_time + spec.guard_s, agent)
+                )
             tasks.append(
                 bench.to_spec(task_id=str(len(tasks)), agent_id=str(agent), arrival=arrival, variant=variant)
             )
         event += 1
-        t += rng.expovariate(spec.rate)
+        tau += rng.expovariate(spec.rate)
+        t = warp.real(tau) if warp else tau
     return Composition(spec=spec, tasks=tasks, skipped=skipped, events=event, event_sizes=sizes)

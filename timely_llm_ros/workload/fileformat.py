@@ -34,7 +34,8 @@ A JSON file whose top level is a *list* is the public TimelyLLM format (importer
 ``--workload`` accepts a preset name (any ``config/workloads/<name>.yaml``: wid1, wid2, wid3),
 ``sample1`` / ``sample2`` / ``arm`` for the three public TimelyLLM traces (shipped in the package,
 ``timely_llm_ros/data/timelyllm``, CC BY 4.0; ``$TIMELY_LLM_DATA`` names another copy), or a path. Composer workloads take
-overrides after a colon: ``wid2:agents=84,rate=0.5`` or ``wid1:seed=7,traces=6-8``.
+overrides after a colon: ``wid2:agents=84,rate=0.5`` or ``wid1:seed=7,traces=6-8``; task lists and
+the public samples take ``compress`` and ``unique_agents`` (``sample1:compress=0.5,unique_agents=true``).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from timely_llm_ros.workload.composer import (
     Composition,
     SkippedTask,
     compose,
+    reshape_tasks,
 )
 from timely_llm_ros.workload.errors import WorkloadError
 from timely_llm_ros.workload.importer import import_public_entries
@@ -266,10 +268,11 @@ def workload_from_data(
     catalog = catalog or load_catalog()
     default_name = name or Path(source).stem
     if isinstance(data, list):
-        if overrides:
-            raise WorkloadError(source, f"overrides {sorted(overrides)} only apply to composer workloads")
         tasks = import_public_entries(data, source, catalog)
-        return Workload(name=default_name, source=source, kind="public", tasks=_ordered(tasks))
+        if overrides:
+            tasks = reshape_tasks(_ordered(tasks), overrides, source)
+        return Workload(name=default_name + _suffix(overrides), source=source, kind="public",
+                        tasks=_ordered(tasks))
     if not isinstance(data, dict):
         raise WorkloadError(
             source, "expected a mapping with 'composer' or 'tasks', or a list in the public format"
@@ -292,7 +295,7 @@ def workload_from_data(
             if not isinstance(raw, dict):
                 raise WorkloadError(source, "expected a mapping", entry="composer")
             raw = {**raw, **overrides}
-            wl_name = wl_name + ":" + ",".join(f"{k}={_fmt(v)}" for k, v in overrides.items())
+            wl_name = wl_name + _suffix(overrides)
         spec = ComposerSpec.from_mapping(raw, source)
         composition = compose(spec, catalog, source)
         return Workload(
@@ -303,8 +306,6 @@ def workload_from_data(
             description=description,
             composition=composition,
         )
-    if overrides:
-        raise WorkloadError(source, f"overrides {sorted(overrides)} only apply to composer workloads")
     items = data["tasks"]
     if not isinstance(items, list) or not items:
         raise WorkloadError(source, "expected a non-empty list", field="tasks")
@@ -313,10 +314,22 @@ def workload_from_data(
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
         raise WorkloadError(source, f"duplicate task_id(s) {duplicates}", field="tasks")
-    return Workload(name=wl_name, source=source, kind="list", tasks=_ordered(tasks), description=description)
+    if overrides:
+        tasks = reshape_tasks(_ordered(tasks), overrides, source)
+    return Workload(name=wl_name + _suffix(overrides), source=source, kind="list", tasks=_ordered(tasks),
+                    description=description)
+
+
+def _suffix(overrides: dict[str, Any] | None) -> str:
+    """``:key=value,...`` naming the overrides (empty without any)."""
+    if not overrides:
+        return ""
+    return ":" + ",".join(f"{k}={_fmt(v)}" for k, v in overrides.items())
 
 
 def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
     if isinstance(value, list):
         return "|".join(str(v) for v in value)
     return str(value)
@@ -375,7 +388,7 @@ def resolve_workload(arg: str, catalog: TaskCatalog | None = None) -> Workload:
                 + f"; set ${DATA_ENV} to a directory holding {PUBLIC_SAMPLES[base]}",
             )
         workload = load_workload_file(sample, overrides=overrides, catalog=catalog)
-        workload.name = base
+        workload.name = base + _suffix(overrides)
         return workload
     preset = config_files("workloads").get(base)
     if preset is not None:
