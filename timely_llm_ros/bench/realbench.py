@@ -114,6 +114,18 @@ def drive(engine: Engine, tasks: list[TaskSpec], policy: str, *, realtime: bool,
         n += 1
         heap.append((t0 + spec.arrival, n, 0, dataclasses.replace(spec, arrival=t0 + spec.arrival)))
     heapq.heapify(heap)
+    # every generated piece of text per generation, seen before the planner consumes it (it drops a
+    # generation's text once the plan is dispatched, and the task's generation once the task ends)
+    texts: dict[int, list[str]] = {}
+    consume = planner._token
+
+    def token(out: Any) -> None:
+        if out.text and out.reason != "error" and out.gen_id in planner._running:
+            texts.setdefault(out.gen_id, []).append(out.text)
+        consume(out)
+
+    planner._token = token  # type: ignore[method-assign]
+    gens: dict[str, int] = {}
     started = time.monotonic()
     while True:
         now = engine.now()
@@ -125,6 +137,9 @@ def drive(engine: Engine, tasks: list[TaskSpec], policy: str, *, realtime: bool,
                 except TaskRejected:
                     continue
                 robot.register(rec.task_id, payload.exec_times or [])
+                gen = planner._tasks.get(rec.task_id)
+                if gen is not None:
+                    gens[rec.task_id] = gen.gen_id
             else:
                 planner.on_feedback(*payload[:3], t)
         if planner.has_work() and planner.step():
@@ -138,7 +153,7 @@ def drive(engine: Engine, tasks: list[TaskSpec], policy: str, *, realtime: bool,
         else:
             engine.advance_to(heap[0][0])  # type: ignore[attr-defined]
     # the whole generated text (dispatched segments and any tail after the last one) of each task
-    plans = {tid: "".join(gen.text) for tid, gen in planner._tasks.items()}
+    plans = {tid: "".join(texts.get(gid, [])) for tid, gid in gens.items()}
     return Run(policy, planner.records, plans, time.monotonic() - started)
 
 
