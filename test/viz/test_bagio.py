@@ -30,8 +30,8 @@ from timely_llm_ros.lrtrace.bagio import (  # noqa: E402
     make_typestore,
     read_bag,
     segments_topic,
-    write_sim_bag,
 )
+from timely_llm_ros.lrtrace.simbag import write_sim_bag  # noqa: E402
 from timely_llm_ros.workload.fileformat import resolve_workload  # noqa: E402
 
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from timely_llm_ros.core.engine import Engine, EngineError
 from timely_llm_ros.core.skills import SkillParseError, SkillSet, load_skill_set
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
 from timely_llm_ros.core.tuf import TUF, InvalidTUF
-from timely_llm_ros.engines.base import Engine, EngineError
 
 
 @dataclass(slots=True)

@@ -57,7 +57,7 @@ from timely_llm_ros.core.motion_budget import PlanBudgets
 from timely_llm_ros.core.scheduler import Policy, Scheduler
 from timely_llm_ros.core.skills import SkillParseError, load_skill_set
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
-from timely_llm_ros.engines.base import Engine, EngineError, EngineOutOfMemory, TokenOut
+from timely_llm_ros.core.engine import Engine, EngineError, EngineOutOfMemory, TokenOut
 
 # The simulator and benchmarks queue every task of a robot (their workloads decide the load); the ROS
 # planner node passes its bounded ``agent_queue_depth`` parameter.

@@ -630,9 +630,3 @@ def _missing(out: BagContents, expected: Sequence[str]) -> list[str]:
             missing.append(f"{name} (recorded, but no messages)")
     return missing
 
-
-def write_sim_bag(sim_result: Any, tasks: Sequence[Any], path: str | Path, **kwargs: Any) -> Path:
-    """Write a simulator run as an LRTrace bag (see :func:`timely_llm_ros.lrtrace.simbag.write_sim_bag`)."""
-    from timely_llm_ros.lrtrace.simbag import write_sim_bag as _write
-
-    return _write(sim_result, tasks, path, **kwargs)

@@ -1,0 +1,228 @@
+"""The engine port: the one interface every LLM engine implements (simulated, llama.cpp, vLLM).
+
+It lives in ``core`` because the planner and the admission in ``core`` drive it: the core owns the
+contract, engines (:mod:`timely_llm_ros.engines`) implement it, so imports point from engines down
+to core and never back. :mod:`timely_llm_ros.engines.base` re-exports these names for engine code.
+
+TimelyLLM (paper §3, §4.1) needs an engine that can run several generations in one batch, stop any
+of them after any decoding iteration, keep its context (token ids + KV) and continue it later without
+re-tokenising text. The interface is deliberately small and lock-step: the planner calls
+:meth:`Engine.step` once per decoding iteration and decides admissions and suspensions between
+steps, so scheduling is identical on a virtual clock and on a real GPU.
+
+How the real engines map onto it:
+
+* **llama.cpp** (one context, ``n_seq_max`` sequences): ``admit`` reserves a sequence id and queues
+  the prompt ids for the next ``llama_batch``; ``step`` decodes one batch holding the pending prompt
+  tokens plus the last token of every running sequence and samples one token per sequence;
+  ``suspend`` simply leaves the sequence out of later batches (KV stays in the context) and may spill
+  it with the per-sequence state save (``llama_state_seq_get_data``) + ``seq_rm`` under memory
+  pressure; ``resume`` restores it (``set_data``) if it was spilled; ``release`` removes the sequence.
+* **vLLM** (``LLMEngine`` in-process, DELTA outputs): ``admit`` = ``add_request`` with
+  ``TokensPrompt(prompt_token_ids)``; ``step`` = ``engine.step()``; ``suspend`` = ``abort_request``
+  keeping the ids seen so far (any token computed after the planner's last look is dropped);
+  ``resume`` = ``add_request`` of prompt + generated ids, automatic prefix caching reusing the KV
+  blocks (``Context.kv`` records nothing engine-specific there); ``prefix_key`` is advisory.
+* **OpenAI-compatible servers** over HTTP (``engine: openai``, :mod:`timely_llm_ros.engines.openai_endpoint`): streams
+  run asynchronously, so ``step`` returns at most one token per generation among those that
+  arrived since the last step (waiting a bounded time for the first), stamped with its arrival;
+  ``suspend`` closes the stream, ``resume`` re-submits prompt + generated ids to the server's prefix
+  cache. Several servers form one engine (:mod:`timely_llm_ros.engines.replicas`).
+
+Times are seconds on the engine's clock (:meth:`Engine.now`): virtual for the simulator, monotonic
+wall time for real engines.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import deque
+from dataclasses import dataclass, field
+
+__all__ = [
+    "Context",
+    "Engine",
+    "EngineError",
+    "EngineInfo",
+    "EngineOutOfMemory",
+    "MemoryInfo",
+    "SpeedMeter",
+    "TokenOut",
+]
+
+
+class EngineError(RuntimeError):
+    """Misuse of the engine protocol (unknown generation, double admission, ...) or engine failure."""
+
+
+class EngineOutOfMemory(EngineError):
+    """The running generations alone no longer fit the KV capacity."""
+
+
+@dataclass(slots=True)
+class TokenOut:
+    """One token of one generation produced by one :meth:`Engine.step`."""
+
+    gen_id: int
+    token_id: int
+    text: str  # incremental detokenisation of this token ("" for EOS)
+    t: float  # engine clock when the token became available
+    finished: bool  # EOS emitted or the token budget reached; the generation stopped running
+    # "eos" | "length" when finished; "error": the engine ended this generation on a failure
+    # (token_id -1; ``text`` may say why): the planner fails its task with that reason
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class Context:
+    """What a suspended generation keeps (paper §4.1): token ids so far and where its KV lives.
+
+    ``token_ids`` is prompt + generated ids (never re-tokenised text); ``n_prompt`` says where the
+    prompt ends. ``kv`` is the engine's handle (opaque to the planner); ``location`` is informative:
+    "device", "host" or "discarded" at the time of suspension (the engine may move it later).
+    """
+
+    gen_id: int
+    token_ids: list[int]
+    n_prompt: int
+    kv: object = None
+    location: str = "device"
+
+    @property
+    def n_generated(self) -> int:
+        return len(self.token_ids) - self.n_prompt
+
+    def check_matches(self, gen_id: int, ids: list[int], n_prompt: int) -> None:
+        """Raise :class:`EngineError` unless this context is the engine's own copy of ``gen_id``.
+
+        Why every engine checks it: resuming is only free of re-prefill because the engine's KV was
+        built from exactly these ids; a context from another generation or an edited one would
+        silently continue the wrong text. Length, prompt split and last id are compared (O(1)).
+        """
+        if (len(self.token_ids) != len(ids) or self.n_prompt != n_prompt
+                or self.token_ids[-1:] != ids[-1:]):
+            raise EngineError(f"context of generation {gen_id} does not match the engine's copy")
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryInfo:
+    """KV memory in tokens. ``free`` counts memory suspended contexts occupy as reclaimable."""
+
+    capacity: int
+    running: int  # KV tokens of running generations (private part)
+    prefix: int  # shared-prefix cache (pinned)
+    suspended_device: int  # suspended contexts still on the device (evictable)
+    suspended_host: int  # contexts swapped to host memory
+
+    @property
+    def free(self) -> int:
+        """Tokens a new admission may use after evicting suspended contexts."""
+        return self.capacity - self.running - self.prefix
+
+
+class SpeedMeter:
+    """Per-sequence decode speed from the most recent *pure decode* steps.
+
+    A step that also prefilled or restored a context is not a decode measurement and is skipped
+    (mixing prefill into decode steps, or a long window, made the §4.4 admission check useless). Speed = 1 / mean duration of the last
+    ``window`` decode steps, in tokens per second per running sequence (every running sequence
+    gets one token per step).
+    """
+
+    __slots__ = ("_window", "_durations", "_sum")
+
+    def __init__(self, window: int = 4) -> None:
+        if window <= 0:
+            raise ValueError("speed window must be positive")
+        self._window = window
+        self._durations: deque[float] = deque()
+        self._sum = 0.0
+
+    def record(self, duration: float, pure_decode: bool) -> None:
+        if not pure_decode or duration <= 0:
+            return
+        self._durations.append(duration)
+        self._sum += duration
+        if len(self._durations) > self._window:
+            self._sum -= self._durations.popleft()
+
+    def speed(self) -> float | None:
+        """Tokens/s per sequence, or None before the first decode step."""
+        if not self._durations:
+            return None
+        # Recompute from the window instead of the running sum so rounding never accumulates.
+        return len(self._durations) / sum(self._durations)
+
+
+@dataclass
+class EngineInfo:
+    """Static facts the planner validates against."""
+
+    name: str
+    context_limit: int
+    eos_id: int
+    extra: dict = field(default_factory=dict)
+
+
+class Engine(ABC):
+    """Lock-step multi-sequence LLM engine (see module docstring for the protocol)."""
+
+    info: EngineInfo
+    # True for engines that emit a scripted output (the simulator): admit() then needs ``script``.
+    needs_script = False
+
+    @abstractmethod
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of ``text`` without special tokens (the planner concatenates prefix + task)."""
+
+    @abstractmethod
+    def admit(self, gen_id: int, prompt_ids: list[int], *, max_tokens: int, prefix_key: str | None = None,
+              prefix_len: int = 0, script: list[int] | None = None) -> None:
+        """Start a new generation; its prefill happens in the next :meth:`step`.
+
+        ``prefix_key``/``prefix_len``: the first ``prefix_len`` prompt ids are a shared prefix (a skill
+        set's fixed prompt) that the engine may cache across generations. ``max_tokens`` bounds the
+        generated tokens. ``script``: simulated engine only — the output ids to emit (then EOS).
+        """
+
+    @abstractmethod
+    def resume(self, gen_id: int, context: Context, *, max_tokens: int) -> None:
+        """Continue a suspended generation from ``context`` in the next :meth:`step`.
+
+        ``max_tokens`` is the total generated-token budget (as at admission, not the remainder).
+        """
+
+    @abstractmethod
+    def suspend(self, gen_id: int, resume_hint: float | None = None) -> Context:
+        """Stop stepping a running generation and return its context; its KV stays on the device
+        until the engine needs the space. ``resume_hint``: expected resumption time (engine clock),
+        which an engine may use to choose what to evict first."""
+
+    def set_priority(self, gen_id: int, priority: float) -> None:  # noqa: B027 (optional hook)
+        """Urgency of a running generation's work inside a step (smaller = more urgent; the planner
+        passes the segment deadline). Admission stays with the planner's scheduler; an engine that
+        orders prompt work within a step (llama.cpp with ``prefill_chunk``) uses it, others ignore it."""
+
+    @abstractmethod
+    def step(self) -> list[TokenOut]:
+        """One decoding iteration of every running generation (admissions prefill first); [] if idle."""
+
+    @abstractmethod
+    def release(self, gen_id: int) -> None:
+        """Forget a generation (running or suspended) and free its memory. Unknown ids are ignored."""
+
+    @abstractmethod
+    def memory(self) -> MemoryInfo:
+        """Current KV usage in tokens."""
+
+    @abstractmethod
+    def speed(self) -> float | None:
+        """Recent decode speed in tokens/s per running sequence (see :class:`SpeedMeter`)."""
+
+    @abstractmethod
+    def now(self) -> float:
+        """Engine clock in seconds."""
+
+    @abstractmethod
+    def running(self) -> int:
+        """Number of generations that the next step will advance."""
