@@ -73,7 +73,8 @@ def test_allowlists_only_hold_what_still_exists(graph: dict[str, set[str]]) -> N
     stale_edges = CORE_OUTSIDE_ALLOWED - set(ig.outside_imports(graph, "core"))
     stale_cycles = CYCLES_ALLOWED - set(ig.cycles(graph))
     assert not stale_edges and not stale_cycles, (
-        f"fixed, so delete from the allowlists in {Path(__file__).name}: {sorted(stale_edges | stale_cycles)}")
+        f"fixed, so delete from the allowlists in {Path(__file__).name}: "
+        f"{sorted(stale_edges | stale_cycles)}")
 
 
 def _package(tmp_path: Path, files: dict[str, str]) -> dict[str, set[str]]:

@@ -1,4 +1,4 @@
-"""The engine interface as engines see it: a re-export of the engine port in :mod:`timely_llm_ros.core.engine`.
+"""The engine interface as engines see it: a re-export of the port in :mod:`timely_llm_ros.core.engine`.
 
 Why a re-export and not the definitions: the core (planner, admission) drives engines, so the port
 belongs to the core and the dependency points from engines down to core. Engine modules and user
@@ -6,23 +6,8 @@ plug-ins keep importing ``timely_llm_ros.engines.base``; the classes are the ver
 """
 
 from timely_llm_ros.core.engine import (
-    Context,
-    Engine,
-    EngineError,
-    EngineInfo,
-    EngineOutOfMemory,
-    MemoryInfo,
-    SpeedMeter,
-    TokenOut,
+    Context, Engine, EngineError, EngineInfo, EngineOutOfMemory, MemoryInfo, SpeedMeter, TokenOut,
 )
 
-__all__ = [
-    "Context",
-    "Engine",
-    "EngineError",
-    "EngineInfo",
-    "EngineOutOfMemory",
-    "MemoryInfo",
-    "SpeedMeter",
-    "TokenOut",
-]
+__all__ = ["Context", "Engine", "EngineError", "EngineInfo", "EngineOutOfMemory", "MemoryInfo", "SpeedMeter",
+           "TokenOut"]
