@@ -27,7 +27,8 @@ How the real engines map onto it:
   :mod:`timely_llm_ros.engines.openai_endpoint`): streams run asynchronously, so ``step`` returns
   at most one token per generation among those that arrived since the last step (waiting a
   bounded time for the first), stamped with its arrival; ``suspend`` closes the stream, ``resume``
-  re-submits prompt + generated ids to the server's prefix cache. Several servers form one engine (:mod:`timely_llm_ros.engines.replicas`).
+  re-submits prompt + generated ids to the server's prefix cache. Several servers form one engine
+  (:mod:`timely_llm_ros.engines.replicas`).
 
 Times are seconds on the engine's clock (:meth:`Engine.now`): virtual for the simulator, monotonic
 wall time for real engines.
