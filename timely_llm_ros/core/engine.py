@@ -125,8 +125,8 @@ class SpeedMeter:
     """Per-sequence decode speed from the most recent *pure decode* steps.
 
     A step that also prefilled or restored a context is not a decode measurement and is skipped
-    (mixing prefill into decode steps, or a long window, made the §4.4 admission check useless). Speed = 1 / mean duration of the last
-    ``window`` decode steps, in tokens per second per running sequence (every running sequence
+    (mixing prefill into decode steps, or a long window, made the §4.4 admission check useless).
+    Speed = 1 / mean duration of the last ``window`` decode steps, in tokens per second per running sequence (every running sequence
     gets one token per step).
     """
 
