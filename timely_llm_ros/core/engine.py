@@ -126,8 +126,8 @@ class SpeedMeter:
 
     A step that also prefilled or restored a context is not a decode measurement and is skipped
     (mixing prefill into decode steps, or a long window, made the §4.4 admission check useless).
-    Speed = 1 / mean duration of the last ``window`` decode steps, in tokens per second per running sequence (every running sequence
-    gets one token per step).
+    Speed = 1 / mean duration of the last ``window`` decode steps, in tokens per second per running
+    sequence (every running sequence gets one token per step).
     """
 
     __slots__ = ("_window", "_durations", "_sum")
