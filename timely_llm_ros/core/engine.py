@@ -112,13 +112,14 @@ class MemoryInfo:
     capacity: int
     running: int  # KV tokens of running generations (private part)
     prefix: int  # shared-prefix cache (pinned)
-    suspended_device: int  # suspended contexts still on the device (evictable)
+    suspended_device: int  # suspended contexts still on the device (evictable unless pinned)
     suspended_host: int  # contexts swapped to host memory
+    pinned: int = 0  # part of suspended_device the engine will not evict (kv_policy ``keep``)
 
     @property
     def free(self) -> int:
         """Tokens a new admission may use after evicting suspended contexts."""
-        return self.capacity - self.running - self.prefix
+        return self.capacity - self.running - self.prefix - self.pinned
 
 
 class SpeedMeter:
@@ -203,6 +204,22 @@ class Engine(ABC):
         """Urgency of a running generation's work inside a step (smaller = more urgent; the planner
         passes the segment deadline). Admission stays with the planner's scheduler; an engine that
         orders prompt work within a step (llama.cpp with ``prefill_chunk``) uses it, others ignore it."""
+
+    def set_importance(self, gen_id: int, importance: float) -> None:  # noqa: B027 (optional hook)
+        """Semantic importance of a generation (larger = keep its KV longer; the planner passes the
+        task's initial utility β). Engines that evict suspended contexts in ``priority`` order
+        (paper 001's eviction heap, :mod:`timely_llm_ros.core.kv_policy`) use it; others ignore it."""
+
+    def set_prefill_budget(self, tokens: int | None) -> None:  # noqa: B027 (optional hook)
+        """At most ``tokens`` prompt tokens in the next :meth:`step` (None: whole prompts); the planner
+        chooses it before every step (:mod:`timely_llm_ros.core.token_budget`). Engines with chunked
+        prefill (simulated with ``chunked_prefill``, llama.cpp) use it; others ignore it."""
+
+    def cost_profile(self):
+        """The :class:`~timely_llm_ros.core.profile.EngineProfile` that prices this engine's work
+        (prefill, decode, KV transfers), or None if unknown. The simulator returns its timing model;
+        real engines return the profile they were given or one fitted for their model."""
+        return None
 
     @abstractmethod
     def step(self) -> list[TokenOut]:

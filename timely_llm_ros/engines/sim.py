@@ -4,11 +4,14 @@ Timing follows an :class:`~timely_llm_ros.core.profile.EngineProfile`. One :meth
 
 1. makes room: if the running generations (+1 token each), the pinned prefix cache and the
    suspended contexts still on the device exceed the KV capacity, suspended contexts are evicted
-   one by one — swapped to host memory (priced at device→host bandwidth) while the host budget
-   lasts, else discarded. Victim: ``eviction: furthest`` picks the context whose ``resume_hint``
-   (expected resumption time given at :meth:`suspend`) lies furthest ahead — Belady's rule, in the
-   spirit of LAMPS (paper 003) swapping requests that pause for long external calls; contexts without
-   a hint come after hinted ones, least recently suspended first. ``eviction: lru`` ignores hints.
+   one by one in the ``eviction`` order and each swapped to host memory (priced at device→host
+   bandwidth) or discarded as ``reload`` says (:mod:`timely_llm_ros.core.kv_policy`; default: the
+   context whose ``resume_hint`` — expected resumption time given at :meth:`suspend` — lies furthest
+   ahead first, in the spirit of LAMPS (paper 003) swapping requests that pause for long external
+   calls, to host while the host budget lasts, else discarded). With ``kv_policy`` other than
+   ``evict`` the context's fate may be decided at suspension instead (kept and never evicted,
+   swapped, discarded, or LAMPS' least waste); a swap-out decided at suspension is charged to the
+   next step (it stalls the engine like any transfer);
 2. prices the iteration as up to two forward passes plus transfers:
    * one batched prefill pass ``c + Σ (a·N_i² + b·N_i)`` over new admissions (N_i = prompt tokens
      not covered by the shared-prefix cache; the first generation with a given ``prefix_key``
@@ -18,12 +21,20 @@ Timing follows an :class:`~timely_llm_ros.core.profile.EngineProfile`. One :meth
      the prefill yields each of these sequences' next token (paper Table 1: token 0 costs the prefill);
    * one decode pass ``q + p·ΣN_kv + r·B`` over the B sequences that already had their last token's
      KV pending (running ones and resumptions from device or host memory). Prefill and decode are
-     separate passes (as in HF Transformers, paper Table 1); an engine with chunked prefill that
-     fuses them is modelled conservatively;
+     separate passes (as in HF Transformers, paper Table 1);
    * host→device transfers of swapped-out contexts being resumed, and device→host transfers of
      contexts evicted to make room.
-3. advances the clock by that time and emits one token per running generation: the next id of its
-   script, then EOS; ``finished`` at EOS or when ``max_tokens`` generated ids are reached.
+
+   With ``chunked_prefill`` the engine fuses prompt work into the decode pass, as vLLM's and
+   llama.cpp's chunked prefill do: a chunk of ``c`` tokens at prompt offset ``o`` adds
+   ``a·((o + c)² − o²) + b·c`` to the decode pass (the pass constant is paid once; a step with no
+   decoding sequence pays ``c`` as its own pass), and :meth:`set_prefill_budget` caps the prompt
+   tokens of the next step (paper 004's token budget), given to pending prompts in
+   :meth:`set_priority` order (then admission order). A sequence emits its first token in the step
+   that completes its prompt.
+3. advances the clock by that time and emits one token per sequence that finished its prompt: the
+   next id of its script, then EOS; ``finished`` at EOS or when ``max_tokens`` generated ids are
+   reached.
 
 Only steps without prefill, restore or swap count for :meth:`speed` (:class:`SpeedMeter`).
 The shared prefix cache is never evicted (a deployment has a handful of skill sets).
@@ -33,6 +44,7 @@ from __future__ import annotations
 
 import math
 
+from timely_llm_ros.core.kv_policy import HOST, KVOptions, at_suspension, evict_destination, victim_key
 from timely_llm_ros.core.profile import EngineProfile, load_profile
 from timely_llm_ros.core.tokenizer import EOS_ID, SimTokenizer
 from timely_llm_ros.engines.base import (
@@ -53,7 +65,8 @@ _DEVICE, _HOST, _DISCARDED = "device", "host", "discarded"
 
 class _Seq:
     __slots__ = ("gen_id", "ids", "n_prompt", "prefix_key", "prefix_len", "script", "max_tokens",
-                 "n_gen", "state", "location", "private", "suspended_at", "hint", "order")
+                 "n_gen", "state", "location", "private", "suspended_at", "hint", "order", "todo", "done",
+                 "priority", "importance")
 
     def __init__(self, gen_id: int, ids: list[int], prefix_key: str | None, prefix_len: int,
                  script: list[int], max_tokens: int, order: int) -> None:
@@ -71,19 +84,31 @@ class _Seq:
         self.suspended_at = 0.0
         self.hint: float | None = None
         self.order = order
+        self.todo = 0  # prompt tokens still to prefill (chunked prefill)
+        self.done = 0  # prompt tokens of the current prefill already in the KV (chunk offset)
+        self.priority = math.inf  # set_priority(): smaller first
+        self.importance = 0.0  # set_importance(): larger kept longer (eviction "priority")
 
 
 class SimEngine(Engine):
-    """Deterministic simulated engine; see the module docstring for the timing model."""
+    """Deterministic simulated engine; see the module docstring for the timing model.
+
+    ``kv``: what happens to suspended contexts (:class:`~timely_llm_ros.core.kv_policy.KVOptions`;
+    default: the profile's ``eviction`` order, host first). ``chunked_prefill``: fuse prompt chunks
+    into the decode pass and honour :meth:`set_prefill_budget`."""
 
     needs_script = True
 
     def __init__(self, profile: EngineProfile | str = "llama3-8b-fp16-rtx4090",
-                 tokenizer: SimTokenizer | None = None, start_time: float = 0.0) -> None:
+                 tokenizer: SimTokenizer | None = None, start_time: float = 0.0,
+                 kv: KVOptions | None = None, chunked_prefill: bool = False) -> None:
         self.profile = load_profile(profile) if isinstance(profile, str) else profile
         self.tokenizer = tokenizer or SimTokenizer()
         self.info = EngineInfo(name=f"sim:{self.profile.name}", context_limit=self.profile.context_limit,
                                eos_id=EOS_ID)
+        self.kv = kv or KVOptions(eviction=self.profile.eviction)
+        self.chunked = bool(chunked_prefill)
+        self._budget: int | None = None
         self._now = float(start_time)
         self._seqs: dict[int, _Seq] = {}
         self._active: dict[int, _Seq] = {}  # pending admissions/resumes + running, in admission order
@@ -93,9 +118,10 @@ class SimEngine(Engine):
         self._mem_susp_dev = 0
         self._mem_host = 0
         self._order = 0
+        self._owed = 0.0  # transfer time decided between steps (swap-out at suspension), paid next step
         self._meter = SpeedMeter(self.profile.speed_window)
         self.stats = {"steps": 0, "prefill_tokens": 0, "swap_out": 0, "swap_in": 0, "discard": 0,
-                      "reprefill": 0, "busy_time": 0.0}
+                      "reprefill": 0, "reprefill_tokens": 0, "busy_time": 0.0}
 
     # -- Engine API -----------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
@@ -103,6 +129,9 @@ class SimEngine(Engine):
 
     def now(self) -> float:
         return self._now
+
+    def cost_profile(self) -> EngineProfile:
+        return self.profile
 
     def advance_to(self, t: float) -> None:
         """Jump the virtual clock forward (the simulator does this while the engine is idle)."""
@@ -120,7 +149,23 @@ class SimEngine(Engine):
     def memory(self) -> MemoryInfo:
         return MemoryInfo(capacity=self.profile.kv_capacity_tokens, running=self._mem_running,
                           prefix=self._prefix_tokens, suspended_device=self._mem_susp_dev,
-                          suspended_host=self._mem_host)
+                          suspended_host=self._mem_host,
+                          pinned=self._mem_susp_dev if self.kv.policy == "keep" else 0)
+
+    def set_priority(self, gen_id: int, priority: float) -> None:
+        seq = self._seqs.get(gen_id)
+        if seq is not None and isinstance(priority, (int, float)) and not math.isnan(priority):
+            seq.priority = float(priority)
+
+    def set_importance(self, gen_id: int, importance: float) -> None:
+        seq = self._seqs.get(gen_id)
+        if seq is not None and isinstance(importance, (int, float)) and math.isfinite(importance):
+            seq.importance = float(importance)
+
+    def set_prefill_budget(self, tokens: int | None) -> None:
+        if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
+            raise EngineError(f"prefill budget must be a positive integer or None, got {tokens!r}")
+        self._budget = tokens
 
     def admit(self, gen_id: int, prompt_ids: list[int], *, max_tokens: int, prefix_key: str | None = None,
               prefix_len: int = 0, script: list[int] | None = None) -> None:
@@ -154,7 +199,7 @@ class SimEngine(Engine):
 
     def suspend(self, gen_id: int, resume_hint: float | None = None) -> Context:
         seq = self._get(gen_id)
-        if seq.state != _RUNNING:
+        if seq.state != _RUNNING or seq.todo > 0:
             raise EngineError(f"generation {gen_id} is not running (cannot suspend)")
         del self._active[gen_id]
         seq.state = _SUSPENDED
@@ -163,8 +208,13 @@ class SimEngine(Engine):
         seq.hint = resume_hint
         self._mem_running -= seq.private
         self._mem_susp_dev += seq.private
+        pause = (resume_hint - self._now) if resume_hint is not None else math.inf
+        action = at_suspension(self.kv, seq.private, self._mem_running, pause, self.profile,
+                               self._host_room(seq.private))
+        if action != "keep":
+            self._owed += self._evict(seq, action)
         return Context(gen_id=gen_id, token_ids=list(seq.ids), n_prompt=seq.n_prompt, kv=gen_id,
-                       location=_DEVICE)
+                       location=seq.location)
 
     def release(self, gen_id: int) -> None:
         seq = self._seqs.pop(gen_id, None)
@@ -199,59 +249,110 @@ class SimEngine(Engine):
                 need += seq.private
                 if seq.location == _DEVICE:
                     susp_dev -= seq.private
-        dt = self._make_room(need, susp_dev)
+        dt = self._make_room(need, susp_dev) + self._owed
+        self._owed = 0.0
         pure = dt == 0.0
-        # 2. price the iteration
+        # 2. bring admissions and resumptions in; price the iteration
         decode_b = 0
         decode_kv = 0
-        prefill_ns: list[int] = []
         for seq in self._active.values():
             st = seq.state
-            if st == _RUNNING:
-                decode_b += 1
-                decode_kv += len(seq.ids)
-                continue
-            if st == _PENDING_ADMIT or seq.location != _DEVICE:
+            if st != _RUNNING:
                 pure = False
-            if st == _PENDING_ADMIT:
-                key = seq.prefix_key
-                if key is not None and key in self._prefix:
-                    n = seq.n_prompt - seq.prefix_len
-                else:
-                    n = seq.n_prompt
-                    if key is not None and seq.prefix_len > 0:
-                        self._prefix[key] = seq.prefix_len
-                        self._prefix_tokens += seq.prefix_len
-                seq.private = seq.n_prompt - seq.prefix_len
-                prefill_ns.append(n)
-                self.stats["prefill_tokens"] += n
-            elif seq.location == _DEVICE:  # resumed from device memory: free, joins the decode batch
-                self._mem_susp_dev -= seq.private
+                dt += self._bring_in(seq)
+            if seq.todo == 0:
                 decode_b += 1
                 decode_kv += len(seq.ids)
-            elif seq.location == _HOST:  # restore from host, then decode
-                self._mem_host -= seq.private
-                dt += prof.swap_in_time(seq.private)
-                self.stats["swap_in"] += 1
-                decode_b += 1
-                decode_kv += len(seq.ids)
-            else:  # discarded: re-prefill the private tokens (the shared prefix is still cached)
-                prefill_ns.append(seq.private)
-                self.stats["reprefill"] += 1
-                self.stats["prefill_tokens"] += seq.private
-            self._mem_running += seq.private
-            seq.location = _DEVICE
-            seq.state = _RUNNING
-        dt += prof.prefill_batch_time(prefill_ns) + prof.decode_time(decode_b, decode_kv)
+        prefill_ns, fused = self._prompt_work()
+        if prefill_ns or fused:
+            pure = False
+        dt += prof.prefill_batch_time(prefill_ns)
+        if self.chunked and fused > 0.0:
+            dt += fused if decode_b else fused + prof.prefill_c
+        dt += prof.decode_time(decode_b, decode_kv)
         self._now += dt
         self.stats["steps"] += 1
         self.stats["busy_time"] += dt
         self._meter.record(dt, pure)
+        return self._emit_tokens()
+
+    # -- internals ------------------------------------------------------------------------------
+    def _get(self, gen_id: int) -> _Seq:
+        try:
+            return self._seqs[gen_id]
+        except KeyError:
+            raise EngineError(f"unknown generation {gen_id}") from None
+
+    def _bring_in(self, seq: _Seq) -> float:
+        """Admission or resumption of ``seq`` before this step; returns transfer time. Sets ``todo``
+        (prompt tokens to prefill: uncached prompt, or the private tokens of a discarded context)."""
+        dt = 0.0
+        if seq.state == _PENDING_ADMIT:
+            key = seq.prefix_key
+            if key is not None and key in self._prefix:
+                n = seq.n_prompt - seq.prefix_len
+            else:
+                n = seq.n_prompt
+                if key is not None and seq.prefix_len > 0:
+                    self._prefix[key] = seq.prefix_len
+                    self._prefix_tokens += seq.prefix_len
+            seq.private = seq.n_prompt - seq.prefix_len
+            seq.todo, seq.done = n, 0
+        elif seq.location == _DEVICE:  # resumed from device memory: free, joins the decode batch
+            self._mem_susp_dev -= seq.private
+        elif seq.location == _HOST:  # restore from host, then decode
+            self._mem_host -= seq.private
+            dt += self.profile.swap_in_time(seq.private)
+            self.stats["swap_in"] += 1
+        else:  # discarded: re-prefill the private tokens (the shared prefix is still cached)
+            seq.todo, seq.done = seq.private, 0
+            self.stats["reprefill"] += 1
+            self.stats["reprefill_tokens"] += seq.private
+        self._mem_running += seq.private
+        seq.location = _DEVICE
+        seq.state = _RUNNING
+        return dt
+
+    def _prompt_work(self) -> tuple[list[int], float]:
+        """This step's prompt work: (token counts of a separate prefill pass, fused chunk time).
+
+        Without chunked prefill every pending prompt is prefilled whole in one pass. With it, the
+        budget (None: unlimited) goes to pending prompts in priority order, each chunk priced at its
+        offset (module docstring)."""
+        pending = [s for s in self._active.values() if s.todo > 0]
+        if not pending:
+            return [], 0.0
+        if not self.chunked:
+            ns = [s.todo for s in pending]
+            for s in pending:
+                self.stats["prefill_tokens"] += s.todo
+                s.done += s.todo
+                s.todo = 0
+            return ns, 0.0
+        a, b = self.profile.prefill_a, self.profile.prefill_b
+        budget = self._budget
+        fused = 0.0
+        for s in sorted(pending, key=lambda x: (x.priority, x.order)):
+            if budget is not None and budget <= 0:
+                break
+            c = s.todo if budget is None else min(s.todo, budget)
+            o = s.done
+            fused += a * ((o + c) ** 2 - o * o) + b * c
+            s.done += c
+            s.todo -= c
+            self.stats["prefill_tokens"] += c
+            if budget is not None:
+                budget -= c
+        return [], fused
+
+    def _emit_tokens(self) -> list[TokenOut]:
         now = self._now
         text_of = self.tokenizer.token_text
         out: list[TokenOut] = []
         done: list[int] = []
         for seq in self._active.values():
+            if seq.todo > 0:  # its prompt is not complete yet: no token this step
+                continue
             k = seq.n_gen
             tok = seq.script[k] if k < len(seq.script) else EOS_ID
             seq.ids.append(tok)
@@ -273,12 +374,21 @@ class SimEngine(Engine):
             seq.state = _FINISHED
         return out
 
-    # -- internals ------------------------------------------------------------------------------
-    def _get(self, gen_id: int) -> _Seq:
-        try:
-            return self._seqs[gen_id]
-        except KeyError:
-            raise EngineError(f"unknown generation {gen_id}") from None
+    def _host_room(self, n: int) -> bool:
+        return self._mem_host + n <= self.profile.host_kv_capacity_tokens
+
+    def _evict(self, seq: _Seq, action: str) -> float:
+        """Move a suspended context off the device (``host`` if there is room, else ``drop``);
+        returns the transfer time."""
+        self._mem_susp_dev -= seq.private
+        if action == HOST and self._host_room(seq.private):
+            seq.location = _HOST
+            self._mem_host += seq.private
+            self.stats["swap_out"] += 1
+            return self.profile.swap_out_time(seq.private)
+        seq.location = _DISCARDED
+        self.stats["discard"] += 1
+        return 0.0
 
     def _make_room(self, need_running: int, susp_dev: int) -> float:
         """Evict suspended contexts until running + prefix + suspended fit; return the swap time."""
@@ -287,24 +397,17 @@ class SimEngine(Engine):
             raise EngineOutOfMemory(f"running generations need {need_running} KV tokens, capacity {cap}")
         if need_running + susp_dev <= cap:
             return 0.0
+        if self.kv.policy == "keep":
+            raise EngineOutOfMemory(f"running generations need {need_running} KV tokens and kept suspended "
+                                    f"contexts hold {susp_dev} of the capacity {cap} (kv_policy keep)")
         victims = [s for s in self._seqs.values() if s.state == _SUSPENDED and s.location == _DEVICE]
-        if self.profile.eviction == "furthest":
-            victims.sort(key=lambda s: (s.hint is None, -(s.hint or 0.0), s.suspended_at, s.order))
-        else:
-            victims.sort(key=lambda s: (s.suspended_at, s.order))
+        victims.sort(key=lambda s: victim_key(self.kv, s.hint, s.suspended_at, s.order, s.importance))
         dt = 0.0
-        host_cap = self.profile.host_kv_capacity_tokens
         for seq in victims:
             if need_running + susp_dev <= cap:
                 break
             susp_dev -= seq.private
-            self._mem_susp_dev -= seq.private
-            if self._mem_host + seq.private <= host_cap:
-                seq.location = _HOST
-                self._mem_host += seq.private
-                dt += self.profile.swap_out_time(seq.private)
-                self.stats["swap_out"] += 1
-            else:
-                seq.location = _DISCARDED
-                self.stats["discard"] += 1
+            dest = evict_destination(seq.private, self._host_room(seq.private), self.kv, self.profile)
+            dt += self._evict(seq, dest)
         return dt
+
