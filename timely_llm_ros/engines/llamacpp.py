@@ -20,11 +20,15 @@ This is the default real engine: SmolLM2-135M-Instruct (the GGUF inside the
   the engine and are returned in the :class:`~.base.Context`. Resuming submits exactly the one token
   that was sampled but not yet evaluated — the same work as any decoding step, no re-prefill.
 * **Spill to host memory.** When a step needs more cells than ``kv_budget`` allows, suspended
-  generations are evicted — the one whose ``resume_hint`` lies furthest ahead first (as the
-  simulated engine does), then least recently suspended: their private cells (the shared prefix
+  generations are evicted — by default the one whose ``resume_hint`` lies furthest ahead first (as
+  the simulated engine does), then least recently suspended: their private cells (the shared prefix
   excluded) are saved with ``llama_state_seq_get_data`` into host memory and removed; on resume they
   are restored with ``llama_state_seq_set_data`` and re-linked to the prefix. If the host budget
   (``host_kv_budget``) is exhausted the KV is discarded instead and re-prefilled on resume.
+  ``kv_policy``, ``eviction`` and ``reload`` choose otherwise (:mod:`timely_llm_ros.core.kv_policy`:
+  keep / spill / drop at suspension, LAMPS' least memory-over-time waste, paper 001's eviction heap
+  and cache-vs-recompute rule); their costs come from ``cost_profile`` (default: the shipped fitted
+  profile of the default model).
 * **Grammar-constrained decoding.** With ``grammar="auto"`` the ``prefix_key`` the planner passes
   (the skill set's name) selects the GBNF grammar built from that skill set
   (:func:`~timely_llm_ros.core.grammar.build_gbnf`); each generation has its own llama.cpp grammar
@@ -73,6 +77,17 @@ from pathlib import Path
 
 import numpy as np
 
+from timely_llm_ros.core.kv_policy import (
+    DROP,
+    HOST,
+    KEEP,
+    KVOptions,
+    KVPolicyError,
+    at_suspension,
+    evict_destination,
+    victim_key,
+)
+from timely_llm_ros.core.profile import EngineProfile, ProfileError, load_profile
 from timely_llm_ros.engines.base import (
     Context,
     Engine,
@@ -94,6 +109,22 @@ from timely_llm_ros.engines.llamacpp_native import (
 _PENDING_ADMIT, _RUNNING, _PENDING_RESUME, _SUSPENDED, _FINISHED = range(5)
 _DEVICE, _HOST, _DISCARDED = "device", "host", "discarded"
 _log = logging.getLogger(__name__)
+# Fitted on this engine with the default model (timely-llm profile); prices prefill and transfers.
+DEFAULT_COST_PROFILE = "smollm2-135m-q4_1-cpu"
+
+
+def _load_costs(spec: str | EngineProfile | None, model_path: str | Path | None) -> EngineProfile | None:
+    """The cost profile: given, or the shipped one when the model is the default model."""
+    if isinstance(spec, EngineProfile):
+        return spec
+    try:
+        if spec is not None:
+            return load_profile(spec)
+        if model_path is None:
+            return load_profile(DEFAULT_COST_PROFILE)
+    except ProfileError as exc:
+        raise EngineError(f"cost_profile: {exc}") from None
+    return None
 
 
 @dataclass
@@ -130,7 +161,7 @@ class _Prefix:
 class _Seq:
     __slots__ = ("gen_id", "ids", "n_prompt", "prefix_ids", "shared", "grammar", "max_tokens", "n_gen",
                  "state", "location", "seq_id", "kv_len", "host", "decoder", "hint", "suspended_at",
-                 "order", "rng", "priority")
+                 "order", "rng", "priority", "importance")
 
     def __init__(self, gen_id: int, ids: list[int], prefix_ids: tuple[int, ...], max_tokens: int,
                  grammar: GrammarConstraint | None, order: int, rng: np.random.Generator | None) -> None:
@@ -153,11 +184,17 @@ class _Seq:
         self.order = order
         self.rng = rng
         self.priority = math.inf  # set_priority(): smaller first; equal ones in admission order
+        self.importance = 0.0  # set_importance(): larger kept longer (eviction "priority")
 
     @property
     def private(self) -> int:
         """KV cells this sequence holds outside the shared prefix."""
         return max(0, self.kv_len - self.shared)
+
+
+# Placeholder costs for the rules that do not weigh them (evict / discard / swap with host-first):
+# never consulted there; lamps and threshold require a real cost profile (checked in __init__).
+_NO_COSTS = EngineProfile(name="none")
 
 
 def default_threads() -> int:
@@ -189,6 +226,11 @@ class LlamaCppEngine(Engine):
     tokens left is fed this many at once instead (a whole step): llama.cpp's CPU matmul is much
     faster per token from some batch size up (SmolLM2-135M Q4_1, 1 thread: 12 ms/token below 64
     tokens, 7 ms/token from 64), so small chunks cost nothing extra only below that size.
+    Once the planner drives the budget (:meth:`set_prefill_budget`, its ``token_budget`` option) its
+    per-step value replaces ``prefill_chunk``. ``kv_policy`` / ``eviction`` / ``reload``: what happens
+    to suspended generations' KV (:mod:`timely_llm_ros.core.kv_policy`); ``cost_profile``: a profile
+    name, path or :class:`~timely_llm_ros.core.profile.EngineProfile` pricing prefill and transfers
+    (None: the shipped CPU profile when the model is the default one).
     """
 
     def __init__(self, model_path: str | Path | None = None, *, n_ctx: int = 4096, n_seq_max: int = 32,
@@ -199,7 +241,9 @@ class LlamaCppEngine(Engine):
                  chat_template: str = "auto", temperature: float = 0.0, seed: int = 0,
                  ignore_eos: bool = False, newline_ends_plan: bool = True, speed_window: int = 4,
                  n_gpu_layers: int = 0, flash_attn: str = "auto", cache_type_k: str = "f16",
-                 cache_type_v: str = "f16", clock: Callable[[], float] = time.monotonic) -> None:
+                 cache_type_v: str = "f16", kv_policy: str = "evict", eviction: str = "furthest",
+                 reload: str = "host-first", cost_profile: str | EngineProfile | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if not isinstance(chat_template, str) or not (
                 chat_template in ("auto", "chatml", "none") or chat_template.endswith(".jinja")):
             raise EngineError("chat_template must be 'auto' (the model's own), 'chatml', 'none' or a path "
@@ -211,6 +255,16 @@ class LlamaCppEngine(Engine):
                 raise EngineError(f"{name} must be a positive integer or None, got {v!r}")
         self.prefill_chunk = prefill_chunk
         self.prefill_fast_batch = prefill_fast_batch
+        try:
+            self.kv = KVOptions(kv_policy, eviction, reload)
+        except KVPolicyError as exc:
+            raise EngineError(str(exc)) from None
+        self._costs = _load_costs(cost_profile, model_path)
+        if self._costs is None and (kv_policy == "lamps" or reload == "threshold"):
+            raise EngineError(f"kv_policy {kv_policy!r} / reload {reload!r} weigh prefill against transfer "
+                              "costs: give cost_profile (a profile fitted for this model)")
+        self._planner_budget = False  # set_prefill_budget() was called: its value rules
+        self._step_budget: int | None = None
         if not (grammar is None or grammar == "auto" or isinstance(grammar, dict)):
             raise EngineError(f"grammar must be 'auto', None or a mapping, got {grammar!r}")
         path = Path(model_path) if model_path is not None else default_model_path()
@@ -262,7 +316,8 @@ class LlamaCppEngine(Engine):
         self._meter = SpeedMeter(speed_window)
         self.last_step = StepInfo()
         self.stats = {"steps": 0, "tokens_submitted": 0, "prefill_tokens": 0, "decode_calls": 0,
-                      "swap_out": 0, "swap_in": 0, "discard": 0, "reprefill": 0, "host_bytes": 0,
+                      "swap_out": 0, "swap_in": 0, "discard": 0, "reprefill": 0, "reprefill_tokens": 0,
+                      "host_bytes": 0,
                       "busy_time": 0.0}
 
     # -- lifetime -------------------------------------------------------------------------------
@@ -334,7 +389,11 @@ class LlamaCppEngine(Engine):
                     running += seq.private
         prefix = sum(len(p.ids) for p in self._prefixes.values())
         return MemoryInfo(capacity=self.kv_budget, running=running, prefix=prefix,
-                          suspended_device=susp_dev, suspended_host=host)
+                          suspended_device=susp_dev, suspended_host=host,
+                          pinned=susp_dev if self.kv.policy == "keep" else 0)
+
+    def cost_profile(self) -> EngineProfile | None:
+        return self._costs
 
     # -- Engine API: generations ----------------------------------------------------------------
     def admit(self, gen_id: int, prompt_ids: list[int], *, max_tokens: int, prefix_key: str | None = None,
@@ -391,6 +450,12 @@ class LlamaCppEngine(Engine):
         seq.state = _SUSPENDED
         seq.hint = resume_hint
         seq.suspended_at = self.now()
+        if self.kv.policy != "evict" and self.kv.policy != "keep" and seq.seq_id is not None:
+            action = at_suspension(self.kv, seq.private, sum(s.private for s in self._active.values()),
+                                   (resume_hint - seq.suspended_at) if resume_hint is not None else math.inf,
+                                   self._costs or _NO_COSTS, self._host_room(seq.private))
+            if action != KEEP:
+                self._evict(seq, to_host=action == HOST)
         return Context(gen_id=gen_id, token_ids=list(seq.ids), n_prompt=seq.n_prompt, kv=gen_id,
                        location=seq.location)
 
@@ -401,6 +466,20 @@ class LlamaCppEngine(Engine):
         self._active.pop(gen_id, None)
         self._free_seq(seq)
         seq.state = _FINISHED
+
+    def set_importance(self, gen_id: int, importance: float) -> None:
+        seq = self._seqs.get(gen_id)
+        if seq is not None and isinstance(importance, (int, float)) and math.isfinite(importance):
+            seq.importance = float(importance)
+
+    def set_prefill_budget(self, tokens: int | None) -> None:
+        """Prompt tokens of the next step (None: whole prompts, nothing held back); from the first call
+        on, this replaces ``prefill_chunk`` and the hold-back behind more urgent decoding generations
+        (the planner's budget already protects them)."""
+        if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
+            raise EngineError(f"prefill budget must be a positive integer or None, got {tokens!r}")
+        self._planner_budget = True
+        self._step_budget = tokens
 
     def set_priority(self, gen_id: int, priority: float) -> None:
         """Rank of this generation's prompt work among the running ones (smaller first).
@@ -549,21 +628,23 @@ class LlamaCppEngine(Engine):
         would only delay its first token), at most ``prefill_chunk`` tokens in all (None: whole
         prompts)."""
         top = min((s.priority for s in singles), default=math.inf)
-        budget = self.prefill_chunk
+        planned = self._planner_budget
+        budget = self._step_budget if planned else self.prefill_chunk
         out: list[tuple[_Seq, int]] = []
         for seq in sorted(multi, key=lambda s: (s.priority, s.order)):
-            if seq.priority > top or (budget is not None and budget <= 0):
+            if (seq.priority > top and not planned) or (budget is not None and budget <= 0):
                 break
             rest = len(seq.ids) - seq.kv_len
             fast = self.prefill_fast_batch
-            if budget is not None and fast is not None and rest >= fast and budget == self.prefill_chunk:
+            if (not planned and budget is not None and fast is not None and rest >= fast
+                    and budget == self.prefill_chunk):
                 take, budget = fast, 0  # one efficient batch is the whole step
             else:
                 take = rest if budget is None else min(rest, budget)
                 if budget is not None:
                     budget -= take
             out.append((seq, seq.kv_len + take))
-            if take == rest:  # decoding from the next step on: only equal ranks may share this one
+            if take == rest and not planned:  # decoding from the next step on: only equal ranks may share
                 top = min(top, seq.priority)
         return out
 
@@ -687,10 +768,16 @@ class LlamaCppEngine(Engine):
 
     def _victims(self) -> list[_Seq]:
         """Suspended generations holding device KV, the first to evict first (module docstring)."""
+        if self.kv.policy == "keep":  # always preserve: suspended contexts are never evicted
+            return []
         vs = [s for s in self._seqs.values()
               if s.state == _SUSPENDED and s.location == _DEVICE and s.seq_id is not None]
-        vs.sort(key=lambda s: (s.hint is None, -(s.hint or 0.0), s.suspended_at, s.order))
+        vs.sort(key=lambda s: victim_key(self.kv, s.hint, s.suspended_at, s.order, s.importance))
         return vs
+
+    def _host_room(self, n: int) -> bool:
+        host_used = sum(s.private for s in self._seqs.values() if s.location == _HOST)
+        return self.host_kv_budget is None or host_used + n <= self.host_kv_budget
 
     def _make_room(self, info: StepInfo) -> dict[tuple[int, ...], list[_Seq]]:
         """Evict suspended contexts until this step's new cells and sequence ids fit; give ids."""
@@ -715,7 +802,7 @@ class LlamaCppEngine(Engine):
         while (used + need_cells > self.kv_budget or need_ids > len(self._free_ids)) and victims:
             v = victims.pop(0)
             used -= v.private
-            self._evict(v, to_host=True)
+            self._evict(v, to_host=self._evict_to_host(v))
             info.evicted.append(v.gen_id)
         if used + need_cells > self.kv_budget:
             raise EngineOutOfMemory(f"this step needs {need_cells} new KV cells, {self.kv_budget - used} "
@@ -732,17 +819,21 @@ class LlamaCppEngine(Engine):
         victims = self._victims()
         if not victims:
             return False
-        self._evict(victims[0], to_host=True)
+        self._evict(victims[0], to_host=self._evict_to_host(victims[0]))
         info.evicted.append(victims[0].gen_id)
         return True
+
+    def _evict_to_host(self, seq: _Seq) -> bool:
+        """Destination of a context evicted under memory pressure (``reload``)."""
+        return evict_destination(seq.private, self._host_room(seq.private), self.kv,
+                                 self._costs or _NO_COSTS) != DROP
 
     def _evict(self, seq: _Seq, to_host: bool) -> None:
         """Save (``to_host`` and room in the host budget) or drop a suspended sequence's cells."""
         nat = self._nat()
         sid = seq.seq_id
         assert sid is not None
-        host_used = sum(s.private for s in self._seqs.values() if s.location == _HOST)
-        if to_host and (self.host_kv_budget is None or host_used + seq.private <= self.host_kv_budget):
+        if to_host and self._host_room(seq.private):
             if seq.shared:
                 nat.seq_rm(sid, 0, seq.shared)  # the prefix cells stay, owned by the prefix sequence
             seq.host = nat.seq_save(sid)
@@ -786,6 +877,7 @@ class LlamaCppEngine(Engine):
             else:
                 seq.kv_len = seq.shared
                 self.stats["reprefill"] += 1
+                self.stats["reprefill_tokens"] += len(seq.ids) - seq.shared - 1  # beyond a resume's one
                 info.reprefilled.append(seq.gen_id)
             if pre is not None:
                 nat.seq_cp(pre.seq_id, sid)
