@@ -46,7 +46,6 @@ def bad_tuf(**vals):
     ({"tuf": bad_tuf(ert=-1.0)}, "ERT must be >= 0"),
     ({"tuf": bad_tuf(alpha=0.5)}, "alpha must be <= 0"),
     ({"tuf": bad_tuf(beta=0.0)}, "beta must be > 0"),
-    ({"tuf": None}, "tuf is missing"),
     ({"reference_plan": None}, "reference_plan"),
     ({"max_tokens": 0}, "max_tokens"),
     ({"arrival": math.inf}, "arrival"),

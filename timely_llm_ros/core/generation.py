@@ -76,8 +76,12 @@ class TaskRecord:
 
     @classmethod
     def from_spec(cls, spec: TaskSpec) -> TaskRecord:
-        """Record of a spec; never raises, so even a malformed task gets a record of its REJECT."""
-        tuf = spec.tuf if isinstance(spec.tuf, TUF) else None
+        """Record of a spec; never raises, so even a malformed task gets a record of its REJECT.
+
+        The record keeps the TUF the task is judged by: its own, or a benchmark's ``reference_tuf``
+        when the planner had to derive one (semantic urgency)."""
+        ref = getattr(spec, "reference_tuf", None)
+        tuf = ref if isinstance(ref, TUF) else (spec.tuf if isinstance(spec.tuf, TUF) else None)
         klass = spec.task_class if isinstance(spec.task_class, str) and spec.task_class else (
             task_class(spec) if tuf is not None else "")
         arrival = spec.arrival if isinstance(spec.arrival, (int, float)) else NAN

@@ -36,6 +36,11 @@ works on it.
 Bounded memory (long-running planners): with ``retain_records`` set, a terminal task's generation
 is dropped and only the last ``retain_records`` records are kept (the simulator keeps all).
 
+Options beyond the paper (``options``, :mod:`.planner_options`): a TUF derived from the instruction
+for tasks without one (semantic urgency), G(·) from an online segment-length predictor, overrun
+strategies that EXPIRE a task once its utility horizon has passed (an EXPIRED task is terminal like a
+FAILED one: its robot's next task becomes active), and a per-step prompt-token budget.
+
 The planner is clock-agnostic: ``clock()`` (default: the engine's) gives "now". Events go to ``sink``
 (:class:`TraceEvent`) and state changes to ``on_state(task_id, state, reason)``.
 """
@@ -54,6 +59,7 @@ from timely_llm_ros.core.feedback import feedback_problem
 from timely_llm_ros.core.generation import Dispatch, Generation, Segment, TaskRecord, estimated_action_end
 from timely_llm_ros.core.intake import Intake
 from timely_llm_ros.core.motion_budget import PlanBudgets
+from timely_llm_ros.core.planner_options import PlannerExtras, PlannerOptions
 from timely_llm_ros.core.scheduler import Policy, Scheduler
 from timely_llm_ros.core.skills import SkillParseError, load_skill_set
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
@@ -87,7 +93,8 @@ class PlannerCore:
                  exec_model: ExecTimeModel | None = None,
                  network_latency: float = 0.008,
                  agent_queues: AgentQueues | None = None,
-                 retain_records: int | None = None) -> None:
+                 retain_records: int | None = None,
+                 options: PlannerOptions | None = None) -> None:
         if not (isinstance(network_latency, (int, float)) and math.isfinite(network_latency)
                 and network_latency >= 0):
             raise ValueError(f"network_latency must be a finite number >= 0, got {network_latency!r}")
@@ -113,6 +120,9 @@ class PlannerCore:
         self.intake = Intake(engine)
         self._next_id = 0
         self._use_checker = self.policy.stream
+        self.options = options or PlannerOptions()
+        self.extras = PlannerExtras(self.options)
+        self._costs = engine.cost_profile()
 
     # -- events ---------------------------------------------------------------------------------
     def _emit(self, t: float, kind: str, rec: TaskRecord, seg: int = -1, detail: str = "",
@@ -135,6 +145,9 @@ class PlannerCore:
         with the rest of its plan (:meth:`Intake.prepare` seeds the prompt with their text).
         """
         t = self.clock()
+        sent = spec
+        if isinstance(spec, TaskSpec):
+            spec = self.extras.derive_tuf(spec)  # a task without a TUF: semantic urgency
         rec = TaskRecord.from_spec(spec) if isinstance(spec, TaskSpec) else None
         if rec is None:
             raise TaskRejected(f"expected a TaskSpec, got {type(spec).__name__}")
@@ -160,14 +173,34 @@ class PlannerCore:
         self._tasks[spec.task_id] = gen
         self._state(rec, ev.ACCEPTED)
         self._emit(t, ev.ADMIT, rec)
-        if role == WAITING:
-            gen.parked = True
+        skipped = self._skipped_by(rec)
+        if skipped is not None:
+            self._expire(gen, t, skipped)
+            return rec
+        gen.parked = role == WAITING
+        if self.extras.wants_llm(sent):  # the embedded LLM classifies it first (a probe generation)
+            self.extras.wait(gen, sent.task_class)
+            self._state(rec, ev.QUEUED, "deriving its urgency from the instruction")
+        elif gen.parked:
             self._state(rec, ev.QUEUED, f"waiting for robot {rec.agent_id!r} to end task "
                                         f"{self.agents.active(rec.agent_id)!r}")
         else:
             self._state(rec, ev.QUEUED)
-            self.scheduler.push(gen)
+            self._push(gen)
         return rec
+
+    def _push(self, gen: Generation) -> None:
+        """Queue a generation for its next segment: G from the length predictor (option), horizon."""
+        self.extras.estimate(gen, self.engine.speed(), self._costs)
+        self.scheduler.push(gen)
+        self.extras.overrun.track(gen)
+
+    def _unpark(self, gen: Generation) -> None:
+        """Its robot is free for it: schedule it (unless it still waits for its urgency probe, whose
+        answer queues it)."""
+        gen.parked = False
+        if gen.record.task_id not in self.extras.waiting:
+            self._push(gen)
 
     def warm_up(self, skill_sets: list[str], max_steps: int = 64) -> dict[str, float]:
         """Prefill each skill set's fixed prompt (the shared prefix) before any task arrives.
@@ -243,11 +276,16 @@ class PlannerCore:
     # -- the loop -------------------------------------------------------------------------------
     def has_work(self) -> bool:
         """True while a generation is queued or running."""
-        return bool(self._running) or len(self.scheduler) > 0
+        return bool(self._running) or len(self.scheduler) > 0 or bool(self.extras.waiting)
 
     def step(self) -> bool:
         """One scheduling point + one engine iteration; False if nothing could run."""
         t = self.clock()
+        ex = self.extras
+        for gen in ex.overrun.due(t):
+            self._overrun(gen, t)
+        for gen, exc in ex.admit_probes(self.engine, self._new_id, t):
+            self._fail(gen, t, f"urgency classifier: the engine refused its probe: {exc}")
         picked = self.scheduler.select(t, list(self._running.values()), self.engine.speed(),
                                        self.engine.memory().free)
         for gen in picked:
@@ -255,26 +293,67 @@ class PlannerCore:
                 self._start(gen, t)
             except EngineError as exc:  # a real engine refused the sequence: that task fails, not all
                 self._fail(gen, t, f"engine refused the generation: {exc}")
-        if not self._running:
+        probing = ex.probes is not None and len(ex.probes) > 0
+        if not self._running and not probing:
             return bool(picked)
+        if ex.opt.token_budget != "whole":
+            self.engine.set_prefill_budget(ex.budget(t, self._running.values(), self.engine.speed(), self._costs))
         try:
             outs = self.engine.step()
         except EngineOutOfMemory as exc:
             # The admission check keeps room for every running generation's next segment, so this
             # needs a profile/engine whose memory is nearly full; shed the newest generation, keep going.
-            newest = max(self._running.values(), key=lambda g: g.gen_id)
-            self._fail(newest, self.clock(), f"engine KV memory exhausted: {exc}")
+            if self._running:
+                newest = max(self._running.values(), key=lambda g: g.gen_id)
+                self._fail(newest, self.clock(), f"engine KV memory exhausted: {exc}")
+            else:
+                self._fail_probes(f"engine KV memory exhausted: {exc}")
             return True
         except EngineError as exc:
             for gen in list(self._running.values()):
                 self._fail(gen, self.clock(), f"engine error: {exc}")
+            self._fail_probes(f"engine error: {exc}")
             return True
         for out in outs:
-            self._token(out)
+            if probing and ex.probes.owns(out.gen_id):
+                self._probe_token(out)
+            else:
+                self._token(out)
         return True
+
+    def _new_id(self) -> int:
+        gid = self._next_id
+        self._next_id += 1
+        return gid
+
+    def _probe_token(self, out: TokenOut) -> None:
+        """A token of the LLM classifier's probe: once it names a class, the task gets that class's
+        TUF and is queued (its response time still counts from its arrival) — or stays parked while
+        its robot executes another task."""
+        ex = self.extras
+        tid = ex.probes.task_of(out.gen_id)
+        res = ex.probes.on_token(out.gen_id, out.text, out.finished or out.reason == "error", out.t)
+        if res is None:
+            return
+        self.engine.release(out.gen_id)
+        gen = ex.answered(res, tid)
+        if gen is None or gen.record.state in ev.TERMINAL_STATES:
+            return
+        why = f"urgency {res.label} ({res.source}, {1000 * res.latency_s:.0f} ms)"
+        if gen.parked:
+            why += f"; waiting for robot {gen.record.agent_id!r} to end task {self.agents.active(gen.record.agent_id)!r}"
+        self._state(gen.record, ev.QUEUED, why)
+        if not gen.parked:
+            self._push(gen)
+
+    def _fail_probes(self, reason: str) -> None:
+        for tid in list(self.extras.waiting):
+            gen = self.extras.waiting[tid].gen
+            self._fail(gen, self.clock(), f"urgency classifier: {reason}")
 
     def _start(self, gen: Generation, t: float) -> None:
         rec = gen.record
+        self.extras.started(gen.gen_id, gen.context is None or gen.context.location == "discarded")
         if gen.context is None:
             self.engine.admit(gen.gen_id, gen.prompt_ids, max_tokens=gen.max_tokens,
                               prefix_key=gen.skill_set.name, prefix_len=gen.prefix_len, script=gen.script)
@@ -285,8 +364,10 @@ class PlannerCore:
             gen.context = None
             self._emit(t, ev.GEN_START, rec, gen.k)
             self._emit(t, ev.RESUME, rec, gen.k)
-        # the segment's deadline orders prompt work inside a step on engines that can use it
+        # the segment's deadline orders prompt work inside a step on engines that can use it, and the
+        # task's initial utility ranks its KV in engines that evict by importance (paper 001)
         self.engine.set_priority(gen.gen_id, gen.ref + gen.ert_k - gen.net)
+        self.engine.set_importance(gen.gen_id, gen.beta)
         gen.seg_tokens = 0
         gen.seg_start = t
         gen.state = ev.GENERATING
@@ -297,6 +378,7 @@ class PlannerCore:
         gen = self._running.get(out.gen_id)
         if gen is None:
             return
+        self.extras.token(out.gen_id)
         if out.reason == "error":  # the engine gave up on this generation: fail it, keep the rest
             self._emit(out.t, ev.GEN_STOP, gen.record, len(gen.record.segments), "error", gen.seg_tokens)
             self._fail(gen, out.t, f"engine error: {out.text or 'the engine ended the generation without finishing it'}")
@@ -329,8 +411,13 @@ class PlannerCore:
             ctx = self.engine.suspend(gen.gen_id, resume_hint=gen.ref)
             del self._running[gen.gen_id]
             gen.context = ctx
-            # resuming moves the private KV (prompt suffix + generated) back among the running ones
-            gen.mem_need = len(ctx.token_ids) - gen.prefix_len + gen.max_seg_tokens
+            # resuming moves the private KV (prompt suffix + generated) back among the running ones;
+            # a context the engine keeps pinned on the device (kv_policy keep) is counted as used
+            # already, so its resumption needs room for the new segment only
+            private = len(ctx.token_ids) - gen.prefix_len
+            if ctx.location == "device" and self.engine.memory().pinned:
+                private = 0
+            gen.mem_need = private + gen.max_seg_tokens
             gen.state = ev.SUSPENDED
             gen.record.n_suspensions += 1
             held = bool(gen.held)
@@ -341,7 +428,7 @@ class PlannerCore:
             if held:  # generate no further ahead: parked until its robot is free (core.agent_queue)
                 gen.parked = True
             else:
-                self.scheduler.push(gen)
+                self._push(gen)
         else:
             gen.seg_tokens = 0
             gen.seg_start = t
@@ -364,6 +451,7 @@ class PlannerCore:
                       gen_start=gen.seg_start, gen_end=t, dispatch=t, min_exec=est.minimum,
                       expected_exec=est.expected, calls=tuple(calls), final=final)
         rec.segments.append(seg)
+        self.extras.learned(gen, idx, seg.n_tokens)
         gen.dispatched += 1
         gen.k = idx + 1
         gen.ert_k = 0.0
@@ -454,15 +542,71 @@ class PlannerCore:
         rec = gen.record
         if rec.state in ev.TERMINAL_STATES:
             return
+        self._stop(gen)
+        rec.terminal_time = t
+        self._state(rec, ev.FAILED, reason)
+        self._emit(t, ev.FAIL, rec, detail=reason)
+        self._closed(gen, t)
+
+    def _stop(self, gen: Generation) -> None:
+        """Take a generation out of the scheduler, the engine and the options' bookkeeping (its
+        urgency probe included)."""
         gen.finished = True
         self.scheduler.remove(gen)
         if self._running.pop(gen.gen_id, None) is not None or gen.context is not None:
             self.engine.release(gen.gen_id)
             gen.context = None
+        probe = self.extras.drop_waiting(gen.record.task_id)
+        if probe is not None:
+            self.engine.release(probe)
+        self.extras.overrun.forget(gen)
+        self.extras.token(gen.gen_id)
+
+    def _expire(self, gen: Generation, t: float, reason: str) -> None:
+        """EXPIRED: the task's utility horizon has passed (overrun ``kill``) or it was skipped
+        (``skip-next``). Terminal like FAILED: its robot is told by TaskStatus EXPIRED + reason, a
+        segment it holds is not taken back (the robot ends it; feedback for it is then ignored), and
+        the robot's next task becomes active."""
+        rec = gen.record
+        if rec.state in ev.TERMINAL_STATES:
+            return
+        self._stop(gen)
         rec.terminal_time = t
-        self._state(rec, ev.FAILED, reason)
-        self._emit(t, ev.FAIL, rec, detail=reason)
+        self._state(rec, ev.EXPIRED, reason)
+        self._emit(t, ev.EXPIRE, rec, detail=reason)
         self._closed(gen, t)
+
+    def _overrun(self, gen: Generation, t: float) -> None:
+        """A tracked generation's utility horizon has passed (core/overrun.py)."""
+        rec = gen.record
+        how = self.extras.overrun.strategy(gen.spec)
+        seg = len(rec.segments)
+        late = t - rec.arrival if seg == 0 else t - gen.ref
+        what = "its first segment" if seg == 0 else f"segment {seg}"
+        if how == "kill":
+            self.extras.overrun.expired += 1
+            self._expire(gen, t, f"overrun (kill): {what} could no longer start with positive utility "
+                                 f"({late:.3f} s after {'arrival' if seg == 0 else 'the previous action ended'})")
+            return
+        agent = rec.agent_id
+        self.extras.overrun.overrunning[agent] = rec.task_id
+        for other in list(self._tasks.values()):  # skip-next: this robot's tasks that have not started
+            o = other.record
+            if (o.agent_id == agent and o.task_id != rec.task_id and not o.segments
+                    and o.state not in ev.TERMINAL_STATES):
+                self._expire(other, t, self._skipped_by(o) or "skipped")
+
+    def _skipped_by(self, rec: TaskRecord) -> str | None:
+        """The skip-next reason when the task's robot is busy with an overrunning task, else None."""
+        busy = self.extras.overrun.overrunning.get(rec.agent_id)
+        if busy is None or busy == rec.task_id:
+            return None
+        other = self._tasks.get(busy)
+        if other is None or other.record.state in ev.TERMINAL_STATES:
+            return None
+        self.extras.overrun.skipped += 1
+        return (f"skipped (skip-next): robot {rec.agent_id!r} is still on task {busy!r}, which overran its "
+                "utility horizon")
 
     # -- end of a task: the robot's next task, bounded memory ----------------------------------
     def _closed(self, gen: Generation, t: float) -> None:
@@ -483,8 +627,7 @@ class PlannerCore:
         for tid in promo.ahead:
             ahead = self._tasks.get(tid)
             if ahead is not None and ahead.parked and ahead.context is None and not ahead.finished:
-                ahead.parked = False
-                self.scheduler.push(ahead)
+                self._unpark(ahead)
         self._retire(rec)
 
     def _activate(self, gen: Generation, t: float) -> None:
@@ -495,8 +638,7 @@ class PlannerCore:
         rec = gen.record
         gen.ref = estimated_action_end(rec, self.net)
         if gen.parked and not gen.finished:
-            gen.parked = False
-            self.scheduler.push(gen)
+            self._unpark(gen)
         elif gen.finished:
             self._executing(gen, t)
 
@@ -548,6 +690,8 @@ class PlannerCore:
         if not gen.finished:
             gen.ref = estimated_action_end(rec, self.net)
             self.scheduler.update(gen)
+            if state == ev.DONE:
+                self.extras.overrun.track(gen)  # the robot waits from now on: its horizon counts
         self._maybe_complete(gen, t)
         if state == ev.STARTED:
             self._executing(gen, t)

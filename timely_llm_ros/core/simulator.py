@@ -28,7 +28,9 @@ from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.exectime import load_exec_time_model
 from timely_llm_ros.core.generation import TaskRecord
 from timely_llm_ros.core.agent_queue import AgentQueues
+from timely_llm_ros.core.kv_policy import KVOptions
 from timely_llm_ros.core.planner import UNBOUNDED_AGENT_DEPTH, PlannerCore
+from timely_llm_ros.core.planner_options import PlannerOptions
 from timely_llm_ros.core.profile import EngineProfile
 from timely_llm_ros.core.robot_sim import RobotSim
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
@@ -52,6 +54,9 @@ class SimConfig:
     # one task at a time per robot (core.agent_queue): how many of a robot's queued tasks may generate
     # ahead while its current task executes (their segments are held until it ends)
     lookahead: int = 1
+    options: PlannerOptions | None = None  # planner options beyond the paper (None: defaults)
+    kv: KVOptions | None = None  # suspended contexts' KV handling (None: the profile's eviction order)
+    chunked_prefill: bool = False  # the engine fuses prompt chunks into decode passes
 
 
 @dataclass
@@ -71,7 +76,8 @@ def simulate(tasks: list[TaskSpec], config: SimConfig | None = None,
     ``engine``: a prepared virtual-clock engine (e.g. simulated replicas sharing a real model's
     tokenizer); default: ``config.replicas`` simulated engines timed by ``config.profile``."""
     config = config or SimConfig()
-    engine = engine if engine is not None else simulated_replicas(config.profile, config.replicas)
+    engine = engine if engine is not None else simulated_replicas(
+        config.profile, config.replicas, kv=config.kv, chunked_prefill=config.chunked_prefill)
     heap: list[tuple[float, int, int, object]] = []
     counter = 0
 
@@ -96,7 +102,7 @@ def simulate(tasks: list[TaskSpec], config: SimConfig | None = None,
                 progress(done, total, e.t)
 
     planner = PlannerCore(engine, config.policy, dispatch=robot.dispatch, sink=sink, exec_model=exec_model,
-                          network_latency=config.network_latency,
+                          network_latency=config.network_latency, options=config.options,
                           agent_queues=AgentQueues(UNBOUNDED_AGENT_DEPTH, config.lookahead))
     order = sorted(range(len(tasks)), key=lambda i: (_arrival(tasks[i]), i))
     for i in order:
@@ -129,13 +135,26 @@ def simulate(tasks: list[TaskSpec], config: SimConfig | None = None,
         "tasks": total,
         "completed": sum(r.state == ev.COMPLETED for r in planner.records),
         "failed": sum(r.state == ev.FAILED for r in planner.records),
+        "expired": sum(r.state == ev.EXPIRED for r in planner.records),
         "rejected": sum(r.state == ev.REJECTED for r in planner.records),
         "decisions": planner.scheduler.decisions,
         "exec_unused_recorded": robot.unused_recorded(),
         **{f"robot_{k}": v for k, v in robot.stats.items()},
         **{f"engine_{k}": v for k, v in engine.stats.items()},
+        **_extras_stats(planner),
     }
     return SimResult(records=planner.records, events=trace, stats=stats)
+
+
+def _extras_stats(planner: PlannerCore) -> dict:
+    """What the options did (classifications, expiries, the length predictor's error)."""
+    ex = planner.extras
+    out: dict = {f"urgency_{k}": v for k, v in sorted(ex.classified.items())}
+    out["overrun_killed"] = ex.overrun.expired
+    out["overrun_skipped"] = ex.overrun.skipped
+    if ex.predictor is not None:
+        out.update({f"predictor_{k}": v for k, v in ex.predictor.error.as_dict().items()})
+    return out
 
 
 def _arrival(spec: object) -> float:

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 
 from timely_llm_ros.core.tuf import TUF
 
+# Overrun strategies a task may ask for ("" = the planner's default); see core/overrun.py.
+OVERRUNS = ("", "continue", "kill", "skip-next")
+
 
 class TaskRejected(ValueError):
     """A task that cannot be planned; ``reason`` is meant for the robot's TaskStatus."""
@@ -35,7 +38,9 @@ class TaskSpec:
     robot_type: str
     skill_set: str
     instruction: str
-    tuf: TUF
+    # None: the task names no TUF (``auto``); the planner's urgency classifier derives one from the
+    # instruction (core/urgency.py), or, with it off, rejects the task
+    tuf: TUF | None
     arrival: float = 0.0
     scene: str = ""
     max_tokens: int = 256
@@ -47,6 +52,13 @@ class TaskSpec:
     reference_plan: str | None = None
     exec_times: list[tuple[str, float]] = field(default_factory=list)
     trace_id: int | None = None
+    # What the planner does once the task's utility horizon has passed (its current segment can no
+    # longer yield positive utility): "continue", "kill" or "skip-next" (TimeBill's overrun
+    # strategies, core/overrun.py); "" = the planner's default.
+    overrun: str = ""
+    # Simulation only: the TUF a benchmark judges a task by when the planner has to derive its own
+    # (``tuf`` None): metrics use this one, the scheduler the derived one.
+    reference_tuf: TUF | None = None
 
     def validate(self) -> None:
         """Reject malformed tasks with a reason (never a crash later in the scheduler)."""
@@ -57,7 +69,11 @@ class TaskSpec:
         if not isinstance(self.instruction, str) or not self.instruction.strip():
             raise TaskRejected("instruction is empty")
         if not isinstance(self.tuf, TUF):
-            raise TaskRejected("tuf is missing")
+            raise TaskRejected("tuf is missing (send a TUF, or run the planner with an urgency classifier "
+                               "to derive one from the instruction)")
+        if self.overrun not in OVERRUNS:
+            raise TaskRejected(f"overrun must be one of {', '.join(repr(o) for o in OVERRUNS)}, "
+                               f"got {self.overrun!r}")
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens <= 0:
             raise TaskRejected(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
         if not isinstance(self.arrival, (int, float)) or not math.isfinite(self.arrival):
@@ -72,7 +88,9 @@ class TaskSpec:
 
 
 def task_class(spec: TaskSpec) -> str:
-    """Metric group of a task: its explicit class, else 'urgent' for ERT < 1 s, else 'normal'."""
+    """Metric group of a task: its explicit class, else 'urgent' for ERT < 1 s, else 'normal'
+    (the judged TUF: ``reference_tuf`` when a benchmark hides the TUF from the planner)."""
     if spec.task_class:
         return spec.task_class
-    return "urgent" if spec.tuf.ert < 1.0 else "normal"
+    tuf = spec.reference_tuf or spec.tuf
+    return "urgent" if tuf.ert < 1.0 else "normal"

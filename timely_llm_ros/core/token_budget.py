@@ -42,6 +42,7 @@ class BudgetOptions:
     chunk: int = 64  # ``fixed``: tokens per step
     min_chunk: int = 16  # ``slack``: never fewer (progress)
     max_chunk: int | None = None  # ``slack``: never more (None: up to a whole prompt)
+    protect_tardy: bool = False  # ``slack``: a decoder already past its deadline also limits the chunk
 
     def __post_init__(self) -> None:
         if self.mode not in TOKEN_BUDGETS:
@@ -94,8 +95,10 @@ def choose_budget(opts: BudgetOptions, t: float, running: Iterable[Running], ste
         if not r.decoding or not r.decays or r.deadline >= first_prompt:
             continue
         n = max(1, r.tokens_left)
-        e = max(0.0, r.deadline - (t + n * step_time)) / n
-        allow = min(allow, e)
+        slack = r.deadline - (t + n * step_time)
+        if slack < 0.0 and not opts.protect_tardy:
+            continue
+        allow = min(allow, max(0.0, slack) / n)
     if allow == math.inf:
         return None
     hi = opts.max_chunk if opts.max_chunk is not None else limit

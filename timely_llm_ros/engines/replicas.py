@@ -523,9 +523,10 @@ class ReplicaSetEngine(Engine):
         return wait + uncached / prefill + n_tok / per_seq
 
 
-def simulated_replicas(profile: object, n: int, tokenizer: object = None) -> Engine:
+def simulated_replicas(profile: object, n: int, tokenizer: object = None, **sim_options: object) -> Engine:
     """``n`` simulated engines with ``profile`` (one engine when ``n == 1``) on one virtual clock;
-    ``tokenizer``: shared by all (default: a new :class:`~timely_llm_ros.core.tokenizer.SimTokenizer`)."""
+    ``tokenizer``: shared by all (default: a new :class:`~timely_llm_ros.core.tokenizer.SimTokenizer`);
+    ``sim_options``: passed to each :class:`~timely_llm_ros.engines.sim.SimEngine` (KV policy, chunked prefill)."""
     from timely_llm_ros.core.tokenizer import SimTokenizer
     from timely_llm_ros.engines.sim import SimEngine
 
@@ -533,5 +534,6 @@ def simulated_replicas(profile: object, n: int, tokenizer: object = None) -> Eng
         raise EngineError(f"replicas must be a positive integer, got {n!r}")
     tok = tokenizer or SimTokenizer()  # one vocabulary: ids tokenized on one replica, emitted by another
     if n == 1:
-        return SimEngine(profile, tokenizer=tok)  # type: ignore[arg-type]
-    return ReplicaSetEngine([SimEngine(profile, tokenizer=tok) for _ in range(n)])  # type: ignore[arg-type]
+        return SimEngine(profile, tokenizer=tok, **sim_options)  # type: ignore[arg-type]
+    return ReplicaSetEngine([SimEngine(profile, tokenizer=tok, **sim_options)  # type: ignore[arg-type]
+                             for _ in range(n)])  # type: ignore[arg-type]
