@@ -102,9 +102,12 @@ def test_slack_budget_hand_computed():
     r = Running(deadline=0.98, tokens_left=5, decoding=True, decays=True)
     # slack 0.98 - (0.5 + 0.25) = 0.23 s over 5 steps = 0.046 s per step -> 11 tokens (0.044 s)
     assert choose_budget(opts, 0.5, [r], 0.05, _cost) == 11
-    # a tardy generation (negative slack) gets the minimum chunk (progress)
+    # a tardy generation (negative slack) cannot be saved by holding prompts back: ignored by default,
+    # the minimum chunk (progress) with protect_tardy
     late = Running(deadline=0.6, tokens_left=5, decoding=True, decays=True)
-    assert choose_budget(opts, 0.5, [r, late], 0.05, _cost) == 4
+    assert choose_budget(opts, 0.5, [r, late], 0.05, _cost) == 11
+    assert choose_budget(BudgetOptions(mode="slack", min_chunk=4, protect_tardy=True), 0.5, [r, late], 0.05,
+                         _cost) == 4
     # flat TUF and generations still in their prefill impose nothing -> unlimited
     flat = Running(deadline=0.6, tokens_left=5, decoding=True, decays=False)
     assert choose_budget(opts, 0.5, [flat], 0.05, _cost) is None
@@ -112,7 +115,7 @@ def test_slack_budget_hand_computed():
     urgent_prompt = Running(deadline=0.55, tokens_left=4, decoding=False, decays=True)
     assert choose_budget(opts, 0.5, [r, urgent_prompt], 0.05, _cost) is None
     # ... but a decoder more urgent than the prompt still limits it
-    assert choose_budget(opts, 0.5, [late, Running(0.9, 4, False, True)], 0.05, _cost) == 4
+    assert choose_budget(opts, 0.5, [r, Running(1.5, 4, False, True)], 0.05, _cost) == 11
     assert choose_budget(BudgetOptions(mode="slack", min_chunk=4, max_chunk=8), 0.5, [r], 0.05, _cost) == 8
     # no step time measured yet: no limit
     assert choose_budget(opts, 0.5, [r], None, _cost) is None

@@ -216,7 +216,9 @@ def task_entry(spec: Any, arrival_wall: float) -> dict[str, Any]:
     """The fields of a :class:`~timely_llm_ros.core.task.TaskSpec` a restarted planner needs."""
     return {"task_id": spec.task_id, "agent_id": spec.agent_id, "robot_type": spec.robot_type,
             "skill_set": spec.skill_set, "instruction": spec.instruction, "scene": spec.scene or "",
-            "tuf": [spec.tuf.ert, spec.tuf.alpha, spec.tuf.beta], "max_tokens": spec.max_tokens,
+            # None: sent without a TUF; a restarted planner derives it again (planner option urgency)
+            "tuf": None if spec.tuf is None else [spec.tuf.ert, spec.tuf.alpha, spec.tuf.beta],
+            "max_tokens": spec.max_tokens,
             "task_class": spec.task_class or "", "trace_id": spec.trace_id, "arrival": arrival_wall}
 
 
@@ -225,10 +227,10 @@ def task_from_entry(entry: dict[str, Any], arrival: float) -> Any:
     from timely_llm_ros.core.task import TaskSpec
     from timely_llm_ros.core.tuf import TUF
 
-    ert, alpha, beta = (float(v) for v in entry["tuf"])
+    tuf = None if entry["tuf"] is None else TUF(*(float(v) for v in entry["tuf"]))
     trace = entry.get("trace_id")
     return TaskSpec(task_id=str(entry["task_id"]), agent_id=str(entry["agent_id"]),
                     robot_type=str(entry["robot_type"]), skill_set=str(entry["skill_set"]),
-                    instruction=str(entry["instruction"]), tuf=TUF(ert, alpha, beta), arrival=float(arrival),
+                    instruction=str(entry["instruction"]), tuf=tuf, arrival=float(arrival),
                     scene=str(entry.get("scene") or ""), max_tokens=int(entry["max_tokens"]),
                     task_class=str(entry.get("task_class") or ""), trace_id=int(trace) if trace else None)

@@ -76,7 +76,8 @@ def check_task_fields(f: TaskFields) -> None:
             raise TaskRejected(f"{name} contains control characters")
     if not 0 <= f.max_tokens <= MAX_MAX_TOKENS:
         raise TaskRejected(f"max_tokens {f.max_tokens} is out of range (0 = default, at most {MAX_MAX_TOKENS})")
-    check_tuf_range(f.ert, f.alpha, f.beta)
+    if (f.ert, f.alpha, f.beta) != (0.0, 0.0, 0.0):  # all zeros: no TUF (``auto``, derived by the planner)
+        check_tuf_range(f.ert, f.alpha, f.beta)
 
 
 def check_tuf_range(ert: float, alpha: float, beta: float) -> None:

@@ -49,7 +49,8 @@ def task_utility(rec: TaskRecord) -> float:
 class ClassMetrics:
     n: int = 0
     n_rejected: int = 0
-    n_failed: int = 0
+    n_failed: int = 0  # FAILED or EXPIRED
+    n_expired: int = 0  # EXPIRED: the utility horizon passed (planner option overrun kill / skip-next)
     n_completed: int = 0
     n_served: int = 0  # got a first action
     utility_mean: float = math.nan
@@ -83,6 +84,7 @@ def summarize_group(records: Iterable[TaskRecord]) -> ClassMetrics:
             m.n_rejected += 1
             continue
         m.n_failed += rec.state in (ev.FAILED, ev.EXPIRED)
+        m.n_expired += rec.state == ev.EXPIRED
         m.n_completed += rec.state == ev.COMPLETED
         m.sum_beta += rec.tuf.beta
         u = task_utility(rec)

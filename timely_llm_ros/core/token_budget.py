@@ -15,7 +15,10 @@ trade-off for all moments. Here it is chosen before every engine step:
     length predictor on, ``max_seg_tokens`` is the predicted bound);
   - slack ``s_r = D_r − (t + n_r·T)`` with ``D_r`` its segment deadline and ``T`` the current
     decode-step time: how much longer its remaining steps may take in total;
-  - it allows each of its remaining steps ``e_r = max(0, s_r) / n_r`` of extra prompt work.
+  - it allows each of its remaining steps ``e_r = max(0, s_r) / n_r`` of extra prompt work; a
+    generation already tardy (``s_r < 0``) is late whatever the chunk, so by default it limits
+    nothing (holding prompts back for it would only make the waiting ones late too);
+    ``protect_tardy`` gives it ``min_chunk`` instead.
 
   The budget is the largest chunk whose prefill time fits the smallest ``e_r``, at least
   ``min_chunk`` (progress: paper 004 warns that tiny chunks inflate time-to-first-token) and at

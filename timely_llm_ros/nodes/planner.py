@@ -72,11 +72,18 @@ from timely_llm_ros.core.generation import Dispatch, TaskRecord
 from timely_llm_ros.core.journal import Journal, JournalError, OpenTask, default_path, task_entry, task_from_entry
 from timely_llm_ros.core.liveness import SegmentTimers
 from timely_llm_ros.core.planner import PlannerCore, ResumedSegment
+from timely_llm_ros.core.planner_options import PlannerOptions
 from timely_llm_ros.core.skills import load_skill_set
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
 from timely_llm_ros.engines.base import Engine, EngineError
 from timely_llm_ros.nodes.common import ParamError, declare_params, run_node
-from timely_llm_ros.nodes.planner_params import PARAMS, engine_options, parse_agent_types, quote_mapping_args
+from timely_llm_ros.nodes.planner_params import (
+    PARAMS,
+    engine_options,
+    parse_agent_types,
+    planner_options,
+    quote_mapping_args,
+)
 from timely_llm_ros.nodes.sim_support import PlanTable, RealtimeSimEngine
 from timely_llm_ros.ros import convert, qos, topics
 
@@ -119,7 +126,7 @@ class PlannerNode(Node):
                                 sink=self._event, on_state=self._state,
                                 network_latency=self.p["network_latency"],
                                 agent_queues=AgentQueues(self.p["agent_queue_depth"], self.p["lookahead"]),
-                                retain_records=self.p["finished_retention"])
+                                retain_records=self.p["finished_retention"], options=self._planner_options())
         self._warm_up(self.p["warmup_skill_sets"])
         self._agent_types = parse_agent_types(self.p["agent_types"])
         self.journal, recovered = self._open_journal()
@@ -181,6 +188,12 @@ class PlannerNode(Node):
             return create_engine(name, **options)
         except Exception as exc:  # model file missing, GPU library absent, bad option ...
             raise ParamError(f"engine {name!r} could not be created: {type(exc).__name__}: {exc}") from None
+
+    def _planner_options(self) -> PlannerOptions:
+        try:
+            return planner_options(self.p["planner_options"], self._parameter_overrides)
+        except ValueError as exc:
+            raise ParamError(f"parameter 'planner_options': {exc}") from None
 
     def _load_plans(self) -> PlanTable | None:
         if not self.engine.needs_script:

@@ -22,12 +22,13 @@ from typing import Any
 
 import yaml
 
+from timely_llm_ros.core.planner_options import PlannerOptions
 from timely_llm_ros.core.scheduler import parse_policy
 from timely_llm_ros.nodes.common import Param, nonempty
 from timely_llm_ros.nodes.sim_support import CATALOG
 
 ENGINES = ("sim", "llamacpp", "vllm", "openai")
-MAPPING_PARAMS = ("engine_options",)
+MAPPING_PARAMS = ("engine_options", "planner_options")
 RESTART_MODES = ("fail", "resume")
 
 # Options the planner gives an engine unless engine_options says otherwise. llama.cpp: feed prompts in
@@ -98,6 +99,11 @@ def engine_options(engine: str, text: str, overrides: dict[str, Any]) -> dict[st
     return {**ENGINE_DEFAULTS.get(engine, {}), **parse_mapping(text), **nested_options(overrides)}
 
 
+def planner_options(text: str, overrides: dict[str, Any]) -> PlannerOptions:
+    """The ``planner_options`` parameter (string or nested form) as validated :class:`PlannerOptions`."""
+    return PlannerOptions.from_mapping({**parse_mapping(text), **nested_options(overrides, "planner_options")})
+
+
 def parse_agent_types(entries: list[str]) -> dict[str, str]:
     """``["drone_1:drone", "arm_1:arm"]`` → ``{"drone_1": "drone", ...}``; ValueError with the entry."""
     out: dict[str, str] = {}
@@ -120,6 +126,10 @@ PARAMS = (
           "(-p engine_options:=\"{model_path: /m.gguf}\") or a nested mapping in a parameter file; passed to "
           "timely_llm_ros.engines.registry.create_engine over the planner's defaults (llamacpp "
           "{prefill_chunk: 16, prefill_fast_batch: 64}; null turns one off)", read_only=True, check=_check_by(parse_mapping)),
+    Param("planner_options", "", "options beyond the paper (README 'Beyond the paper'), a YAML/JSON mapping "
+          "such as \"{overrun: kill, urgency: llm}\": urgency (off|lexical|llm: TUF of tasks sent without one), "
+          "length_predictor, pessimism, overrun (continue|kill|skip-next), token_budget (whole|fixed|slack)",
+          read_only=True, check=_check_by(lambda text: PlannerOptions.from_mapping(parse_mapping(text)))),
     Param("profile", "llama3-8b-fp16-rtx4090", "engine profile (config/profiles) timing the sim engine",
           read_only=True, check=nonempty),
     Param("policy", "timely", "scheduling policy: timely, timely-paper, fcfs-seg, edf-seg, vllm, "

@@ -14,6 +14,7 @@ for an unknown state code or an id beyond its limit.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -24,7 +25,7 @@ from timely_llm_ros.core import limits
 from timely_llm_ros.core.generation import Dispatch
 from timely_llm_ros.core.skills import SkillCall as CoreSkillCall
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
-from timely_llm_ros.core.tuf import TUF, InvalidTUF
+from timely_llm_ros.core.tuf import NORMAL_TUF, TUF, InvalidTUF
 from timely_llm_ros.msg import Segment, SegmentFeedback, SkillCall, Task, TaskStatus, TraceEvent, Tuf
 
 DEFAULT_MAX_TOKENS = 256  # Task.max_tokens == 0 means "the planner's default"
@@ -63,8 +64,16 @@ def stamp_ns(stamp: Time) -> int:
 
 
 # --------------------------------------------------------------------------------------- TUF
-def tuf_to_msg(tuf: TUF) -> Tuf:
+def tuf_to_msg(tuf: TUF | None) -> Tuf:
+    """``None`` (a task without a TUF: ``auto``) is the unset, all-zero ``Tuf``."""
+    if tuf is None:
+        return Tuf()
     return Tuf(ert=float(tuf.ert), alpha=float(tuf.alpha), beta=float(tuf.beta))
+
+
+def is_auto_tuf(msg: Tuf) -> bool:
+    """An unset ``Tuf`` field (ert, alpha, beta all 0): the task names no TUF."""
+    return msg.ert == 0.0 and msg.alpha == 0.0 and msg.beta == 0.0
 
 
 def tuf_from_msg(msg: Tuf) -> TUF:
@@ -108,7 +117,9 @@ def task_from_msg(msg: Task, arrival: float, default_max_tokens: int = DEFAULT_M
     fields); the planner's intake checks the rest (skill set known, prompt fits). Raises
     :class:`TaskRejected`.
     """
-    tuf = tuf_from_msg(msg.tuf)  # a TUF that is no TUF at all first: its reasons are the familiar ones
+    # an unset Tuf (all zeros) asks for ``auto``: the planner's urgency classifier derives it from the
+    # instruction (or rejects the task when it runs without one); any other TUF is checked as given
+    tuf = None if is_auto_tuf(msg.tuf) else tuf_from_msg(msg.tuf)
     limits.check_task_fields(task_fields(msg))
     for name in ("agent_id", "robot_type", "skill_set", "instruction"):
         if not getattr(msg, name).strip():
@@ -118,7 +129,8 @@ def task_from_msg(msg: Task, arrival: float, default_max_tokens: int = DEFAULT_M
                     skill_set=msg.skill_set, instruction=msg.instruction, tuf=tuf, arrival=float(arrival),
                     scene=msg.scene, max_tokens=max_tokens, task_class=msg.task_class.strip(),
                     trace_id=int(msg.trace_id) or None)
-    spec.validate()
+    # without a TUF, the other fields are checked now; the planner derives the TUF (or rejects it)
+    (spec if tuf is not None else dataclasses.replace(spec, tuf=NORMAL_TUF)).validate()
     return spec
 
 

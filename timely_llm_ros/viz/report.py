@@ -84,9 +84,21 @@ def report_text(run_: Any, result: Any) -> str:
         lines.append("# no task could be scored (no trace events or no TUFs in the bag)")
         return "\n".join(lines)
     lines += class_tables(name, [result], classes=_classes(result))
+    lines.append(end_states(result.records))
     lines.append("")
     lines.append(type_table(f"== {name} | per task type (trace id; '-' = unknown)", result.traces))
     return "\n".join(lines)
+
+
+def end_states(records: list[Any], examples: int = 3) -> str:
+    """How the tasks ended (every state seen), with the first reasons of the EXPIRED ones: a planner
+    option (overrun kill / skip-next) gave up on them, and the reason says when and why."""
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r.state] = counts.get(r.state, 0) + 1
+    line = "# ended: " + ", ".join(f"{s} {n}" for s, n in sorted(counts.items()))
+    why = [f"{r.task_id}: {r.reason}" for r in records if r.state == "EXPIRED" and r.reason][:examples]
+    return "\n".join([line, *(f"#   expired {w}" for w in why)])
 
 
 def _classes(result: Any) -> list[str]:

@@ -1,0 +1,34 @@
+"""Planner options through the planner node on real DDS: ``planner_options`` (nested mapping in a
+parameter file) with overrun ``kill`` tells the robot EXPIRED with the reason and frees it for its
+next task; a task sent without a TUF (all-zero ``Tuf``: auto) gets one derived from its instruction.
+Nothing is timed: every wait polls with a generous bound."""
+
+from __future__ import annotations
+
+import pytest
+from planner_testkit import make_task, planner_graph, wait_for
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+
+WAIT = 60.0
+DOOMED = (0.0, -10.0, 0.01)  # utility horizon: 1 ms after arrival, before any first step can end
+
+
+def test_kill_expires_with_the_reason_and_an_auto_tuf_task_runs_next(tmp_path):
+    from timely_llm_ros.core import events as ev
+    from timely_llm_ros.ros import convert
+
+    params = {"robot_grace_period": 5.0, "segment_timeout_margin": 30.0, "planner_options": {"overrun": "kill"}}
+    with planner_graph(tmp_path, params, {"po_drone": "done"}, "po_peer") as (peer, proc):
+        peer.task_pub.publish(make_task("po-late", "po_drone", tuf=DOOMED))
+        peer.task_pub.publish(make_task("po-auto", "po_drone", tuf=(0.0, 0.0, 0.0)))
+        wait_for(lambda: peer.final_state("po-auto") is not None, WAIT, "po-auto to finish", procs=(proc,))
+        late = peer.final("po-late")
+        assert peer.final_state("po-late") == ev.EXPIRED
+        assert late.reason.startswith("overrun (kill): its first segment could no longer start")
+        assert not late.has_response
+        assert ev.EXPIRE in [convert.EVENT_KIND_NAME[e.kind] for e in peer.events_of("po-late")]
+        assert not [s for s in peer.segments.get("po_drone", []) if s.task_id == "po-late"]
+        # the auto task: the lexical classifier's normal TUF; it ran once the robot was free
+        assert peer.final_state("po-auto") == ev.COMPLETED, peer.final("po-auto").reason
+        assert [s.index for s in peer.segments["po_drone"] if s.task_id == "po-auto"][:1] == [0]

@@ -1,0 +1,46 @@
+"""EXPIRED end to end: a simulated run with the planner option ``overrun: kill`` expires the tasks whose
+utility horizon passed; the bag, ``timely-llm report`` (state counts + reasons, class metrics) and the
+timeline all show them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+pytest.importorskip("rosbags", reason="rosbags is installed in the project venv (make)")
+
+from timely_llm_ros.cli import main  # noqa: E402
+from timely_llm_ros.core import events as ev  # noqa: E402
+from timely_llm_ros.core.planner_options import PlannerOptions  # noqa: E402
+from timely_llm_ros.core.simulator import SimConfig, simulate  # noqa: E402
+from timely_llm_ros.core.tuf import TUF  # noqa: E402
+from timely_llm_ros.lrtrace.bagio import write_sim_bag  # noqa: E402
+from timely_llm_ros.lrtrace.from_bag import load_run  # noqa: E402
+from timely_llm_ros.viz import report  # noqa: E402
+from timely_llm_ros.workload import resolve_workload  # noqa: E402
+
+COMMANDS = {"report": ("timely_llm_ros.viz.report", "report"), "timeline": ("timely_llm_ros.viz.timeline", "t")}
+DOOMED = TUF(0.0, -10.0, 0.01)  # horizon 1 ms after arrival: no first segment can make it
+
+
+def test_expired_tasks_in_bag_report_and_timeline(tmp_path, capsys):
+    tasks = resolve_workload("sample1").tasks[:8]
+    tasks = [dataclasses.replace(t, tuf=DOOMED) if i % 3 == 0 else t for i, t in enumerate(tasks)]
+    doomed = {t.task_id for i, t in enumerate(tasks) if i % 3 == 0}
+    res = simulate(tasks, SimConfig(options=PlannerOptions(overrun="kill")))
+    assert {r.task_id for r in res.records if r.state == ev.EXPIRED} == doomed
+    assert res.stats["expired"] == len(doomed)
+    bag = write_sim_bag(res, tasks, tmp_path / "bag")
+    run = load_run(bag)
+    got = {r.task_id: r for r in run.records()}
+    for tid in doomed:
+        assert got[tid].state == ev.EXPIRED and got[tid].reason.startswith("overrun (kill)")
+    result = report.build(run)
+    assert result.classes["all"]["n_expired"] == len(doomed)
+    assert main(["report", str(bag), "--out", str(tmp_path / "rep")], commands=COMMANDS) == 0
+    out = capsys.readouterr().out
+    assert f"EXPIRED {len(doomed)}" in out and "#   expired " in out and "overrun (kill)" in out
+    png = tmp_path / "timeline.png"
+    assert main(["timeline", str(bag), "-o", str(png)], commands=COMMANDS) == 0
+    assert png.stat().st_size > 0
