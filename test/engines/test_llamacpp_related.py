@@ -193,3 +193,38 @@ def test_cost_profile_and_its_requirement():
     assert LlamaCppEngine.__init__.__kwdefaults__["kv_policy"] == "evict"
     with pytest.raises(EngineError, match="kv_policy must be one of"):
         LlamaCppEngine(kv_policy="sometimes", n_ctx=256)
+
+
+def test_planner_options_on_the_real_engine(engine):
+    """The LLM probe classifies a task sent without a TUF on the real model (one word, decided by its
+    first letters), overrun ``kill`` expires a task whose horizon has passed before anything of it is
+    sent, and the length predictor and slack budget run alongside (what is asserted: outcomes)."""
+    from timely_llm_ros.core import events as ev
+    from timely_llm_ros.core.planner import PlannerCore
+    from timely_llm_ros.core.planner_options import PlannerOptions
+    from timely_llm_ros.core.task import TaskSpec
+    from timely_llm_ros.core.tuf import TUF
+    from timely_llm_ros.core.urgency import load_urgency_config
+
+    sent, states = [], []
+    opts = PlannerOptions(urgency="llm", overrun="kill", length_predictor=True, token_budget="slack")
+    p = PlannerCore(engine, "timely", dispatch=sent.append, on_state=lambda *a: states.append(a), options=opts)
+    base = dict(robot_type="drone", skill_set="tello_minispec", max_tokens=24)
+    # per-task "continue": on this CPU the skill prompt's prefill alone outlasts any class's horizon
+    p.submit(TaskSpec("llm-u", "ag-u", instruction="A dog is attacking me, get away now!", tuf=None,
+                      arrival=p.clock(), overrun="continue", **base))
+    doomed = p.submit(TaskSpec("llm-d", "ag-d", instruction=OTHER, tuf=TUF(0.0, -1e3, 1e-3),
+                               arrival=p.clock(), **base))
+    for _ in range(400):
+        if not p.has_work():
+            break
+        p.step()
+    assert not p.has_work()
+    cfg = load_urgency_config()
+    answered = [s for s in states if s[0] == "llm-u" and s[1] == ev.QUEUED and s[2].startswith("urgency ")]
+    assert len(answered) == 1 and answered[0][2].split()[1] in cfg.classes
+    u = next(r for r in p.records if r.task_id == "llm-u")
+    assert u.tuf in cfg.classes.values() and u.n_tokens > 0
+    assert doomed.state == ev.EXPIRED and doomed.reason.startswith("overrun (kill)")
+    assert not [d for d in sent if d.task_id == "llm-d"]
+    assert p.extras.classified == {"llm": 1}

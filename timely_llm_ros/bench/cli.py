@@ -45,6 +45,9 @@ modes (combine freely; runs shared between them are done once):
                                      batch caps 2-16, bursts (incl. bursty=10), compressed arrivals,
                                      urgent-heavy, overload at caps 4/6/8; a summary table against
                                      the best baseline with x edf-seg and an upper bound; load figures
+  --suite related                    planner options beyond the paper (urgency, length predictor,
+                                     overrun, token budget, KV handling) each against its off
+                                     state: related.txt/json/png (--workers N runs N in parallel)
   --overhead                         segmentation (Table 4) and scheduling (Table 5) overhead
 
 workloads: a preset (%(presets)s), a public TimelyLLM sample (%(samples)s; files
@@ -107,9 +110,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--suite",
-        choices=("paper", "scenarios"),
+        choices=("paper", "scenarios", "related"),
         default=None,
-        help="paper: figures 5-9 + overhead; scenarios: overload scenario set + summary",
+        help="paper: figures 5-9 + overhead; scenarios: overload scenario set + summary; related: the "
+        "planner options beyond the paper, each against its off state (ablation table + figure)",
     )
     parser.add_argument(
         "--overhead",
@@ -117,6 +121,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="segmentation and scheduling overhead report (paper Tables 4 and 5)",
     )
     parser.add_argument("--seed", type=int, default=0, help="simulator seed (default: %(default)s)")
+    parser.add_argument("--workers", type=int, default=1, metavar="N",
+                        help="--suite related: simulations run in parallel (default: %(default)s)")
     parser.add_argument(
         "--exec-mode",
         choices=("recorded", "min", "sampled"),
@@ -472,6 +478,10 @@ def run(args: argparse.Namespace) -> int:
     """Execute the bench command; returns the process exit status (2 on bad input)."""
     if args.list:
         return _list()
+    if args.suite == "related":
+        from timely_llm_ros.bench.related import run_suite
+
+        return run_suite(Path(args.out), workers=args.workers)
     note = _Notes(args.quiet)
     try:
         policies = _csv(args.policies)
