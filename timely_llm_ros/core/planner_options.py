@@ -76,6 +76,12 @@ class PlannerOptions:
                              protect_tardy=self.protect_tardy)
 
     @classmethod
+    def paper(cls) -> PlannerOptions:
+        """Every option in its off state: the planner of the TimelyLLM paper (tasks without a TUF are
+        still classified lexically; the paper has no such tasks)."""
+        return cls(overrun="continue", token_budget="whole")
+
+    @classmethod
     def from_mapping(cls, data: dict[str, Any] | None) -> PlannerOptions:
         """From a mapping (node parameters, bench flags); unknown keys are an error that lists the known."""
         data = dict(data or {})

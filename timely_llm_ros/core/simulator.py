@@ -56,7 +56,9 @@ class SimConfig:
     lookahead: int = 1
     options: PlannerOptions | None = None  # planner options beyond the paper (None: defaults)
     kv: KVOptions | None = None  # suspended contexts' KV handling (None: the profile's eviction order)
-    chunked_prefill: bool = False  # the engine fuses prompt chunks into decode passes
+    # the engine fuses prompt chunks into decode passes (None: when the options' token budget is not
+    # ``whole``, i.e. when the planner sizes the chunks)
+    chunked_prefill: bool | None = None
 
 
 @dataclass
@@ -77,7 +79,7 @@ def simulate(tasks: list[TaskSpec], config: SimConfig | None = None,
     tokenizer); default: ``config.replicas`` simulated engines timed by ``config.profile``."""
     config = config or SimConfig()
     engine = engine if engine is not None else simulated_replicas(
-        config.profile, config.replicas, kv=config.kv, chunked_prefill=config.chunked_prefill)
+        config.profile, config.replicas, kv=config.kv, chunked_prefill=_chunked(config))
     heap: list[tuple[float, int, int, object]] = []
     counter = 0
 
@@ -144,6 +146,12 @@ def simulate(tasks: list[TaskSpec], config: SimConfig | None = None,
         **_extras_stats(planner),
     }
     return SimResult(records=planner.records, events=trace, stats=stats)
+
+
+def _chunked(config: SimConfig) -> bool:
+    if config.chunked_prefill is not None:
+        return bool(config.chunked_prefill)
+    return (config.options or PlannerOptions()).token_budget != "whole"
 
 
 def _extras_stats(planner: PlannerCore) -> dict:
