@@ -266,9 +266,10 @@ def figure(runs: dict[tuple[str, str], dict[str, Any]], path: Path) -> Path:
                 xs = [x for x in xs if x is not None]
                 vals.append(sum(xs) / len(xs) if xs else 0.0)
             ax.barh([i + 0.4 * j for i in range(len(names))], vals, height=0.4, label=f"Δ {cls} %Σβ")
+        ax.set_xscale("symlog", linthresh=1.0)  # a few points and thousands (kv=keep's stall) on one axis
         ax.axvline(0, color="k", lw=0.8)
         ax.axvline(-TOLERANCE, color="r", lw=0.6, ls="--")
-        ax.set_title(f"mean Δ %Σβ vs off state: {title}")
+        ax.set_title(f"mean Δ %Σβ vs off state (symlog): {title}")
         ax.set_yticks([i + 0.2 for i in range(len(names))])
         ax.set_yticklabels(names)
         ax.legend(loc="lower right")
