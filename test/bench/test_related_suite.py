@@ -23,6 +23,11 @@ def test_deltas_and_decision_rule():
     assert not on and "costs 1.1 points" in why
     flat = {s: {"urgent": 0.05, "normal": 0.0, "all": 0.05} for s in related.LOW}
     assert related.decide("x", flat) == (False, "no gain on average (+0.05)")
+    # a classifier cannot beat the TUF it replaces: on when it costs nothing beyond the tolerance anywhere
+    same = {s: {"urgent": 0.0, "normal": 0.0, "all": 0.0} for s in (*related.LOW, *related.HIGH)}
+    assert related.decide("urgency=lexical", same)[0]
+    same["mix"]["urgent"] = -1.5
+    assert related.decide("urgency=llm", same) == (False, "costs 1.5 points against the given TUF")
 
 
 def test_hidden_tuf_tasks_are_judged_by_their_real_tuf():
