@@ -15,7 +15,7 @@ from timely_llm_ros.core import events as ev  # noqa: E402
 from timely_llm_ros.core.planner_options import PlannerOptions  # noqa: E402
 from timely_llm_ros.core.simulator import SimConfig, simulate  # noqa: E402
 from timely_llm_ros.core.tuf import TUF  # noqa: E402
-from timely_llm_ros.lrtrace.bagio import write_sim_bag  # noqa: E402
+from timely_llm_ros.lrtrace.simbag import write_sim_bag  # noqa: E402
 from timely_llm_ros.lrtrace.from_bag import load_run  # noqa: E402
 from timely_llm_ros.viz import report  # noqa: E402
 from timely_llm_ros.workload import resolve_workload  # noqa: E402
