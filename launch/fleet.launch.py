@@ -3,6 +3,7 @@
     ros2 launch timely_llm_ros fleet.launch.py                       # the installed config/fleet.yaml
     ros2 launch timely_llm_ros fleet.launch.py config:=my_fleet.yaml localhost:=true
     ros2 launch timely_llm_ros fleet.launch.py engine:=llamacpp model_path:=/models/llama.gguf
+    ros2 launch timely_llm_ros fleet.launch.py namespace:=fleet_a    # topics /fleet_a/tasks, ...
     ros2 launch timely_llm_ros fleet.launch.py --show-args            # every argument below
 
 The YAML is turned into nodes by ``timely_llm_ros.fleet.fleet_nodes`` — the same function that
@@ -47,6 +48,8 @@ ARGUMENTS = (  # name, default, description
     ("policy", "", "scheduling policy: timely, timely-paper, edf-seg, fcfs-seg, vllm, vllm-stream, "
      "optionally @bN (empty: as in the fleet YAML)"),
     ("params_file", "", "a ROS 2 parameter YAML applied to every node after the fleet YAML"),
+    ("namespace", "", "fleet namespace, e.g. fleet_a: every topic, service and action of the fleet lives "
+     "under it (robots in <namespace>/<agent>), so several fleets can share one ROS domain"),
 )
 
 
@@ -75,7 +78,7 @@ def _fleet_nodes(context, *args, **kwargs):
     from timely_llm_ros.fleet import fleet_nodes, load_fleet
 
     share = get_package_share_directory(PACKAGE)
-    specs = fleet_nodes(load_fleet(_arg(context, "config")))
+    specs = fleet_nodes(load_fleet(_arg(context, "config")), _arg(context, "namespace") or "/")
     sim_time = _arg(context, "use_sim_time").lower() in ("true", "1", "yes")
     params_file = _arg(context, "params_file")
     actions = []
@@ -100,7 +103,7 @@ def _fleet_nodes(context, *args, **kwargs):
             arguments=spec.arguments or None,  # a robot's type: `robot TYPE` (byo-robot)
             additional_env=spec.env or None,  # the fleet's config_path as TIMELY_LLM_CONFIG
             name=spec.name,
-            namespace=spec.namespace or None,
+            namespace="/" + spec.namespace if spec.namespace else None,
             parameters=layers,
             ros_arguments=["--log-level", _arg(context, "log_level") or "info"],
             output="screen",

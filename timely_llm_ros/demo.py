@@ -45,7 +45,7 @@ VLLM_CPU_SCALE = 120.0
 VLLM_DEMO_OPTIONS = "{max_model_len: 2048, enforce_eager: true}"
 
 DEFAULT_SCALE = {"llamacpp": 8.0, "sim": 1.0, "vllm": VLLM_CPU_SCALE}  # why: module docstring
-TERMINAL = ("COMPLETED", "FAILED", "EXPIRED", "REJECTED")
+TERMINAL = ("COMPLETED", "FAILED", "EXPIRED", "REJECTED", "CANCELLED")
 
 
 @dataclass

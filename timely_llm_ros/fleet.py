@@ -5,7 +5,7 @@ The same file drives ``ros2 launch timely_llm_ros fleet.launch.py config:=CONFIG
 parameters. File format (``config/fleet.yaml`` is the commented reference)::
 
     planner:   {parameters: {engine: sim, policy: timely}}
-    robots:                                   # one node per robot, in namespace /<agent>
+    robots:                                   # one node per robot, in namespace <fleet>/<agent>
       - {agent: drone_1, type: drone, parameters: {backend: sim}}
       - {agent: arm_1, type: arm}
       - {agent: rover_1, type: rover}         # a type from an installed plugin (or module:attr)
@@ -179,9 +179,22 @@ def check_robots(cfg: dict[str, Any], nodes: list[NodeSpec]) -> None:
             os.environ[paths.ENV_VAR] = saved
 
 
-def fleet_nodes(cfg: dict[str, Any]) -> list[NodeSpec]:
-    """The graph of a loaded fleet file, in start order (see the module docstring)."""
+def fleet_nodes(cfg: dict[str, Any], namespace: str = "/") -> list[NodeSpec]:
+    """The graph of a loaded fleet file, in start order (see the module docstring).
+
+    ``namespace``: the fleet namespace (``/`` or e.g. ``/fleet_a``): every fleet-level node runs in
+    it and each robot in ``<namespace>/<agent>``, so two fleets in different namespaces share a ROS
+    domain without seeing each other's topics (all names are relative, :mod:`timely_llm_ros.ros.topics`).
+    """
     src = cfg.get("_path", "<fleet>")
+    from timely_llm_ros.ros.topics import join, normalize_namespace
+
+    try:
+        fleet_ns = normalize_namespace(namespace)
+    except ValueError as exc:
+        raise FleetError(f"--namespace: {exc}") from None
+    prefix = fleet_ns.strip("/")  # NodeSpec.namespace has no leading '/'
+    in_fleet = (lambda name: f"{prefix}/{name}") if prefix else (lambda name: name)
     robots_raw = cfg.get("robots") or []
     if not isinstance(robots_raw, list):
         raise FleetError(f"{src}: 'robots' must be a list")
@@ -212,8 +225,10 @@ def fleet_nodes(cfg: dict[str, Any]) -> list[NodeSpec]:
         except ValueError as exc:
             raise FleetError(f"{src}: robots[{i}].type: {exc}") from None
         type_names.append(tname)
-        robots.append(NodeSpec("robot", ROBOT_MODULE, str(r.get("name") or tname), agent, params, [rtype]))
-    agent_types = [f"{n.namespace}:{t}" for n, t in zip(robots, type_names)]
+        robots.append(NodeSpec("robot", ROBOT_MODULE, str(r.get("name") or tname), in_fleet(agent), params,
+                               [rtype]))
+    agents = [n.params["agent_id"] for n in robots]
+    agent_types = [f"{a}:{t}" for a, t in zip(agents, type_names)]
 
     parts: dict[str, dict[str, Any] | None] = {}
     for role in SINGLETONS:
@@ -235,12 +250,13 @@ def fleet_nodes(cfg: dict[str, Any]) -> list[NodeSpec]:
             workload["workload"] = str(candidate)
         workload.setdefault("agents", agent_types)
         # observers that must see the first task (/tasks is volatile): the workload waits for them
-        workload.setdefault("wait_for_nodes", [f"/{role}" for role in ("recorder", "timemodel")
+        workload.setdefault("wait_for_nodes", [join(fleet_ns, role) for role in ("recorder", "timemodel")
                                                if parts[role] is not None])
+        workload.setdefault("planner_node", join(fleet_ns, "planner"))
     planner = parts["planner"]
     planner.setdefault("agent_types", agent_types)
     if parts["recorder"] is not None:  # record the robots' segment topics from the very start
-        parts["recorder"].setdefault("agents", [n.namespace for n in robots])
+        parts["recorder"].setdefault("agents", agents)
         parts["recorder"].setdefault("policy", str(planner.get("policy", "timely")))
     if workload is not None and planner.get("engine", "sim") == "sim":
         planner.setdefault("sim_plans", ["catalog", workload["workload"]])
@@ -248,13 +264,13 @@ def fleet_nodes(cfg: dict[str, Any]) -> list[NodeSpec]:
     env = fleet_env(cfg, dict(os.environ))
     out: list[NodeSpec] = []
     if parts["timemodel"] is not None:
-        out.append(NodeSpec("timemodel", "timemodel", "timemodel", "", parts["timemodel"]))
+        out.append(NodeSpec("timemodel", "timemodel", "timemodel", prefix, parts["timemodel"]))
     if parts["recorder"] is not None:
-        out.append(NodeSpec("recorder", "recorder", "recorder", "", parts["recorder"]))
+        out.append(NodeSpec("recorder", "recorder", "recorder", prefix, parts["recorder"]))
     out += robots
-    out.append(NodeSpec("planner", "planner", "planner", "", planner))
+    out.append(NodeSpec("planner", "planner", "planner", prefix, planner))
     if workload is not None:
-        out.append(NodeSpec("workload", "workload", "workload", "", workload))
+        out.append(NodeSpec("workload", "workload", "workload", prefix, workload))
     for node in out:
         node.env.update(env)
     return out
@@ -291,7 +307,8 @@ class Fleet:
 
     def start(self) -> None:
         for i, node in enumerate(self.nodes):
-            pfile = self.workdir / f"{i:02d}_{node.namespace or 'root'}_{node.name}.yaml"
+            ns = node.namespace.replace("/", "_") or "root"
+            pfile = self.workdir / f"{i:02d}_{ns}_{node.name}.yaml"
             pfile.write_text(yaml.safe_dump({"/**": {"ros__parameters": node.params}}, sort_keys=False))
             proc = subprocess.Popen(node.command(pfile), env={**self.env, **node.env}, start_new_session=True)
             self.procs.append((node, proc))
@@ -335,6 +352,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0 = run "
                         "until interrupted or the workload is done)")
     parser.add_argument("--localhost", action="store_true", help="keep DDS on loopback (tests, demos)")
+    parser.add_argument("--namespace", default="/", help="fleet namespace, e.g. fleet_a: every topic, "
+                        "service and action of the fleet lives under it (robots in <namespace>/<agent>), so "
+                        "several fleets can share one ROS domain")
     parser.add_argument("--stop-timeout", type=float, default=15.0, help="seconds each node gets to exit "
                         "after SIGINT before it is killed")
     parser.add_argument("--dry-run", action="store_true", help="print the commands and parameters, start "
@@ -344,7 +364,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         cfg = load_fleet(args.config)
-        nodes = fleet_nodes(cfg)
+        nodes = fleet_nodes(cfg, args.namespace)
     except FleetError as exc:
         print(f"timely-llm fleet: error: {exc}", file=sys.stderr)
         return 2

@@ -79,6 +79,7 @@ from timely_llm_ros.nodes.common import ParamError, declare_params, run_node
 from timely_llm_ros.nodes.planner_params import PARAMS, engine_options, parse_agent_types, quote_mapping_args
 from timely_llm_ros.nodes.sim_support import PlanTable, RealtimeSimEngine
 from timely_llm_ros.ros import convert, qos, topics
+from timely_llm_ros.ros.plan_task import PlanTaskServer
 
 RESTARTED = "planner restarted"
 
@@ -141,7 +142,8 @@ class PlannerNode(Node):
         self._specs: dict[str, TaskSpec] = {}
         self.seg_timers = SegmentTimers(self.segment_timeout, lambda: self.p["heartbeat_timeout"])
         self.stats = {"received": 0, "tasks": 0, "rejected": 0, "segments": 0, "feedback_ignored": 0,
-                      "timeouts": 0, "dds_lost_tasks": 0, "dds_lost_feedback": 0, "recovered": 0}
+                      "timeouts": 0, "dds_lost_tasks": 0, "dds_lost_feedback": 0, "recovered": 0,
+                      "cancelled": 0}
 
         self._status_pub = self.create_publisher(TaskStatus, topics.TASK_STATUS, qos.status_qos())
         self._event_pub = self.create_publisher(TraceEvent, topics.TRACE_EVENTS, qos.event_qos())
@@ -152,6 +154,7 @@ class PlannerNode(Node):
         self.create_subscription(SegmentFeedback, topics.SEGMENT_FEEDBACK, self._on_feedback,
                                  qos.feedback_qos(), event_callbacks=lost["feedback"])
         self._wake = self.create_guard_condition(self._drain_outbound)
+        self.plan_task = PlanTaskServer(self, self._intake, self.request_cancel)
         self.create_timer(0.05, self._check_waiting)
         self.create_timer(1.0, self._housekeeping)
         self._recover(recovered)
@@ -241,6 +244,11 @@ class PlannerNode(Node):
 
     # ------------------------------------------------------------------ executor thread: intake
     def _on_task(self, msg: Task) -> None:
+        self._intake(msg)
+
+    def _intake(self, msg: Task) -> str:
+        """Intake of one task (``tasks`` topic and ``plan_task`` action); returns the id its statuses
+        carry (planner-assigned when empty, ``<id>#dup<n>`` for a duplicate's rejection)."""
         now = self.clock_fn()
         self.stats["received"] += 1
         agent = limits.clip(msg.agent_id, limits.MAX_AGENT_ID)
@@ -248,31 +256,55 @@ class PlannerNode(Node):
         try:  # ids and sizes first: the rejection below must be able to name the task
             limits.check_task_fields(convert.task_fields(msg))
         except TaskRejected as exc:
-            self._reject(limits.clip(task_id, limits.MAX_TASK_ID), agent, now, exc.reason, "limits")
-            return
+            task_id = limits.clip(task_id, limits.MAX_TASK_ID)
+            self._reject(task_id, agent, now, exc.reason, "limits")
+            return task_id
         if not task_id:
             task_id = self._new_id(agent)
         elif task_id in self._seen_ids:
             dup = f"{task_id}#dup{next(self._dup_counter)}"
             self._reject(dup, agent, now, f"duplicate task_id {task_id!r}: that id is in use (or was used "
                          f"recently); this rejection is reported as {dup!r}", "duplicate")
-            return
+            return dup
         self._seen_ids.add(task_id)
         msg.task_id = task_id
         overload = self._overload()
         if overload:
             self._reject(task_id, agent, now, overload, "overloaded")
-            return
+            return task_id
         try:
             spec = self._validate(msg, now)
         except TaskRejected as exc:
             self._reject(task_id, agent, now, exc.reason, "invalid")
-            return
+            return task_id
         self._opened(spec.task_id, spec.agent_id)
         if not self.p["require_robot"] or self._robot_ready(spec.agent_id):
             self._inbound.put(("task", spec, None))
         else:
             self._waiting.append(_Waiting(spec, now + self.p["robot_grace_period"]))
+        return task_id
+
+    def request_cancel(self, task_id: str, reason: str) -> str | None:
+        """Executor thread: cancel an open task (None = under way, else why not). A task still waiting
+        for its robot node ends here; any other open task is cancelled by the planner thread
+        (:meth:`PlannerCore.cancel`: generation stopped, slot and KV freed) after whatever of it is
+        queued before (FIFO)."""
+        with self._lock:
+            agent = self._open.get(task_id)
+        if agent is None:
+            return "no open task with this id (unknown, or already ended)"
+        for w in self._waiting:
+            if w.spec.task_id == task_id and w.recovered is None:
+                self._waiting.remove(w)
+                now = self.clock_fn()
+                self._put_event(ev.TraceEvent(now, ev.ARRIVAL, task_id, agent))
+                self._put_event(ev.TraceEvent(now, ev.CANCEL, task_id, agent, -1, 0.0, reason))
+                self._put(("status", convert.status_to_msg(task_id, agent, ev.CANCELLED, self.ros_time(now),
+                                                           reason)))
+                self._put(("closed", task_id))
+                return None
+        self._inbound.put(("cancel", task_id, reason))
+        return None
 
     def _overload(self) -> str:
         """Why a new task cannot be taken now ('' = it can): the queue state, for the sender."""
@@ -352,7 +384,7 @@ class PlannerNode(Node):
         if matched == 0:
             return False
         infos = self.get_subscriptions_info_by_topic(topics.segment_topic(agent))
-        if not any(info.node_namespace == f"/{agent}" for info in infos):
+        if not any(info.node_namespace == topics.join(self.get_namespace(), agent) for info in infos):
             return False
         return late or matched >= len(infos)
 
@@ -380,7 +412,8 @@ class PlannerNode(Node):
                 self._closed_open(w.spec.task_id)
                 self._reject(w.spec.task_id, agent, now,
                              f"no robot node for agent {agent!r}: nothing subscribes to "
-                             f"{topics.segment_topic(agent)} (waited {self.p['robot_grace_period']:.1f} s)",
+                             f"{self.resolve_topic_name(topics.segment_topic(agent))} (waited "
+                             f"{self.p['robot_grace_period']:.1f} s)",
                              "no robot")
                 gone.add(agent)
             else:
@@ -486,6 +519,7 @@ class PlannerNode(Node):
             kind = item[0]
             if kind == "status":
                 self._status_pub.publish(item[1])
+                self.plan_task.on_status(item[1])
             elif kind == "event":
                 self._event_pub.publish(item[1])
             elif kind == "closed":
@@ -495,6 +529,8 @@ class PlannerNode(Node):
                     self._segment_publisher(item[1]).publish(item[2])
                 except TaskRejected as exc:  # cannot happen: created at intake; say so, never crash
                     self.get_logger().error(f"segment of task {item[2].task_id!r} not sent: {exc.reason}")
+                    continue
+                self.plan_task.on_segment(item[2])
 
     # ------------------------------------------------------------------ crash recovery
     def _recover(self, tasks: list[OpenTask]) -> None:
@@ -578,6 +614,8 @@ class PlannerNode(Node):
                 self._feedback(item[1], item[2])
             elif item[0] == "recovered":
                 self._recovered(item[1], item[2])
+            elif item[0] == "cancel":
+                self._cancel(item[1], item[2])
             try:
                 item = self._inbound.get_nowait()
             except queue.Empty:
@@ -621,6 +659,17 @@ class PlannerNode(Node):
         elif fb.state == ev.DONE:
             self.seg_timers.done(fb.agent_id, fb.task_id, fb.index, t)
             self._journal("done", fb.task_id, fb.index, self.ros_time(t))
+
+    def _cancel(self, task_id: str, reason: str) -> None:
+        why = self.core.cancel(task_id, reason)
+        if why is None:
+            self.stats["cancelled"] += 1
+            mem = self.engine.memory()  # what the engine holds now that the task's generation is gone
+            self.get_logger().info(f"task {task_id!r} cancelled: {reason} (engine now: {self.engine.running()} "
+                                   f"generation(s) running, KV tokens running {mem.running}, suspended "
+                                   f"{mem.suspended_device + mem.suspended_host})")
+        else:  # it ended (or was rejected) while the request was on its way: its final status stands
+            self.get_logger().info(f"cancel of task {task_id!r} came too late: {why}")
 
     def segment_timeout(self, expected: float) -> float:
         if self.p["segment_timeout"] > 0:
