@@ -53,6 +53,7 @@ def graph(tmp_path_factory):
     drone = start_node("drone", dict(os.environ), tmp / "drone.log", namespace="/pt_drone",
                        params={"backend": "sim", "exec_mode": "expected"})
     peer = Peer({"pt_done": "done", "pt_silent": "silent"}, name="plan_task_peer", watch_agents=("pt_drone",))
+    peer.watch_tasks()
     client = ActionPeer(peer)
     try:
         peer.wait_planner(procs=(planner,))
@@ -162,8 +163,14 @@ def test_goal_feedback_with_segments_and_result(graph):
     assert segs[-1].final
     states = [_state(f.status) for f in feedback if f.kind == PlanTask.Feedback.STATUS]
     assert states[0] == "ACCEPTED" and states[-1] == "COMPLETED" and "GENERATING" in states
-    # the same statuses went to /task_status (one intake for topic and action)
+    # the same statuses went to /task_status (one intake for topic and action), and the goal's task
+    # was published once on /tasks (robots take its scene from there, the recorder records it) without
+    # the planner taking its own copy for a second task
     wait_for(lambda: peer.final_state("pt-ok") == "COMPLETED", WAIT, "the status on task_status")
+    with peer.lock:
+        assert [m.task_id for _, m in peer.tasks].count("pt-ok") == 1
+        assert not any(tid.startswith("pt-ok#dup") for tid in peer.statuses)
+    assert peer.states("pt-ok").count("ACCEPTED") == 1
 
 
 def test_a_task_the_intake_refuses_ends_rejected_with_the_reason(graph):

@@ -154,7 +154,9 @@ class PlannerNode(Node):
         self.create_subscription(SegmentFeedback, topics.SEGMENT_FEEDBACK, self._on_feedback,
                                  qos.feedback_qos(), event_callbacks=lost["feedback"])
         self._wake = self.create_guard_condition(self._drain_outbound)
-        self.plan_task = PlanTaskServer(self, self._intake, self.request_cancel)
+        self._echoes: set[str] = set()
+        self._task_pub = self.create_publisher(Task, topics.TASKS, qos.task_qos())
+        self.plan_task = PlanTaskServer(self, self._intake_goal, self.request_cancel)
         self.create_timer(0.05, self._check_waiting)
         self.create_timer(1.0, self._housekeeping)
         self._recover(recovered)
@@ -244,7 +246,22 @@ class PlannerNode(Node):
 
     # ------------------------------------------------------------------ executor thread: intake
     def _on_task(self, msg: Task) -> None:
+        if msg.task_id in self._echoes:  # an action goal this node published itself (see _intake_goal)
+            self._echoes.discard(msg.task_id)
+            return
         self._intake(msg)
+
+    def _intake_goal(self, msg: Task) -> str:
+        """A ``plan_task`` goal: the topic intake, then the accepted task is published on ``tasks`` too,
+        so robots get its scene, the recorder records it and the rqt timeline shows its TUF exactly as
+        for a topic task; this node skips its own copy when it comes back."""
+        task_id = self._intake(msg)
+        with self._lock:
+            accepted = task_id in self._open
+        if accepted:
+            self._echoes.add(task_id)
+            self._task_pub.publish(msg)  # msg.task_id is the (possibly assigned) id
+        return task_id
 
     def _intake(self, msg: Task) -> str:
         """Intake of one task (``tasks`` topic and ``plan_task`` action); returns the id its statuses
