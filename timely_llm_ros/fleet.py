@@ -31,7 +31,9 @@ robots see the same skill sets (:mod:`timely_llm_ros.core.paths`).
 
 Processes: ``python -m timely_llm_ros.nodes.<module> --ros-args -r __node:=… -r __ns:=…
 --params-file …`` (parameters written as ``/**: ros__parameters:`` files), each in its own process
-group. The fleet stops on SIGINT/SIGTERM, after ``--duration``, when the workload node exits (with
+group. The planner is a managed (lifecycle) node (``autostart: false``): once every process is
+started, the fleet drives it through configure (engine loaded, warmed up) and activate (tasks
+accepted) with :mod:`timely_llm_ros.ros.lifecycle_client`, as fleet.launch.py does with launch_ros. The fleet stops on SIGINT/SIGTERM, after ``--duration``, when the workload node exits (with
 ``exit_when_done``), or when any node dies; it then sends SIGINT to every group in reverse start
 order (the recorder last, so it records the final statuses), SIGKILL after ``--stop-timeout``.
 DDS: the environment is inherited; ``--localhost`` adds the loopback-only settings used by tests and
@@ -255,6 +257,7 @@ def fleet_nodes(cfg: dict[str, Any], namespace: str = "/") -> list[NodeSpec]:
         workload.setdefault("planner_node", join(fleet_ns, "planner"))
     planner = parts["planner"]
     planner.setdefault("agent_types", agent_types)
+    planner.setdefault("autostart", False)  # a managed node: the fleet drives configure + activate
     if parts["recorder"] is not None:  # record the robots' segment topics from the very start
         parts["recorder"].setdefault("agents", agents)
         parts["recorder"].setdefault("policy", str(planner.get("policy", "timely")))
@@ -304,6 +307,7 @@ class Fleet:
         self.env = env
         self.workdir = workdir
         self.procs: list[tuple[NodeSpec, subprocess.Popen]] = []
+        self.managed: list[NodeSpec] = []  # lifecycle nodes to configure + activate after the start
 
     def start(self) -> None:
         for i, node in enumerate(self.nodes):
@@ -313,6 +317,28 @@ class Fleet:
             proc = subprocess.Popen(node.command(pfile), env={**self.env, **node.env}, start_new_session=True)
             self.procs.append((node, proc))
             print(f"[fleet] started {label(node)} (pid {proc.pid})", flush=True)
+            if node.role == "planner" and node.params.get("autostart") is False:
+                self.managed.append(node)
+
+    def drive_lifecycle(self, timeout: float, interrupted: Any = lambda: False) -> str | None:
+        """configure + activate every managed node (the planner), as fleet.launch.py does; runs
+        timely_llm_ros.ros.lifecycle_client with the fleet's environment (its DDS settings)."""
+        for node in self.managed:
+            cmd = [sys.executable, "-m", f"{PACKAGE}.ros.lifecycle_client", label(node), "configure", "activate",
+                   "--timeout", str(timeout)]
+            client = subprocess.Popen(cmd, env={**self.env, **node.env}, stderr=subprocess.PIPE, text=True)
+            while client.poll() is None:  # a node dying meanwhile ends the wait
+                ended = self.first_exit()
+                if ended is not None or interrupted():
+                    client.terminate()
+                    client.wait()
+                    if ended is None:
+                        return "interrupted"
+                    return f"{label(ended[0])} exited with status {ended[1]} while {label(node)} was configured"
+                time.sleep(0.2)
+            if client.returncode != 0:
+                return (client.stderr.read() if client.stderr else "").strip() or f"{label(node)}: lifecycle failed"
+        return None
 
     def first_exit(self) -> tuple[NodeSpec, int] | None:
         for node, proc in self.procs:
@@ -357,6 +383,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "several fleets can share one ROS domain")
     parser.add_argument("--stop-timeout", type=float, default=15.0, help="seconds each node gets to exit "
                         "after SIGINT before it is killed")
+    parser.add_argument("--start-timeout", type=float, default=600.0, help="seconds the planner may take for "
+                        "each lifecycle transition (configure loads and warms up the engine)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands and parameters, start "
                         "nothing")
 
@@ -386,8 +414,12 @@ def run(args: argparse.Namespace) -> int:
         fleet = Fleet(nodes, env, Path(tmp))
         try:
             fleet.start()
+            problem = fleet.drive_lifecycle(args.start_timeout, lambda: bool(stop))
+            if problem and not stop:
+                print(f"[fleet] {problem}: stopping the fleet", flush=True)
+                status = 1
             deadline = time.monotonic() + args.duration if args.duration > 0 else None
-            while not stop:
+            while not stop and not problem:
                 ended = fleet.first_exit()
                 if ended is not None:
                     node, rc = ended

@@ -95,6 +95,9 @@ def test_two_namespaced_fleets_on_one_domain_do_not_see_each_others_tasks(tmp_pa
         rclpy.try_shutdown(context=ctx)
         codes = [stop_process(p, timeout=60) for p in procs]
     assert codes == [0, 0], [open(p.log_path).read()[-3000:] for p in procs]
+    for ns, p in zip(FLEETS, procs):  # the fleet drove its managed planner through the transitions
+        text = open(p.log_path).read()
+        assert f"[lifecycle] /{ns}/planner: configure done" in text and f"/{ns}/planner: activate done" in text
 
 
 def test_fleet_namespace_in_the_graph():
@@ -106,6 +109,7 @@ def test_fleet_namespace_in_the_graph():
     assert nodes["planner:planner"].namespace == "fleet_a"
     assert nodes["robot:drone"].namespace == "fleet_a/drone_1"
     assert nodes["planner:planner"].params["agent_types"] == ["drone_1:drone"]
+    assert nodes["planner:planner"].params["autostart"] is False  # managed: the fleet configures + activates it
     assert nodes["recorder:recorder"].params["agents"] == ["drone_1"]
     assert nodes["workload:workload"].params["planner_node"] == "/fleet_a/planner"
     assert nodes["workload:workload"].params["wait_for_nodes"] == ["/fleet_a/recorder"]
