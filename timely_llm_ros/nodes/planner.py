@@ -205,7 +205,8 @@ class PlannerNode(LifecycleNode):
             self._thread = threading.Thread(target=self._run, name="planner-core", daemon=True)
             self._thread.start()
         self._active = True
-        self.get_logger().info("planner active: accepting tasks")
+        self.get_logger().info(f"planner ready: accepting tasks (engine {self.engine.info.name}, policy "
+                               f"{self.core.policy.name}, journal {self.journal.path if self.journal else 'off'})")
         return TransitionCallbackReturn.SUCCESS
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
