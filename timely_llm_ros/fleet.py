@@ -257,7 +257,6 @@ def fleet_nodes(cfg: dict[str, Any], namespace: str = "/") -> list[NodeSpec]:
         workload.setdefault("planner_node", join(fleet_ns, "planner"))
     planner = parts["planner"]
     planner.setdefault("agent_types", agent_types)
-    planner.setdefault("autostart", False)  # a managed node: the fleet drives configure + activate
     if parts["recorder"] is not None:  # record the robots' segment topics from the very start
         parts["recorder"].setdefault("agents", agents)
         parts["recorder"].setdefault("policy", str(planner.get("policy", "timely")))
@@ -313,12 +312,14 @@ class Fleet:
         for i, node in enumerate(self.nodes):
             ns = node.namespace.replace("/", "_") or "root"
             pfile = self.workdir / f"{i:02d}_{ns}_{node.name}.yaml"
-            pfile.write_text(yaml.safe_dump({"/**": {"ros__parameters": node.params}}, sort_keys=False))
+            params = dict(node.params)
+            if node.role == "planner" and "autostart" not in params:  # managed: drive_lifecycle() starts it
+                params["autostart"] = False
+                self.managed.append(node)
+            pfile.write_text(yaml.safe_dump({"/**": {"ros__parameters": params}}, sort_keys=False))
             proc = subprocess.Popen(node.command(pfile), env={**self.env, **node.env}, start_new_session=True)
             self.procs.append((node, proc))
             print(f"[fleet] started {label(node)} (pid {proc.pid})", flush=True)
-            if node.role == "planner" and node.params.get("autostart") is False:
-                self.managed.append(node)
 
     def drive_lifecycle(self, timeout: float, interrupted: Any = lambda: False) -> str | None:
         """configure + activate every managed node (the planner), as fleet.launch.py does; runs

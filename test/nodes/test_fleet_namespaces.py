@@ -109,7 +109,6 @@ def test_fleet_namespace_in_the_graph():
     assert nodes["planner:planner"].namespace == "fleet_a"
     assert nodes["robot:drone"].namespace == "fleet_a/drone_1"
     assert nodes["planner:planner"].params["agent_types"] == ["drone_1:drone"]
-    assert nodes["planner:planner"].params["autostart"] is False  # managed: the fleet configures + activates it
     assert nodes["recorder:recorder"].params["agents"] == ["drone_1"]
     assert nodes["workload:workload"].params["planner_node"] == "/fleet_a/planner"
     assert nodes["workload:workload"].params["wait_for_nodes"] == ["/fleet_a/recorder"]
