@@ -3,6 +3,7 @@
     ros2 launch timely_llm_ros fleet.launch.py                       # the installed config/fleet.yaml
     ros2 launch timely_llm_ros fleet.launch.py config:=my_fleet.yaml localhost:=true
     ros2 launch timely_llm_ros fleet.launch.py engine:=llamacpp model_path:=/models/llama.gguf
+    ros2 launch timely_llm_ros fleet.launch.py namespace:=fleet_a    # topics /fleet_a/tasks, ...
     ros2 launch timely_llm_ros fleet.launch.py --show-args            # every argument below
 
 The YAML is turned into nodes by ``timely_llm_ros.fleet.fleet_nodes`` — the same function that
@@ -14,7 +15,10 @@ node, ``/**:`` or keyed by node name), and the arguments ``engine``, ``model_pat
 (planner) and ``use_sim_time`` (all nodes but the planner, which runs on its engine's wall clock).
 ``log_level`` sets every node's logger level. ``localhost:=true`` keeps DDS on loopback (tests,
 demos); by default the ROS 2 discovery settings of the environment apply. When the workload node
-exits (``exit_when_done``), the whole launch shuts down.
+exits (``exit_when_done``), the whole launch shuts down. ``namespace:=fleet_a`` runs the whole fleet
+under ``/fleet_a`` (robots in ``/fleet_a/<agent>``). The planner is a managed (lifecycle) node: this
+file configures it (engine loaded, warmed up) and activates it (tasks accepted) with launch_ros
+lifecycle events; ``ros2 lifecycle set /planner deactivate`` etc. work on it afterwards.
 """
 
 import os
@@ -23,14 +27,20 @@ import yaml
 from ament_index_python.packages import get_package_share_directory
 from launch.actions import (
     DeclareLaunchArgument,
+    EmitEvent,
     LogInfo,
     OpaqueFunction,
+    RegisterEventHandler,
     SetEnvironmentVariable,
     Shutdown,
 )
 from launch.conditions import IfCondition
+from launch.events import matches_action
 from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import Node
+from launch_ros.actions import LifecycleNode, Node
+from launch_ros.event_handlers import OnStateTransition
+from launch_ros.events.lifecycle import ChangeState
+from lifecycle_msgs.msg import Transition
 
 from launch import LaunchDescription
 
@@ -47,6 +57,8 @@ ARGUMENTS = (  # name, default, description
     ("policy", "", "scheduling policy: timely, timely-paper, edf-seg, fcfs-seg, vllm, vllm-stream, "
      "optionally @bN (empty: as in the fleet YAML)"),
     ("params_file", "", "a ROS 2 parameter YAML applied to every node after the fleet YAML"),
+    ("namespace", "", "fleet namespace, e.g. fleet_a: every topic, service and action of the fleet lives "
+     "under it (robots in <namespace>/<agent>), so several fleets can share one ROS domain"),
 )
 
 
@@ -75,7 +87,7 @@ def _fleet_nodes(context, *args, **kwargs):
     from timely_llm_ros.fleet import fleet_nodes, load_fleet
 
     share = get_package_share_directory(PACKAGE)
-    specs = fleet_nodes(load_fleet(_arg(context, "config")))
+    specs = fleet_nodes(load_fleet(_arg(context, "config")), _arg(context, "namespace") or "/")
     sim_time = _arg(context, "use_sim_time").lower() in ("true", "1", "yes")
     params_file = _arg(context, "params_file")
     actions = []
@@ -94,23 +106,43 @@ def _fleet_nodes(context, *args, **kwargs):
             layers.append(params_file)
         if spec.role != "planner":
             layers.append({"use_sim_time": sim_time})
-        actions.append(Node(
+        else:
+            layers.append({"autostart": False})  # managed: the transitions below configure + activate it
+        node_class = LifecycleNode if spec.role == "planner" else Node
+        actions.append(node_class(
             package=PACKAGE,
             executable=spec.executable,
             arguments=spec.arguments or None,  # a robot's type: `robot TYPE` (byo-robot)
             additional_env=spec.env or None,  # the fleet's config_path as TIMELY_LLM_CONFIG
             name=spec.name,
-            namespace=spec.namespace or None,
+            # LifecycleNode requires a namespace ("" = root); a plain Node takes None for the root
+            namespace="/" + spec.namespace if spec.namespace else ("" if spec.role == "planner" else None),
             parameters=layers,
             ros_arguments=["--log-level", _arg(context, "log_level") or "info"],
             output="screen",
             emulate_tty=True,
             on_exit=[Shutdown(reason="workload finished")] if spec.role == "workload" else None,
         ))
+        if spec.role == "planner":
+            actions += _drive_lifecycle(actions[-1])
     if sim_time:
         actions.insert(0, LogInfo(msg="use_sim_time: robots, time model, recorder and workload follow /clock; "
                                       "the planner runs on its engine's wall clock"))
     return actions
+
+
+def _drive_lifecycle(planner) -> list:
+    """configure the planner at once (engine loaded, warmed up), activate it (tasks accepted) when it
+    reaches inactive from configuring — a later deactivate by the user is not undone."""
+    def change(transition: int) -> EmitEvent:
+        return EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(planner), transition_id=transition))
+
+    return [
+        RegisterEventHandler(OnStateTransition(target_lifecycle_node=planner, start_state="configuring",
+                                               goal_state="inactive",
+                                               entities=[change(Transition.TRANSITION_ACTIVATE)])),
+        change(Transition.TRANSITION_CONFIGURE),
+    ]
 
 
 def generate_launch_description():

@@ -45,7 +45,7 @@ VLLM_CPU_SCALE = 120.0
 VLLM_DEMO_OPTIONS = "{max_model_len: 2048, enforce_eager: true}"
 
 DEFAULT_SCALE = {"llamacpp": 8.0, "sim": 1.0, "vllm": VLLM_CPU_SCALE}  # why: module docstring
-TERMINAL = ("COMPLETED", "FAILED", "EXPIRED", "REJECTED")
+TERMINAL = ("COMPLETED", "FAILED", "EXPIRED", "REJECTED", "CANCELLED")
 
 
 @dataclass
@@ -208,7 +208,11 @@ def _run_fleet(cfg: dict, progress: Progress, urgent: dict[str, float], timeout:
         fleet = Fleet(nodes, env, Path(tmp))
         try:
             fleet.start()
-            while not stop_requested:
+            problem = fleet.drive_lifecycle(600.0, lambda: bool(stop_requested))  # the managed planner
+            if problem:
+                print(f"[demo] {problem}", flush=True)
+                status = 1
+            while not stop_requested and not problem:
                 ended = fleet.first_exit()
                 if ended is not None:
                     node, rc = ended

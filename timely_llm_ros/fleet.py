@@ -5,7 +5,7 @@ The same file drives ``ros2 launch timely_llm_ros fleet.launch.py config:=CONFIG
 parameters. File format (``config/fleet.yaml`` is the commented reference)::
 
     planner:   {parameters: {engine: sim, policy: timely}}
-    robots:                                   # one node per robot, in namespace /<agent>
+    robots:                                   # one node per robot, in namespace <fleet>/<agent>
       - {agent: drone_1, type: drone, parameters: {backend: sim}}
       - {agent: arm_1, type: arm}
       - {agent: rover_1, type: rover}         # a type from an installed plugin (or module:attr)
@@ -31,7 +31,9 @@ robots see the same skill sets (:mod:`timely_llm_ros.core.paths`).
 
 Processes: ``python -m timely_llm_ros.nodes.<module> --ros-args -r __node:=… -r __ns:=…
 --params-file …`` (parameters written as ``/**: ros__parameters:`` files), each in its own process
-group. The fleet stops on SIGINT/SIGTERM, after ``--duration``, when the workload node exits (with
+group. The planner is a managed (lifecycle) node (``autostart: false``): once every process is
+started, the fleet drives it through configure (engine loaded, warmed up) and activate (tasks
+accepted) with :mod:`timely_llm_ros.ros.lifecycle_client`, as fleet.launch.py does with launch_ros. The fleet stops on SIGINT/SIGTERM, after ``--duration``, when the workload node exits (with
 ``exit_when_done``), or when any node dies; it then sends SIGINT to every group in reverse start
 order (the recorder last, so it records the final statuses), SIGKILL after ``--stop-timeout``.
 DDS: the environment is inherited; ``--localhost`` adds the loopback-only settings used by tests and
@@ -179,9 +181,22 @@ def check_robots(cfg: dict[str, Any], nodes: list[NodeSpec]) -> None:
             os.environ[paths.ENV_VAR] = saved
 
 
-def fleet_nodes(cfg: dict[str, Any]) -> list[NodeSpec]:
-    """The graph of a loaded fleet file, in start order (see the module docstring)."""
+def fleet_nodes(cfg: dict[str, Any], namespace: str = "/") -> list[NodeSpec]:
+    """The graph of a loaded fleet file, in start order (see the module docstring).
+
+    ``namespace``: the fleet namespace (``/`` or e.g. ``/fleet_a``): every fleet-level node runs in
+    it and each robot in ``<namespace>/<agent>``, so two fleets in different namespaces share a ROS
+    domain without seeing each other's topics (all names are relative, :mod:`timely_llm_ros.ros.topics`).
+    """
     src = cfg.get("_path", "<fleet>")
+    from timely_llm_ros.ros.topics import join, normalize_namespace
+
+    try:
+        fleet_ns = normalize_namespace(namespace)
+    except ValueError as exc:
+        raise FleetError(f"--namespace: {exc}") from None
+    prefix = fleet_ns.strip("/")  # NodeSpec.namespace has no leading '/'
+    in_fleet = (lambda name: f"{prefix}/{name}") if prefix else (lambda name: name)
     robots_raw = cfg.get("robots") or []
     if not isinstance(robots_raw, list):
         raise FleetError(f"{src}: 'robots' must be a list")
@@ -212,8 +227,10 @@ def fleet_nodes(cfg: dict[str, Any]) -> list[NodeSpec]:
         except ValueError as exc:
             raise FleetError(f"{src}: robots[{i}].type: {exc}") from None
         type_names.append(tname)
-        robots.append(NodeSpec("robot", ROBOT_MODULE, str(r.get("name") or tname), agent, params, [rtype]))
-    agent_types = [f"{n.namespace}:{t}" for n, t in zip(robots, type_names)]
+        robots.append(NodeSpec("robot", ROBOT_MODULE, str(r.get("name") or tname), in_fleet(agent), params,
+                               [rtype]))
+    agents = [n.params["agent_id"] for n in robots]
+    agent_types = [f"{a}:{t}" for a, t in zip(agents, type_names)]
 
     parts: dict[str, dict[str, Any] | None] = {}
     for role in SINGLETONS:
@@ -235,12 +252,13 @@ def fleet_nodes(cfg: dict[str, Any]) -> list[NodeSpec]:
             workload["workload"] = str(candidate)
         workload.setdefault("agents", agent_types)
         # observers that must see the first task (/tasks is volatile): the workload waits for them
-        workload.setdefault("wait_for_nodes", [f"/{role}" for role in ("recorder", "timemodel")
+        workload.setdefault("wait_for_nodes", [join(fleet_ns, role) for role in ("recorder", "timemodel")
                                                if parts[role] is not None])
+        workload.setdefault("planner_node", join(fleet_ns, "planner"))
     planner = parts["planner"]
     planner.setdefault("agent_types", agent_types)
     if parts["recorder"] is not None:  # record the robots' segment topics from the very start
-        parts["recorder"].setdefault("agents", [n.namespace for n in robots])
+        parts["recorder"].setdefault("agents", agents)
         parts["recorder"].setdefault("policy", str(planner.get("policy", "timely")))
     if workload is not None and planner.get("engine", "sim") == "sim":
         planner.setdefault("sim_plans", ["catalog", workload["workload"]])
@@ -248,13 +266,13 @@ def fleet_nodes(cfg: dict[str, Any]) -> list[NodeSpec]:
     env = fleet_env(cfg, dict(os.environ))
     out: list[NodeSpec] = []
     if parts["timemodel"] is not None:
-        out.append(NodeSpec("timemodel", "timemodel", "timemodel", "", parts["timemodel"]))
+        out.append(NodeSpec("timemodel", "timemodel", "timemodel", prefix, parts["timemodel"]))
     if parts["recorder"] is not None:
-        out.append(NodeSpec("recorder", "recorder", "recorder", "", parts["recorder"]))
+        out.append(NodeSpec("recorder", "recorder", "recorder", prefix, parts["recorder"]))
     out += robots
-    out.append(NodeSpec("planner", "planner", "planner", "", planner))
+    out.append(NodeSpec("planner", "planner", "planner", prefix, planner))
     if workload is not None:
-        out.append(NodeSpec("workload", "workload", "workload", "", workload))
+        out.append(NodeSpec("workload", "workload", "workload", prefix, workload))
     for node in out:
         node.env.update(env)
     return out
@@ -288,14 +306,40 @@ class Fleet:
         self.env = env
         self.workdir = workdir
         self.procs: list[tuple[NodeSpec, subprocess.Popen]] = []
+        self.managed: list[NodeSpec] = []  # lifecycle nodes to configure + activate after the start
 
     def start(self) -> None:
         for i, node in enumerate(self.nodes):
-            pfile = self.workdir / f"{i:02d}_{node.namespace or 'root'}_{node.name}.yaml"
-            pfile.write_text(yaml.safe_dump({"/**": {"ros__parameters": node.params}}, sort_keys=False))
+            ns = node.namespace.replace("/", "_") or "root"
+            pfile = self.workdir / f"{i:02d}_{ns}_{node.name}.yaml"
+            params = dict(node.params)
+            if node.role == "planner" and "autostart" not in params:  # managed: drive_lifecycle() starts it
+                params["autostart"] = False
+                self.managed.append(node)
+            pfile.write_text(yaml.safe_dump({"/**": {"ros__parameters": params}}, sort_keys=False))
             proc = subprocess.Popen(node.command(pfile), env={**self.env, **node.env}, start_new_session=True)
             self.procs.append((node, proc))
             print(f"[fleet] started {label(node)} (pid {proc.pid})", flush=True)
+
+    def drive_lifecycle(self, timeout: float, interrupted: Any = lambda: False) -> str | None:
+        """configure + activate every managed node (the planner), as fleet.launch.py does; runs
+        timely_llm_ros.ros.lifecycle_client with the fleet's environment (its DDS settings)."""
+        for node in self.managed:
+            cmd = [sys.executable, "-m", f"{PACKAGE}.ros.lifecycle_client", label(node), "configure", "activate",
+                   "--timeout", str(timeout)]
+            client = subprocess.Popen(cmd, env={**self.env, **node.env}, stderr=subprocess.PIPE, text=True)
+            while client.poll() is None:  # a node dying meanwhile ends the wait
+                ended = self.first_exit()
+                if ended is not None or interrupted():
+                    client.terminate()
+                    client.wait()
+                    if ended is None:
+                        return "interrupted"
+                    return f"{label(ended[0])} exited with status {ended[1]} while {label(node)} was configured"
+                time.sleep(0.2)
+            if client.returncode != 0:
+                return (client.stderr.read() if client.stderr else "").strip() or f"{label(node)}: lifecycle failed"
+        return None
 
     def first_exit(self) -> tuple[NodeSpec, int] | None:
         for node, proc in self.procs:
@@ -335,8 +379,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0 = run "
                         "until interrupted or the workload is done)")
     parser.add_argument("--localhost", action="store_true", help="keep DDS on loopback (tests, demos)")
+    parser.add_argument("--namespace", default="/", help="fleet namespace, e.g. fleet_a: every topic, "
+                        "service and action of the fleet lives under it (robots in <namespace>/<agent>), so "
+                        "several fleets can share one ROS domain")
     parser.add_argument("--stop-timeout", type=float, default=15.0, help="seconds each node gets to exit "
                         "after SIGINT before it is killed")
+    parser.add_argument("--start-timeout", type=float, default=600.0, help="seconds the planner may take for "
+                        "each lifecycle transition (configure loads and warms up the engine)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands and parameters, start "
                         "nothing")
 
@@ -344,7 +393,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         cfg = load_fleet(args.config)
-        nodes = fleet_nodes(cfg)
+        nodes = fleet_nodes(cfg, args.namespace)
     except FleetError as exc:
         print(f"timely-llm fleet: error: {exc}", file=sys.stderr)
         return 2
@@ -366,8 +415,12 @@ def run(args: argparse.Namespace) -> int:
         fleet = Fleet(nodes, env, Path(tmp))
         try:
             fleet.start()
+            problem = fleet.drive_lifecycle(args.start_timeout, lambda: bool(stop))
+            if problem and not stop:
+                print(f"[fleet] {problem}: stopping the fleet", flush=True)
+                status = 1
             deadline = time.monotonic() + args.duration if args.duration > 0 else None
-            while not stop:
+            while not stop and not problem:
                 ended = fleet.first_exit()
                 if ended is not None:
                     node, rc = ended

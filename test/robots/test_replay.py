@@ -47,9 +47,9 @@ def _collect(peer, topics_types):
 
     got = []
     for topic, cls in topics_types:
-        peer.node.create_subscription(
-            cls, topic, lambda m, t=topic: got.append((t, m.task_id)), qos.event_qos()
-        )
+        # transient local for statuses and trace events (as replay offers them), reliable volatile else
+        profile = qos.event_qos() if qos.is_latched_topic(topic) else qos.feedback_qos()
+        peer.node.create_subscription(cls, topic, lambda m, t=topic: got.append((t, m.task_id)), profile)
     return got
 
 

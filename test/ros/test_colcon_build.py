@@ -18,7 +18,7 @@ import pytest
 pytestmark = [pytest.mark.ros, pytest.mark.build, pytest.mark.slow]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PACKAGE_FILES = ["package.xml", "CMakeLists.txt", "setup.py", "setup.cfg", "README.md", "msg", "srv",
+PACKAGE_FILES = ["package.xml", "CMakeLists.txt", "setup.py", "setup.cfg", "README.md", "msg", "srv", "action",
                  "timely_llm_ros", "config", "launch", "resource", "plugin.xml"]
 
 

@@ -14,14 +14,16 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-INTERFACE_FILES = sorted([*REPO_ROOT.glob("msg/*.msg"), *REPO_ROOT.glob("srv/*.srv")])
+INTERFACE_FILES = sorted([*REPO_ROOT.glob("msg/*.msg"), *REPO_ROOT.glob("srv/*.srv"),
+                          *REPO_ROOT.glob("action/*.action")])
 FIELD_LINE = re.compile(r"^\s*[A-Za-z][\w/]*(\[\d*\])?\s+[A-Za-z]\w*\s*(=.*)?(#.*)?$")
 
 
 def test_expected_interfaces_exist():
     names = {p.name for p in INTERFACE_FILES}
     assert names == {"Tuf.msg", "Task.msg", "SkillCall.msg", "Segment.msg", "SegmentFeedback.msg",
-                     "TaskStatus.msg", "TraceEvent.msg", "EstimateExecTime.srv"}
+                     "TaskStatus.msg", "TraceEvent.msg", "EstimateExecTime.srv", "CancelTask.srv",
+                     "PlanTask.action"}
 
 
 @pytest.mark.parametrize("path", INTERFACE_FILES, ids=lambda p: p.name)

@@ -17,6 +17,7 @@ ROSDEP = {
     "numpy": "python3-numpy", "matplotlib": "python3-matplotlib",
     "python_qt_binding": "python_qt_binding", "rqt_gui_py": "rqt_gui_py",
     "jsonschema": "python3-jsonschema", "jinja2": "python3-jinja2", "action_msgs": "action_msgs",
+    "lifecycle_msgs": "lifecycle_msgs",
 }
 # import name -> the pip distribution the README names (no rosdep key); compression is the
 # Python >= 3.14 standard library, backports.zstd its fallback that rosbags already pulls in

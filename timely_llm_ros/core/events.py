@@ -15,7 +15,7 @@ Event kinds (one :class:`TraceEvent` each):
 * ``EXEC_START`` / ``EXEC_END`` robot feedback for a segment.
 * ``COMPLETE`` the last segment finished executing; ``FAIL`` the task failed (``info`` = reason:
   unparsable segment, robot failure, engine error); ``DROP`` / ``EXPIRE`` reserved for policies
-  that give up on work.
+  that give up on work; ``CANCEL`` the task was cancelled on request (``info`` = by whom / why).
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ COMPLETE = "COMPLETE"
 DROP = "DROP"
 EXPIRE = "EXPIRE"
 FAIL = "FAIL"
+CANCEL = "CANCEL"
 EVENT_KINDS = (ARRIVAL, ADMIT, REJECT, GEN_START, GEN_STOP, SEGMENT_READY, DISPATCH, EXEC_START,
-               EXEC_END, SUSPEND, RESUME, COMPLETE, DROP, EXPIRE, FAIL)
+               EXEC_END, SUSPEND, RESUME, COMPLETE, DROP, EXPIRE, FAIL, CANCEL)
 
 # Task states (TaskStatus)
 ACCEPTED = "ACCEPTED"
@@ -52,8 +53,10 @@ EXPIRED = "EXPIRED"
 # every generated segment so far is dispatched and the robot is executing (the generation is
 # suspended or finished); the task leaves it when its generation resumes or it ends
 EXECUTING = "EXECUTING"
-TASK_STATES = (ACCEPTED, REJECTED, QUEUED, GENERATING, SUSPENDED, COMPLETED, FAILED, EXPIRED, EXECUTING)
-TERMINAL_STATES = frozenset((REJECTED, COMPLETED, FAILED, EXPIRED))
+CANCELLED = "CANCELLED"  # cancelled on request (PlanTask action cancel; PlannerCore.cancel)
+TASK_STATES = (ACCEPTED, REJECTED, QUEUED, GENERATING, SUSPENDED, COMPLETED, FAILED, EXPIRED, EXECUTING,
+               CANCELLED)
+TERMINAL_STATES = frozenset((REJECTED, COMPLETED, FAILED, EXPIRED, CANCELLED))
 
 # Segment feedback states (robot -> planner)
 STARTED = "STARTED"

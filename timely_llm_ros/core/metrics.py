@@ -51,6 +51,7 @@ class ClassMetrics:
     n_rejected: int = 0
     n_failed: int = 0  # FAILED or EXPIRED
     n_expired: int = 0  # EXPIRED: the utility horizon passed (planner option overrun kill / skip-next)
+    n_cancelled: int = 0  # cancelled on request: like rejected ones, not in utility or response figures
     n_completed: int = 0
     n_served: int = 0  # got a first action
     utility_mean: float = math.nan
@@ -82,6 +83,9 @@ def summarize_group(records: Iterable[TaskRecord]) -> ClassMetrics:
         m.n += 1
         if rec.state == ev.REJECTED:
             m.n_rejected += 1
+            continue
+        if rec.state == ev.CANCELLED:
+            m.n_cancelled += 1
             continue
         m.n_failed += rec.state in (ev.FAILED, ev.EXPIRED)
         m.n_expired += rec.state == ev.EXPIRED
@@ -117,8 +121,8 @@ def summarize_group(records: Iterable[TaskRecord]) -> ClassMetrics:
         m.waiting_mean = math.fsum(wait) / len(wait)
     if comp:
         m.completion_mean = math.fsum(comp) / len(comp)
-    if m.n - m.n_rejected > 0:
-        m.on_time_pct = 100.0 * on_time / (m.n - m.n_rejected)
+    if m.n - m.n_rejected - m.n_cancelled > 0:
+        m.on_time_pct = 100.0 * on_time / (m.n - m.n_rejected - m.n_cancelled)
     return m
 
 

@@ -33,6 +33,9 @@ segment is DONE; its completion time is the last action's end. A task whose ever
 segment is dispatched and whose generation is suspended or finished is EXECUTING once its robot
 works on it.
 
+Cancel (:meth:`PlannerCore.cancel`, the PlanTask action's cancel): the generation stops wherever it
+is, its slot and KV are released, the task ends CANCELLED (``CANCEL`` event).
+
 Bounded memory (long-running planners): with ``retain_records`` set, a terminal task's generation
 is dropped and only the last ``retain_records`` records are kept (the simulator keeps all).
 
@@ -539,13 +542,17 @@ class PlannerCore:
             self._closed(gen, t)
 
     def _fail(self, gen: Generation, t: float, reason: str) -> None:
+        self._end(gen, t, ev.FAILED, ev.FAIL, reason)
+
+    def _end(self, gen: Generation, t: float, state: str, kind: str, reason: str) -> None:
+        """End a task before completion: stop its generation (slot and KV released), state + event."""
         rec = gen.record
         if rec.state in ev.TERMINAL_STATES:
             return
         self._stop(gen)
         rec.terminal_time = t
-        self._state(rec, ev.FAILED, reason)
-        self._emit(t, ev.FAIL, rec, detail=reason)
+        self._state(rec, state, reason)
+        self._emit(t, kind, rec, detail=reason)
         self._closed(gen, t)
 
     def _stop(self, gen: Generation) -> None:
@@ -567,14 +574,7 @@ class PlannerCore:
         (``skip-next``). Terminal like FAILED: its robot is told by TaskStatus EXPIRED + reason, a
         segment it holds is not taken back (the robot ends it; feedback for it is then ignored), and
         the robot's next task becomes active."""
-        rec = gen.record
-        if rec.state in ev.TERMINAL_STATES:
-            return
-        self._stop(gen)
-        rec.terminal_time = t
-        self._state(rec, ev.EXPIRED, reason)
-        self._emit(t, ev.EXPIRE, rec, detail=reason)
-        self._closed(gen, t)
+        self._end(gen, t, ev.EXPIRED, ev.EXPIRE, reason)
 
     def _overrun(self, gen: Generation, t: float) -> None:
         """A tracked generation's utility horizon has passed (core/overrun.py)."""
@@ -700,6 +700,24 @@ class PlannerCore:
     def open_tasks(self) -> list[TaskRecord]:
         """Records of every task not terminal yet (accepted, queued, generating or executing)."""
         return [g.record for g in self._tasks.values() if g.record.state not in ev.TERMINAL_STATES]
+
+    def cancel(self, task_id: str, reason: str = "cancelled") -> str | None:
+        """Cancel an open task on request; returns why not (None when cancelled).
+
+        Wherever the task is — queued, parked behind its robot's previous task, generating, suspended
+        or executing — its generation stops and is released (scheduler slot and KV cache freed via
+        ``engine.release``), held segments are dropped, the task ends CANCELLED with a ``CANCEL``
+        event, and its robot's next task becomes active. The robot learns it from the terminal
+        status (``on_state``): robots stop a task and its running motion on a terminal TaskStatus.
+        """
+        gen = self._tasks.get(task_id)
+        if gen is None:
+            done = self._finished.get(task_id)
+            return f"the task is already {done.state}" if done is not None else "unknown task"
+        if gen.record.state in ev.TERMINAL_STATES:
+            return f"the task is already {gen.record.state}"
+        self._end(gen, self.clock(), ev.CANCELLED, ev.CANCEL, reason)
+        return None
 
     def abort_all(self, reason: str) -> None:
         """Fail every task that is not terminal yet — queued, generating, held or still executing — so

@@ -98,7 +98,7 @@ def simulate(tasks: list[TaskSpec], config: SimConfig | None = None,
     def sink(e: ev.TraceEvent) -> None:
         nonlocal done
         trace.append(e)
-        if e.kind in (ev.COMPLETE, ev.FAIL, ev.REJECT, ev.EXPIRE):
+        if e.kind in (ev.COMPLETE, ev.FAIL, ev.REJECT, ev.EXPIRE, ev.CANCEL):
             done += 1
             if progress is not None:
                 progress(done, total, e.t)

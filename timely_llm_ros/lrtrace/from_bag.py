@@ -32,6 +32,7 @@ _TERMINAL = {
     ev.REJECT: ev.REJECTED,
     ev.EXPIRE: ev.EXPIRED,
     ev.DROP: ev.FAILED,
+    ev.CANCEL: ev.CANCELLED,
 }
 # Tie order for rebuilt events at one instant (the planner's own emission order).
 _KIND_ORDER = {
@@ -53,6 +54,7 @@ _KIND_ORDER = {
             ev.FAIL,
             ev.EXPIRE,
             ev.DROP,
+            ev.CANCEL,
         )
     )
 }
@@ -137,8 +139,8 @@ def events_from_topics(contents: BagContents) -> list[ev.TraceEvent]:
             put(ev.TraceEvent(t, ev.SUSPEND, tid, agent, generating[tid]))
         elif state == ev.COMPLETED:
             put(ev.TraceEvent(t, ev.COMPLETE, tid, agent, value=0.0 if math.isnan(util) else util))
-        elif state in (ev.FAILED, ev.REJECTED, ev.EXPIRED):
-            kind = {ev.FAILED: ev.FAIL, ev.REJECTED: ev.REJECT, ev.EXPIRED: ev.EXPIRE}[state]
+        elif state in (ev.FAILED, ev.REJECTED, ev.EXPIRED, ev.CANCELLED):
+            kind = {ev.FAILED: ev.FAIL, ev.REJECTED: ev.REJECT, ev.EXPIRED: ev.EXPIRE, ev.CANCELLED: ev.CANCEL}[state]
             put(ev.TraceEvent(t, kind, tid, agent, detail=reason))
     for _topic, _t, msg in contents.by_type(ts.SEGMENT):
         t = ts.from_stamp(msg.gen_end)

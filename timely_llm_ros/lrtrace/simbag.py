@@ -45,6 +45,7 @@ _STATE_OF = {
     ev.REJECT: ev.REJECTED,
     ev.EXPIRE: ev.EXPIRED,
     ev.DROP: ev.FAILED,
+    ev.CANCEL: ev.CANCELLED,
 }
 
 
@@ -137,7 +138,7 @@ class _ExecutingStates:
             return e.detail.split(":", 1)[0] in ("eos", "length") and self._enter(tid)
         elif e.kind == ev.EXEC_START and tid not in self.generating:
             return self._enter(tid)
-        elif e.kind in (ev.COMPLETE, ev.FAIL, ev.REJECT, ev.EXPIRE, ev.DROP):
+        elif e.kind in (ev.COMPLETE, ev.FAIL, ev.REJECT, ev.EXPIRE, ev.DROP, ev.CANCEL):
             self.generating.discard(tid)
             self.executing.add(tid)  # terminal: never EXECUTING again
         return False
@@ -166,7 +167,7 @@ def _status(store: Any, put: Any, e: ev.TraceEvent, rec: Any) -> None:
         and rec.segments[0].exec_start <= e.t
     ):
         response, utility = rec.response_time, rec.utility
-    reason = e.detail if state in (ev.FAILED, ev.REJECTED, ev.EXPIRED) else ""
+    reason = e.detail if state in (ev.FAILED, ev.REJECTED, ev.EXPIRED, ev.CANCELLED) else ""
     put(
         e.t,
         TOPIC_STATUS,

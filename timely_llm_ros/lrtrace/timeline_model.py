@@ -37,6 +37,7 @@ _TERMINAL_EVENT_STATE = {
     ev.REJECT: ev.REJECTED,
     ev.EXPIRE: ev.EXPIRED,
     ev.DROP: ev.FAILED,
+    ev.CANCEL: ev.CANCELLED,
 }
 
 

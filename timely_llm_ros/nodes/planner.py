@@ -62,7 +62,7 @@ from typing import Any
 
 from rclpy.duration import Duration
 from rclpy.event_handler import SubscriptionEventCallbacks
-from rclpy.node import Node
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from timely_llm_ros.msg import Segment, SegmentFeedback, Task, TaskStatus, TraceEvent
 
 from timely_llm_ros.core import events as ev
@@ -86,6 +86,7 @@ from timely_llm_ros.nodes.planner_params import (
 )
 from timely_llm_ros.nodes.sim_support import PlanTable, RealtimeSimEngine
 from timely_llm_ros.ros import convert, qos, topics
+from timely_llm_ros.ros.plan_task import PlanTaskServer
 
 RESTARTED = "planner restarted"
 
@@ -108,7 +109,7 @@ class _AgentPub:
     idle_since: float = math.nan
 
 
-class PlannerNode(Node):
+class PlannerNode(LifecycleNode):
     """See the module docstring."""
 
     def __init__(self, name: str = "planner", **kwargs: Any) -> None:
@@ -116,20 +117,19 @@ class PlannerNode(Node):
         if self.get_parameter("use_sim_time").value:
             raise ParamError("use_sim_time is not supported: the planner runs on the engine's wall clock")
         self.p = declare_params(self, PARAMS, on_change=self._param_changed)
+        # set by on_configure (engine, core, journal) and on_activate (planner thread, intake)
+        self.engine: Engine | None = None
+        self.core: PlannerCore | None = None
+        self.journal: Journal | None = None
+        self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self.engine = self._make_engine()
-        self.clock_fn = self.engine.now
+        self._active = False
+        self._recovered_tasks: list[OpenTask] = []
+        self._transition_error: Exception | None = None
+        self.clock_fn = time.monotonic  # the engines' clock (monotonic) until one is configured
         # planner clock (engine, monotonic) -> ROS time (system clock) offset
         self._ros_offset = time.time() - self.clock_fn()
-        self.plans = self._load_plans()
-        self.core = PlannerCore(self.engine, self.p["policy"], clock=self.clock_fn, dispatch=self._dispatch,
-                                sink=self._event, on_state=self._state,
-                                network_latency=self.p["network_latency"],
-                                agent_queues=AgentQueues(self.p["agent_queue_depth"], self.p["lookahead"]),
-                                retain_records=self.p["finished_retention"], options=self._planner_options())
-        self._warm_up(self.p["warmup_skill_sets"])
         self._agent_types = parse_agent_types(self.p["agent_types"])
-        self.journal, recovered = self._open_journal()
         self.warn = limits.RateLimiter(self.p["warn_period"], time.monotonic)
         # executor thread state
         self._seen_ids = limits.RecentIds(max(4 * self.p["finished_retention"], 10_000))
@@ -148,24 +148,111 @@ class PlannerNode(Node):
         self._specs: dict[str, TaskSpec] = {}
         self.seg_timers = SegmentTimers(self.segment_timeout, lambda: self.p["heartbeat_timeout"])
         self.stats = {"received": 0, "tasks": 0, "rejected": 0, "segments": 0, "feedback_ignored": 0,
-                      "timeouts": 0, "dds_lost_tasks": 0, "dds_lost_feedback": 0, "recovered": 0}
+                      "timeouts": 0, "dds_lost_tasks": 0, "dds_lost_feedback": 0, "recovered": 0,
+                      "cancelled": 0}
 
         self._status_pub = self.create_publisher(TaskStatus, topics.TASK_STATUS, qos.status_qos())
         self._event_pub = self.create_publisher(TraceEvent, topics.TRACE_EVENTS, qos.event_qos())
-        lost = {kind: SubscriptionEventCallbacks(message_lost=lambda info, k=kind: self._dds_lost(k, info))
-                for kind in ("tasks", "feedback")}
-        self.create_subscription(Task, topics.TASKS, self._on_task, qos.task_qos(),
-                                 event_callbacks=lost["tasks"])
+        self._lost = {kind: SubscriptionEventCallbacks(message_lost=lambda info, k=kind: self._dds_lost(k, info))
+                      for kind in ("tasks", "feedback")}
         self.create_subscription(SegmentFeedback, topics.SEGMENT_FEEDBACK, self._on_feedback,
-                                 qos.feedback_qos(), event_callbacks=lost["feedback"])
+                                 qos.feedback_qos(), event_callbacks=self._lost["feedback"])
         self._wake = self.create_guard_condition(self._drain_outbound)
+        self._echoes: set[str] = set()
+        self._task_pub = self.create_publisher(Task, topics.TASKS, qos.task_qos())
+        self._task_sub: Any = None  # created on the first activation (see on_activate)
+        self.plan_task: PlanTaskServer | None = None
         self.create_timer(0.05, self._check_waiting)
         self.create_timer(1.0, self._housekeeping)
-        self._recover(recovered)
-        self._thread = threading.Thread(target=self._run, name="planner-core", daemon=True)
-        self._thread.start()
-        self.get_logger().info(f"planner ready: engine {self.engine.info.name}, policy {self.core.policy.name}, "
-                               f"journal {self.journal.path if self.journal else 'off'}")
+        if self.p["autostart"]:  # a plain node: configure + activate now (errors: exit status 2)
+            for step in (self.trigger_configure, self.trigger_activate):
+                step()
+                if self._transition_error is not None:
+                    raise self._transition_error
+        else:
+            self.get_logger().info("planner unconfigured (autostart false): waiting for the lifecycle "
+                                   "transitions configure and activate")
+
+    # ------------------------------------------------------------------ lifecycle (managed node)
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Load the engine and warm it up, open the journal; no task is taken yet."""
+        self._transition_error = None
+        try:
+            self._stop = threading.Event()
+            self.engine = self._make_engine()
+            self.clock_fn = self.engine.now
+            self._ros_offset = time.time() - self.clock_fn()
+            self.plans = self._load_plans()
+            self.core = PlannerCore(self.engine, self.p["policy"], clock=self.clock_fn, dispatch=self._dispatch,
+                                    sink=self._event, on_state=self._state,
+                                    network_latency=self.p["network_latency"],
+                                    agent_queues=AgentQueues(self.p["agent_queue_depth"], self.p["lookahead"]),
+                                    retain_records=self.p["finished_retention"],
+                                    options=self._planner_options())
+            self.seg_timers = SegmentTimers(self.segment_timeout, lambda: self.p["heartbeat_timeout"])
+            self._warm_up(self.p["warmup_skill_sets"])
+            self.journal, self._recovered_tasks = self._open_journal()
+        except ParamError as exc:
+            self._transition_error = exc
+            self.get_logger().error(f"configure failed: {exc}")
+            self._release_engine()
+            return TransitionCallbackReturn.FAILURE
+        self.get_logger().info(f"planner configured: engine {self.engine.info.name}, policy "
+                               f"{self.core.policy.name}, journal {self.journal.path if self.journal else 'off'}")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Accept tasks (tasks topic, plan_task action); the planner thread runs from now on."""
+        if self._task_sub is None:
+            self._task_sub = self.create_subscription(Task, topics.TASKS, self._on_task, qos.task_qos(),
+                                                      event_callbacks=self._lost["tasks"])
+            self.plan_task = PlanTaskServer(self, self._intake_goal, self.request_cancel)
+        if self._thread is None:
+            self._recover(self._recovered_tasks)
+            self._recovered_tasks = []
+            self._thread = threading.Thread(target=self._run, name="planner-core", daemon=True)
+            self._thread.start()
+        self._active = True
+        self.get_logger().info(f"planner ready: accepting tasks (engine {self.engine.info.name}, policy "
+                               f"{self.core.policy.name}, journal {self.journal.path if self.journal else 'off'})")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Stop accepting tasks (new ones are REJECTED with the reason); in-flight tasks finish or are
+        cancelled (parameter ``on_deactivate``)."""
+        self._active = False
+        with self._lock:
+            open_ids = list(self._open)
+        if self.p["on_deactivate"] == "cancel":
+            for task_id in open_ids:
+                self.request_cancel(task_id, "planner deactivated")
+        self.get_logger().info(f"planner inactive: not accepting tasks; {len(open_ids)} open task(s) "
+                               f"{'cancelled' if self.p['on_deactivate'] == 'cancel' else 'go on to their end'}")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Back to unconfigured: every open task ends (FAILED "planner cleaned up"), engine released."""
+        self._shutdown_work("planner cleaned up")
+        if self._task_sub is not None:
+            self.destroy_subscription(self._task_sub)
+            self._task_sub = None
+        if self.plan_task is not None:
+            self.plan_task.destroy()
+            self.plan_task = None
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._shutdown_work("planner shut down")
+        return TransitionCallbackReturn.SUCCESS
+
+    def _release_engine(self) -> None:
+        engine, self.engine, self.core = self.engine, None, None
+        close = getattr(engine, "close", None) or getattr(engine, "shutdown", None)
+        if callable(close):
+            try:
+                close()
+            except Exception as exc:  # releasing must not fail the transition
+                self.get_logger().warning(f"engine close: {exc}")
 
     # ------------------------------------------------------------------ set-up
     def _make_engine(self) -> Engine:
@@ -254,6 +341,26 @@ class PlannerNode(Node):
 
     # ------------------------------------------------------------------ executor thread: intake
     def _on_task(self, msg: Task) -> None:
+        if msg.task_id in self._echoes:  # an action goal this node published itself (see _intake_goal)
+            self._echoes.discard(msg.task_id)
+            return
+        self._intake(msg)
+
+    def _intake_goal(self, msg: Task) -> str:
+        """A ``plan_task`` goal: the topic intake, then the accepted task is published on ``tasks`` too,
+        so robots get its scene, the recorder records it and the rqt timeline shows its TUF exactly as
+        for a topic task; this node skips its own copy when it comes back."""
+        task_id = self._intake(msg)
+        with self._lock:
+            accepted = task_id in self._open
+        if accepted:
+            self._echoes.add(task_id)
+            self._task_pub.publish(msg)  # msg.task_id is the (possibly assigned) id
+        return task_id
+
+    def _intake(self, msg: Task) -> str:
+        """Intake of one task (``tasks`` topic and ``plan_task`` action); returns the id its statuses
+        carry (planner-assigned when empty, ``<id>#dup<n>`` for a duplicate's rejection)."""
         now = self.clock_fn()
         self.stats["received"] += 1
         agent = limits.clip(msg.agent_id, limits.MAX_AGENT_ID)
@@ -261,31 +368,59 @@ class PlannerNode(Node):
         try:  # ids and sizes first: the rejection below must be able to name the task
             limits.check_task_fields(convert.task_fields(msg))
         except TaskRejected as exc:
-            self._reject(limits.clip(task_id, limits.MAX_TASK_ID), agent, now, exc.reason, "limits")
-            return
+            task_id = limits.clip(task_id, limits.MAX_TASK_ID)
+            self._reject(task_id, agent, now, exc.reason, "limits")
+            return task_id
         if not task_id:
             task_id = self._new_id(agent)
         elif task_id in self._seen_ids:
             dup = f"{task_id}#dup{next(self._dup_counter)}"
             self._reject(dup, agent, now, f"duplicate task_id {task_id!r}: that id is in use (or was used "
                          f"recently); this rejection is reported as {dup!r}", "duplicate")
-            return
+            return dup
         self._seen_ids.add(task_id)
         msg.task_id = task_id
+        if not self._active:  # a managed planner that is not (or no longer) active: say so
+            self._reject(task_id, agent, now, "the planner is not active (lifecycle): it accepts no tasks "
+                         "until it is activated", "inactive")
+            return task_id
         overload = self._overload()
         if overload:
             self._reject(task_id, agent, now, overload, "overloaded")
-            return
+            return task_id
         try:
             spec = self._validate(msg, now)
         except TaskRejected as exc:
             self._reject(task_id, agent, now, exc.reason, "invalid")
-            return
+            return task_id
         self._opened(spec.task_id, spec.agent_id)
         if not self.p["require_robot"] or self._robot_ready(spec.agent_id):
             self._inbound.put(("task", spec, None))
         else:
             self._waiting.append(_Waiting(spec, now + self.p["robot_grace_period"]))
+        return task_id
+
+    def request_cancel(self, task_id: str, reason: str) -> str | None:
+        """Executor thread: cancel an open task (None = under way, else why not). A task still waiting
+        for its robot node ends here; any other open task is cancelled by the planner thread
+        (:meth:`PlannerCore.cancel`: generation stopped, slot and KV freed) after whatever of it is
+        queued before (FIFO)."""
+        with self._lock:
+            agent = self._open.get(task_id)
+        if agent is None:
+            return "no open task with this id (unknown, or already ended)"
+        for w in self._waiting:
+            if w.spec.task_id == task_id and w.recovered is None:
+                self._waiting.remove(w)
+                now = self.clock_fn()
+                self._put_event(ev.TraceEvent(now, ev.ARRIVAL, task_id, agent))
+                self._put_event(ev.TraceEvent(now, ev.CANCEL, task_id, agent, -1, 0.0, reason))
+                self._put(("status", convert.status_to_msg(task_id, agent, ev.CANCELLED, self.ros_time(now),
+                                                           reason)))
+                self._put(("closed", task_id))
+                return None
+        self._inbound.put(("cancel", task_id, reason))
+        return None
 
     def _overload(self) -> str:
         """Why a new task cannot be taken now ('' = it can): the queue state, for the sender."""
@@ -365,7 +500,7 @@ class PlannerNode(Node):
         if matched == 0:
             return False
         infos = self.get_subscriptions_info_by_topic(topics.segment_topic(agent))
-        if not any(info.node_namespace == f"/{agent}" for info in infos):
+        if not any(info.node_namespace == topics.join(self.get_namespace(), agent) for info in infos):
             return False
         return late or matched >= len(infos)
 
@@ -393,7 +528,8 @@ class PlannerNode(Node):
                 self._closed_open(w.spec.task_id)
                 self._reject(w.spec.task_id, agent, now,
                              f"no robot node for agent {agent!r}: nothing subscribes to "
-                             f"{topics.segment_topic(agent)} (waited {self.p['robot_grace_period']:.1f} s)",
+                             f"{self.resolve_topic_name(topics.segment_topic(agent))} (waited "
+                             f"{self.p['robot_grace_period']:.1f} s)",
                              "no robot")
                 gone.add(agent)
             else:
@@ -417,6 +553,9 @@ class PlannerNode(Node):
         self._put(("status", convert.status_to_msg(task_id, agent, ev.REJECTED, self.ros_time(t), reason)))
 
     def _on_feedback(self, msg: SegmentFeedback) -> None:
+        if self.core is None:  # unconfigured: no task can be open
+            self.stats["feedback_ignored"] += 1
+            return
         now = self.clock_fn()
         try:
             fb = convert.feedback_from_msg(msg)
@@ -499,6 +638,8 @@ class PlannerNode(Node):
             kind = item[0]
             if kind == "status":
                 self._status_pub.publish(item[1])
+                if self.plan_task is not None:
+                    self.plan_task.on_status(item[1])
             elif kind == "event":
                 self._event_pub.publish(item[1])
             elif kind == "closed":
@@ -508,6 +649,9 @@ class PlannerNode(Node):
                     self._segment_publisher(item[1]).publish(item[2])
                 except TaskRejected as exc:  # cannot happen: created at intake; say so, never crash
                     self.get_logger().error(f"segment of task {item[2].task_id!r} not sent: {exc.reason}")
+                    continue
+                if self.plan_task is not None:
+                    self.plan_task.on_segment(item[2])
 
     # ------------------------------------------------------------------ crash recovery
     def _recover(self, tasks: list[OpenTask]) -> None:
@@ -591,6 +735,8 @@ class PlannerNode(Node):
                 self._feedback(item[1], item[2])
             elif item[0] == "recovered":
                 self._recovered(item[1], item[2])
+            elif item[0] == "cancel":
+                self._cancel(item[1], item[2])
             try:
                 item = self._inbound.get_nowait()
             except queue.Empty:
@@ -634,6 +780,17 @@ class PlannerNode(Node):
         elif fb.state == ev.DONE:
             self.seg_timers.done(fb.agent_id, fb.task_id, fb.index, t)
             self._journal("done", fb.task_id, fb.index, self.ros_time(t))
+
+    def _cancel(self, task_id: str, reason: str) -> None:
+        why = self.core.cancel(task_id, reason)
+        if why is None:
+            self.stats["cancelled"] += 1
+            mem = self.engine.memory()  # what the engine holds now that the task's generation is gone
+            self.get_logger().info(f"task {task_id!r} cancelled: {reason} (engine now: {self.engine.running()} "
+                                   f"generation(s) running, KV tokens running {mem.running}, suspended "
+                                   f"{mem.suspended_device + mem.suspended_host})")
+        else:  # it ended (or was rejected) while the request was on its way: its final status stands
+            self.get_logger().info(f"cancel of task {task_id!r} came too late: {why}")
 
     def segment_timeout(self, expected: float) -> float:
         if self.p["segment_timeout"] > 0:
@@ -694,13 +851,23 @@ class PlannerNode(Node):
 
     # ------------------------------------------------------------------ shutdown
     def close(self) -> None:
+        """Process exit (after SIGINT/SIGTERM): as the lifecycle shutdown transition."""
+        self._shutdown_work("planner shut down")
+
+    def _shutdown_work(self, reason: str) -> None:
         """Stop the planner thread and give every open task a final status: queued, generating, held
-        or executing tasks FAIL "planner shut down"; tasks not yet taken by the core are REJECTED."""
-        reason = "planner shut down"
+        or executing tasks FAIL with ``reason``; tasks not yet taken by the core are REJECTED. Releases
+        the engine and closes the journal (a later configure opens them again)."""
+        self._active = False
+        if self.core is None and not self._waiting:
+            return
         self._stop.set()
-        self._thread.join(timeout=10.0)
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=10.0)
+        stopped = thread is None or not thread.is_alive()
         now = self.clock_fn()
-        if not self._thread.is_alive():
+        if stopped and self.core is not None:
             self.core.abort_all(reason)
             while True:  # received but never submitted (or recovered and never handled)
                 try:
@@ -722,6 +889,8 @@ class PlannerNode(Node):
         self._drain_outbound()
         with self._lock:  # the planner thread is stuck in the engine: answer from the bookkeeping
             stuck = dict(self._open)
+            self._open.clear()
+            self._agent_open.clear()
         for task_id, agent in stuck.items():
             self._put(("status", convert.status_to_msg(task_id, agent, ev.FAILED, self.ros_time(now),
                                                        f"{reason} (planner thread did not stop)")))
@@ -735,8 +904,13 @@ class PlannerNode(Node):
                 self.get_logger().debug(f"wait_for_all_acked: {exc}")
         if self.journal is not None and not stuck:
             self.journal.close()
+        self.journal = None
+        self._records.clear()
+        self._specs.clear()
+        if stopped:
+            self._release_engine()
         info = json.dumps({k: v for k, v in self.stats.items()})
-        self.get_logger().info(f"planner stopped: {info}")
+        self.get_logger().info(f"planner stopped ({reason}): {info}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -178,6 +178,11 @@ PARAMS = (
           "once per this period, with a count (s)", low=0.0, high=3600.0),
     Param("journal", "", "crash-recovery journal file; '' = $ROS_HOME/timely_llm_ros/<domain>_<node>.journal "
           "(ROS_HOME defaults to ~/.ros); 'off' = none", read_only=True, check=_journal_check),
+    Param("autostart", True, "configure and activate at start-up (a plain node); false: a managed "
+          "lifecycle node that waits for the transitions configure (load the engine, warm up) and "
+          "activate (accept tasks), as fleet.launch.py and timely-llm fleet drive them", read_only=True),
+    Param("on_deactivate", "finish", "open tasks when the planner is deactivated: 'finish' (they go on to "
+          "their end; new tasks are rejected) or 'cancel' (each ends CANCELLED)", choices=("finish", "cancel")),
     Param("on_restart", "fail", "tasks the journal shows open after a restart: 'fail' (FAILED \"planner "
           "restarted\") or 'resume' (re-plan the rest of the plan)", choices=RESTART_MODES, read_only=True),
 )

@@ -121,6 +121,7 @@ class RecorderNode(Node):
         self.before_clock = 0  # messages received under use_sim_time before the first /clock
         self._sim_time = bool(self.get_parameter("use_sim_time").value)
         self._subscribed: set[str] = set()
+        self._tasks_topic = self.resolve_topic_name(topics.TASKS)
         for topic, (msg_type, bag_type, profile) in FIXED.items():
             self._record(topic, msg_type, bag_type, profile(), [bagio.qos_from_profile(profile())])
         for agent in self.p["agents"]:
@@ -131,6 +132,9 @@ class RecorderNode(Node):
         self.get_logger().info(f"recording to {path}")
 
     def _record(self, topic: str, msg_type: type, bag_type: str, profile: QoSProfile, offered: list) -> None:
+        topic = self.resolve_topic_name(topic)  # the bag names topics absolutely (<fleet namespace>/...)
+        if topic in self._subscribed:
+            return
         self.writer.add_topic(topic, bag_type, offered)
         self.counts[topic] = 0
         self._subscribed.add(topic)
@@ -139,6 +143,7 @@ class RecorderNode(Node):
         )
 
     def _record_segments(self, topic: str) -> None:
+        topic = self.resolve_topic_name(topic)
         if topic in self._subscribed:
             return
         infos = self.get_publishers_info_by_topic(topic)
@@ -150,7 +155,8 @@ class RecorderNode(Node):
 
     def _discover(self) -> None:
         for name, types in self.get_topic_names_and_types():
-            if name not in self._subscribed and topics.agent_of_segment_topic(name) and SEGMENT_TYPE in types:
+            if (name not in self._subscribed and topics.agent_of_segment_topic(name, self.get_namespace())
+                    and SEGMENT_TYPE in types):
                 self._record_segments(name)
 
     def _write(self, topic: str, data: bytes) -> None:
@@ -165,7 +171,7 @@ class RecorderNode(Node):
             self.counts[topic] += 1
         except (ValueError, RuntimeError, OSError) as exc:  # a bad sample or a full disk: say so, go on
             self.get_logger().error(f"cannot record a message of {topic}: {exc}")
-        if topic == topics.TASKS and self.p["discover"]:
+        if topic == self._tasks_topic and self.p["discover"]:
             self._watch_agent_of(data)
 
     def _watch_agent_of(self, data: bytes) -> None:

@@ -52,11 +52,11 @@ from timely_llm_ros.nodes.common import (
 )
 from timely_llm_ros.ros import qos, topics
 
-DEPTHS = {
-    topics.TASKS: qos.EVENT_DEPTH,
-    topics.TASK_STATUS: qos.EVENT_DEPTH,
-    topics.TRACE_EVENTS: qos.EVENT_DEPTH,
-    topics.SEGMENT_FEEDBACK: qos.FEEDBACK_DEPTH,
+DEPTHS = {  # by the bag's (absolute) topic names of a fleet in namespace /
+    topics.join("/", topics.TASKS): qos.EVENT_DEPTH,
+    topics.join("/", topics.TASK_STATUS): qos.EVENT_DEPTH,
+    topics.join("/", topics.TRACE_EVENTS): qos.EVENT_DEPTH,
+    topics.join("/", topics.SEGMENT_FEEDBACK): qos.FEEDBACK_DEPTH,
 }
 CLOCK_TOPIC = "/clock"
 # what ROS time sources subscribe with (rclcpp::ClockQoS, rclpy's TimeSource): keep-last 1, best effort
@@ -221,7 +221,10 @@ class ReplayNode(Node):
                 history=HistoryPolicy.KEEP_LAST,
                 depth=DEPTHS.get(topic, 100),
                 reliability=ReliabilityPolicy.RELIABLE,
-                durability=DurabilityPolicy.VOLATILE,
+                # statuses and trace events are transient local everywhere (ros/qos.py): a late rqt
+                # catches up, and a transient-local reader never matches a volatile writer
+                durability=(DurabilityPolicy.TRANSIENT_LOCAL if qos.is_latched_topic(topic)
+                            else DurabilityPolicy.VOLATILE),
             )
             self.pubs[topic] = self.create_publisher(message_class(types[topic]), topic, profile)
         self.published = 0

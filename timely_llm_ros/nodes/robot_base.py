@@ -35,6 +35,7 @@ running skill is interrupted (its segment reported FAILED), then the backend clo
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from typing import Any
@@ -235,11 +236,12 @@ class RobotNode(Node):
         self._closing = threading.Event()
         self._pub_lock = threading.Lock()  # feedback order: STARTED < PROGRESS* < DONE/FAILED
         self._current: tuple[str, int, float] | None = None  # (task, index, started) while running
-        self.feedback_pub = self.create_publisher(FeedbackMsg, topics.SEGMENT_FEEDBACK, qos.feedback_qos())
+        fleet = functools.partial(topics.fleet_topic, self.get_namespace())  # <fleet>/<agent>: fleet topics
+        self.feedback_pub = self.create_publisher(FeedbackMsg, fleet(topics.SEGMENT_FEEDBACK), qos.feedback_qos())
         self.backend.start()  # connect before subscribing: no segment arrives at a robot that is not up
-        self.create_subscription(Task, topics.TASKS, self._on_task, qos.task_qos())
+        self.create_subscription(Task, fleet(topics.TASKS), self._on_task, qos.task_qos())
         self.create_subscription(Segment, topics.SKILL_SEGMENTS, self._on_segment, qos.segment_qos())
-        self.create_subscription(TaskStatus, topics.TASK_STATUS, self._on_status, qos.status_qos())
+        self.create_subscription(TaskStatus, fleet(topics.TASK_STATUS), self._on_status, qos.status_qos())
         self._worker = threading.Thread(target=self._work, name=f"{self.agent_id}-executor", daemon=True)
         self._worker.start()
         self._heart = threading.Thread(target=self._heartbeat, name=f"{self.agent_id}-heartbeat", daemon=True)
@@ -253,7 +255,7 @@ class RobotNode(Node):
     # ------------------------------------------------------------------ set-up
     def _agent(self) -> str:
         ns = self.get_namespace()
-        token = ns.strip("/")
+        token = ns.rstrip("/").rsplit("/", 1)[-1]  # <fleet>/<agent>: the last token is the agent
         given = self.p["agent_id"]
         if not token:
             hint = given or "<agent>"
@@ -262,9 +264,9 @@ class RobotNode(Node):
                 f"--ros-args -r __ns:=/{hint} (the planner publishes on /{hint}/skill_segments "
                 f"and checks that a node in namespace /{hint} subscribes)"
             )
-        if "/" in token or not topics.valid_agent_id(token):
+        if not topics.valid_agent_id(token):
             raise ParamError(
-                f"namespace {ns!r} is not /<agent_id> with a valid agent id (one ROS name token)"
+                f"namespace {ns!r} is not [/<fleet>]/<agent_id> with a valid agent id (one ROS name token)"
             )
         if given and given != token:
             raise ParamError(

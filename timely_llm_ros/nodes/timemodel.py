@@ -207,7 +207,7 @@ class TimeModelNode(Node):
     def _discover(self) -> None:
         self._retry_parked()  # also expires feedback whose segment never came
         for name, types in self.get_topic_names_and_types():
-            agent = topics.agent_of_segment_topic(name)
+            agent = topics.agent_of_segment_topic(name, self.get_namespace())
             if agent is None or name in self._watched or "timely_llm_ros/msg/Segment" not in types:
                 continue
             self._watched.add(name)

@@ -205,7 +205,7 @@ class WorkloadNode(Node):
         if self.p["wait_for_robots"]:
             for agent in self._agents:
                 infos = self.get_subscriptions_info_by_topic(topics.segment_topic(agent))
-                if not any(i.node_namespace == f"/{agent}" for i in infos):
+                if not any(i.node_namespace == topics.join(self.get_namespace(), agent) for i in infos):
                     return False
         return True
 

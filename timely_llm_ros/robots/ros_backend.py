@@ -103,7 +103,8 @@ class RosBackend(RobotBackend):
             self.cancel_running(f"the planner marked the task {ends[msg.state]}"
                                 + (f": {msg.reason}" if msg.reason else ""))
 
-        self.node.create_subscription(TaskStatus, topics.TASK_STATUS, on_status, qos.status_qos())
+        self.node.create_subscription(TaskStatus, topics.fleet_topic(self.node.get_namespace(), topics.TASK_STATUS),
+                                      on_status, qos.status_qos())
 
     def start(self) -> None:
         """Wait (up to ``wait_for_servers`` s) for every action/service server; fail start-up if absent."""

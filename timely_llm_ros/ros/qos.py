@@ -14,7 +14,11 @@ here skill segments — are reliable, keep-last, volatile, with a ``lifespan`` b
   a REJECTED status, so nothing may vanish in DDS first (a depth of 1000 lost 1799 of 3000 tasks
   published in one second). KEEP_ALL would block a robot's publisher on a slow planner.
 * **Statuses, trace events**: reliable, keep-last, deep (:data:`EVENT_DEPTH`): every task's final
-  status must reach the robots and the recorder after such a burst.
+  status must reach the robots and the recorder after such a burst. **Transient local** on both
+  sides: the planner keeps its last :data:`EVENT_DEPTH` statuses and events (a bounded history) and a
+  late joiner — an rqt timeline opened mid-run, a restarted robot or recorder — receives them when it
+  matches, instead of nothing from before it joined. (DDS only matches a transient-local reader with
+  a transient-local writer: every publisher of these topics uses these profiles — replay too.)
 
 Robots must take segments off the subscription promptly (queue them internally, execute in another
 thread): a sample that waits in the DDS reader cache beyond its lifespan is dropped.
@@ -52,12 +56,25 @@ def task_qos() -> QoSProfile:
     return _reliable(INBOUND_DEPTH)
 
 
+def _latched(depth: int) -> QoSProfile:
+    qos = _reliable(depth)
+    qos.durability = DurabilityPolicy.TRANSIENT_LOCAL
+    return qos
+
+
 def status_qos() -> QoSProfile:
-    return _reliable(EVENT_DEPTH)
+    return _latched(EVENT_DEPTH)
 
 
 def event_qos() -> QoSProfile:
-    return _reliable(EVENT_DEPTH)
+    return _latched(EVENT_DEPTH)
+
+
+def is_latched_topic(name: str) -> bool:
+    """True for a task-status or trace-event topic in any namespace (replay picks its QoS by name)."""
+    from timely_llm_ros.ros.topics import TASK_STATUS, TRACE_EVENTS
+
+    return name.rstrip("/").rsplit("/", 1)[-1] in (TASK_STATUS, TRACE_EVENTS)
 
 
 def feedback_qos() -> QoSProfile:

@@ -1,36 +1,42 @@
 """Topic and service names of the timely_llm_ros node graph, in one place.
 
 Every node (planner, robots, time model, workload, recorder, replay) takes its names from here so
-that a rename is one edit. Names are absolute except the per-agent segment topic, which lives in
-the robot's namespace: the planner publishes ``/<agent_id>/skill_segments`` and a robot node started
-in namespace ``/<agent_id>`` subscribes to the relative name :data:`SKILL_SEGMENTS`.
+that a rename is one edit. All names are **relative**, so a whole fleet can run in a namespace
+(launch argument ``namespace``, ``timely-llm fleet --namespace``) and two fleets share one ROS domain
+without seeing each other's tasks. Fleet-level nodes (planner, time model, recorder, workload,
+replay, rqt timeline) run in the fleet namespace ``<fleet>`` (default ``/``); a robot runs in
+``<fleet>/<agent_id>``, its segment topic is the relative :data:`SKILL_SEGMENTS` in its own
+namespace, and it resolves the fleet-level topics in its parent namespace (:func:`fleet_topic`).
 
 =============================  ==========================  ==========================================
-name                           type                        direction
+name (in fleet ``/``)          type                        direction
 =============================  ==========================  ==========================================
 ``/tasks``                     ``Task``                    robots / workload → planner
 ``/<agent>/skill_segments``    ``Segment``                 planner → that agent's robot
 ``/segment_feedback``          ``SegmentFeedback``         robots → planner, time model
-``/task_status``               ``TaskStatus``              planner → robots, recorder
-``/trace_events``              ``TraceEvent``              planner → recorder
+``/task_status``               ``TaskStatus``              planner → robots, recorder (transient local)
+``/trace_events``              ``TraceEvent``              planner → recorder, rqt (transient local)
+``/plan_task``                 ``PlanTask`` (action)       planner serves it (ros/plan_task.py)
+``/cancel_task``               ``CancelTask`` (srv)        planner serves it
 ``/estimate_exec_time``        ``EstimateExecTime`` (srv)  time-model node serves it
 =============================  ==========================  ==========================================
 
-Robot nodes run in namespace ``/<agent_id>`` (node name free, e.g. ``drone``): the planner accepts a
-task only once a node *in that namespace* subscribes to the agent's segment topic, so observers
-that subscribe to every ``/*/skill_segments`` (recorder, time model) never pass for a robot.
+In fleet ``/fleet_a`` every name gains that prefix (``/fleet_a/tasks``, ``/fleet_a/drone_1/skill_segments``).
+The planner accepts a task only once a node *in the agent's namespace* subscribes to the agent's
+segment topic, so observers that subscribe to every segment topic (recorder, time model) never
+pass for a robot.
 """
 
 from __future__ import annotations
 
 import re
 
-TASKS = "/tasks"
-SKILL_SEGMENTS = "skill_segments"  # relative: resolved in the agent's namespace
-SEGMENT_FEEDBACK = "/segment_feedback"
-TASK_STATUS = "/task_status"
-TRACE_EVENTS = "/trace_events"
-ESTIMATE_EXEC_TIME = "/estimate_exec_time"
+TASKS = "tasks"
+SKILL_SEGMENTS = "skill_segments"  # resolved in the agent's namespace <fleet>/<agent>
+SEGMENT_FEEDBACK = "segment_feedback"
+TASK_STATUS = "task_status"
+TRACE_EVENTS = "trace_events"
+ESTIMATE_EXEC_TIME = "estimate_exec_time"
 
 # Topics the LRTrace recorder records (the per-agent segment topics are found by discovery).
 RECORDED_TOPICS = (TASKS, SEGMENT_FEEDBACK, TASK_STATUS, TRACE_EVENTS)
@@ -44,17 +50,55 @@ def valid_agent_id(agent_id: str) -> bool:
     return isinstance(agent_id, str) and bool(_AGENT_RE.match(agent_id)) and "__" not in agent_id
 
 
-def agent_of_segment_topic(name: str) -> str | None:
-    """``/drone_1/skill_segments`` → ``drone_1``; None for any other topic name."""
-    parts = name.split("/")
-    if len(parts) == 3 and parts[0] == "" and parts[2] == SKILL_SEGMENTS and valid_agent_id(parts[1]):
-        return parts[1]
+def valid_namespace(ns: str) -> bool:
+    """True for ``/`` or an absolute namespace of name tokens (``/fleet_a``, ``/site/fleet_a``)."""
+    if ns == "/":
+        return True
+    parts = ns.split("/")
+    return len(parts) >= 2 and parts[0] == "" and all(valid_agent_id(p) for p in parts[1:])
+
+
+def normalize_namespace(ns: str) -> str:
+    """``fleet_a`` / ``/fleet_a/`` / ``""`` → ``/fleet_a`` / ``/fleet_a`` / ``/``; ValueError when invalid."""
+    text = (ns or "").strip()
+    out = "/" + text.strip("/") if text.strip("/") else "/"
+    if not valid_namespace(out):
+        raise ValueError(f"namespace {ns!r} is not a ROS namespace (name tokens separated by '/': letters, "
+                         "digits and single '_', not starting with a digit)")
+    return out
+
+
+def join(ns: str, name: str) -> str:
+    """``join("/", "tasks") == "/tasks"``, ``join("/fleet_a", "tasks") == "/fleet_a/tasks"``."""
+    return f"{ns.rstrip('/')}/{name}"
+
+
+def parent_namespace(ns: str) -> str:
+    """The fleet namespace of a robot namespace: ``/fleet_a/drone_1`` → ``/fleet_a``, ``/drone_1`` → ``/``."""
+    head = ns.rstrip("/").rsplit("/", 1)[0]
+    return head or "/"
+
+
+def fleet_topic(robot_ns: str, name: str) -> str:
+    """A fleet-level name as a robot in ``robot_ns`` = ``<fleet>/<agent>`` must use it (absolute)."""
+    return join(parent_namespace(robot_ns), name)
+
+
+def agent_of_segment_topic(name: str, fleet_ns: str = "/") -> str | None:
+    """``/drone_1/skill_segments`` → ``drone_1`` (in fleet ``fleet_ns``); None for any other topic name."""
+    prefix = fleet_ns.rstrip("/") + "/"
+    if not name.startswith(prefix):
+        return None
+    parts = name[len(prefix):].split("/")
+    if len(parts) == 2 and parts[1] == SKILL_SEGMENTS and valid_agent_id(parts[0]):
+        return parts[0]
     return None
 
 
 def segment_topic(agent_id: str) -> str:
-    """Absolute segment topic of one agent; ValueError with the reason for an unusable id."""
+    """Segment topic of one agent, relative (resolved in the fleet namespace); ValueError with the
+    reason for an unusable id."""
     if not valid_agent_id(agent_id):
         raise ValueError(f"agent_id {agent_id!r} is not a valid ROS name token (letters, digits and "
                          "single '_', not starting with a digit)")
-    return f"/{agent_id}/{SKILL_SEGMENTS}"
+    return f"{agent_id}/{SKILL_SEGMENTS}"

@@ -131,7 +131,7 @@ def render_html(layout: Layout, title: str, notes: list[str] | None = None) -> s
         f'<line x1="{LEFT + 50}" x2="{LEFT + 50}" y1="24" y2="36" stroke="{style.MISSED_COLOR}" '
         f'stroke-width="3"/><text x="{LEFT + 56}" y="34">ERT missed</text>'
         f'<text x="{LEFT + 140}" y="35" fill="{style.FAILED_COLOR}" font-weight="bold">✕</text>'
-        f'<text x="{LEFT + 154}" y="34">failed / expired</text>'
+        f'<text x="{LEFT + 154}" y="34">failed / expired / cancelled</text>'
         f'<rect x="{LEFT + 270}" y="25" width="12" height="10" fill="{style.URGENT_BAND}" stroke="#ddd"/>'
         f'<text x="{LEFT + 286}" y="34">urgent task</text>'
     )

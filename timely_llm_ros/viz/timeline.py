@@ -94,7 +94,7 @@ def draw(layout: Layout, title: str, notes: list[str] | None = None):
                         linestyle="none",
                     )
                     cross.set_gid(f"marker|{tid}|missed_cross")
-            else:  # terminal without completion (FAILED / EXPIRED / REJECTED)
+            else:  # terminal without completion (FAILED / EXPIRED / REJECTED / CANCELLED)
                 (art,) = ax.plot(
                     [x],
                     [row.y],
@@ -144,7 +144,8 @@ def draw(layout: Layout, title: str, notes: list[str] | None = None):
         Line2D([], [], marker=">", color=style.ARRIVAL_COLOR, linestyle="none", label="arrival"),
         Line2D([], [], color=style.ERT_COLOR, linewidth=1.4, label="ERT met / pending"),
         Line2D([], [], color=style.MISSED_COLOR, marker="x", linewidth=2.0, label="ERT missed"),
-        Line2D([], [], marker="X", color=style.FAILED_COLOR, linestyle="none", label="failed / expired"),
+        Line2D([], [], marker="X", color=style.FAILED_COLOR, linestyle="none",
+               label="failed / expired / cancelled"),
         Patch(color=style.URGENT_BAND, label="urgent task"),
     ]
     ax.legend(

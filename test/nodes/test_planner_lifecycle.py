@@ -1,0 +1,127 @@
+"""The planner as a managed (lifecycle) node (issue 19, part 2): with ``autostart: false`` it takes no
+task before configure (engine loaded, warmed up) + activate; deactivate stops the intake (new tasks
+REJECTED with the reason) and, with ``on_deactivate: cancel``, cancels the tasks in flight;
+activate takes tasks again; cleanup ends every open task and releases the engine; a bad engine
+parameter fails configure (the node stays unconfigured, nothing crashes).
+
+A planner process (simulated engine) and the test peer as robots; transitions through the node's
+standard lifecycle services, as `ros2 lifecycle set` and launch_ros call them. Nothing is timed.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from planner_testkit import PLANS, Peer, log_text, make_task, start_node, stop_process, wait_for, write_params
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+
+WAIT = 120.0
+CLIMB = "[A] Climb, turn and take a picture."
+
+
+class Lifecycle:
+    """Client of one node's lifecycle services (get_state, change_state)."""
+
+    def __init__(self, peer: Peer, node: str) -> None:
+        from lifecycle_msgs.srv import ChangeState, GetState
+
+        self.peer = peer
+        self.get = peer.node.create_client(GetState, f"{node}/get_state")
+        self.change = peer.node.create_client(ChangeState, f"{node}/change_state")
+        peer.executor.wake()
+
+    def state(self) -> str:
+        from lifecycle_msgs.srv import GetState
+
+        wait_for(self.get.service_is_ready, WAIT, "get_state")
+        fut = self.get.call_async(GetState.Request())
+        wait_for(fut.done, WAIT, "get_state answer")
+        return fut.result().current_state.label
+
+    def set(self, label: str) -> bool:
+        from lifecycle_msgs.msg import Transition
+        from lifecycle_msgs.srv import ChangeState
+
+        wait_for(self.change.service_is_ready, WAIT, "change_state")
+        ids = {"configure": Transition.TRANSITION_CONFIGURE, "activate": Transition.TRANSITION_ACTIVATE,
+               "deactivate": Transition.TRANSITION_DEACTIVATE, "cleanup": Transition.TRANSITION_CLEANUP,
+               "shutdown": Transition.TRANSITION_UNCONFIGURED_SHUTDOWN}
+        fut = self.change.call_async(ChangeState.Request(transition=Transition(id=ids[label])))
+        wait_for(fut.done, WAIT, f"{label} answer")
+        return fut.result().success
+
+
+def test_lifecycle_transitions_drive_the_intake(tmp_path):
+    params = write_params(tmp_path / "planner.yaml", {"sim_plans": ["catalog", PLANS], "autostart": False,
+                                                      "on_deactivate": "cancel", "journal": "off",
+                                                      "robot_grace_period": 10.0})
+    proc = start_node("planner", dict(os.environ), tmp_path / "planner.log", params_file=params)
+    peer = Peer({"lc_done": "done", "lc_silent": "silent"}, name="lifecycle_peer")
+    lc = Lifecycle(peer, "/planner")
+    try:
+        assert lc.state() == "unconfigured"
+        assert peer.task_pub.get_subscription_count() == 0  # nothing takes tasks before activation
+        assert lc.set("configure") and lc.state() == "inactive"
+        assert "planner configured: engine sim-realtime" in log_text(proc)
+        assert lc.set("activate") and lc.state() == "active"
+        wait_for(lambda: peer.task_pub.get_subscription_count() > 0, WAIT, "the planner's tasks subscription")
+        peer.task_pub.publish(make_task("lc-1", "lc_done", CLIMB))
+        wait_for(lambda: peer.final_state("lc-1") == "COMPLETED", WAIT, "lc-1 to complete", procs=(proc,))
+
+        # deactivate with a task in flight (its robot never answers): cancelled; new tasks refused
+        peer.task_pub.publish(make_task("lc-2", "lc_silent", CLIMB))
+        wait_for(lambda: "GENERATING" in peer.states("lc-2"), WAIT, "lc-2 to be planned", procs=(proc,))
+        assert lc.set("deactivate") and lc.state() == "inactive"
+        wait_for(lambda: peer.final_state("lc-2") == "CANCELLED", WAIT, "lc-2 cancelled", procs=(proc,))
+        assert peer.final("lc-2").reason == "planner deactivated"
+        peer.task_pub.publish(make_task("lc-3", "lc_done", CLIMB))
+        wait_for(lambda: peer.final_state("lc-3") == "REJECTED", WAIT, "lc-3 refused", procs=(proc,))
+        assert "not active" in peer.final("lc-3").reason
+
+        # active again: tasks are taken again
+        assert lc.set("activate")
+        peer.task_pub.publish(make_task("lc-4", "lc_done", CLIMB))
+        wait_for(lambda: peer.final_state("lc-4") == "COMPLETED", WAIT, "lc-4 to complete", procs=(proc,))
+
+        # cleanup ends what is open and releases the engine; configure + activate work again
+        peer.task_pub.publish(make_task("lc-5", "lc_silent", CLIMB))
+        wait_for(lambda: "ACCEPTED" in peer.states("lc-5"), WAIT, "lc-5 accepted", procs=(proc,))
+        assert lc.set("deactivate")
+        wait_for(lambda: peer.final_state("lc-5") == "CANCELLED", WAIT, "lc-5 cancelled", procs=(proc,))
+        assert lc.set("cleanup") and lc.state() == "unconfigured"
+        wait_for(lambda: peer.task_pub.get_subscription_count() == 0, WAIT, "the tasks subscription to go")
+        assert lc.set("configure") and lc.set("activate") and lc.state() == "active"
+        wait_for(lambda: peer.task_pub.get_subscription_count() > 0, WAIT, "the tasks subscription")
+        peer.task_pub.publish(make_task("lc-6", "lc_done", CLIMB))
+        wait_for(lambda: peer.final_state("lc-6") == "COMPLETED", WAIT, "lc-6 to complete", procs=(proc,))
+    finally:
+        peer.close()
+        rc = stop_process(proc)
+    assert rc == 0, log_text(proc)[-3000:]
+
+
+def test_a_failing_configure_leaves_the_node_unconfigured(tmp_path):
+    params = write_params(tmp_path / "planner.yaml", {"autostart": False, "journal": "off",
+                                                      "profile": "no_such_profile"})
+    proc = start_node("planner", dict(os.environ), tmp_path / "planner.log", params_file=params)
+    peer = Peer({}, name="lifecycle_bad_peer")
+    lc = Lifecycle(peer, "/planner")
+    try:
+        assert lc.state() == "unconfigured"
+        assert not lc.set("configure")
+        assert lc.state() == "unconfigured"
+        assert "configure failed: parameter 'profile'" in log_text(proc)
+        assert proc.poll() is None  # still up: a corrected parameter can be configured later
+    finally:
+        peer.close()
+        rc = stop_process(proc)
+    assert rc == 0, log_text(proc)[-3000:]
+
+
+def test_autostart_with_a_bad_engine_parameter_exits_with_status_2(tmp_path):
+    params = write_params(tmp_path / "planner.yaml", {"journal": "off", "profile": "no_such_profile"})
+    proc = start_node("planner", dict(os.environ), tmp_path / "planner.log", params_file=params)
+    assert proc.wait(timeout=WAIT) == 2
+    assert "parameter 'profile'" in log_text(proc)
