@@ -94,4 +94,5 @@ distclean: clean
 freeze: bootstrap
 	{ echo "# Complete set of Python packages resolved by pip for requirements*.txt (used as -c constraints"; \
 	  echo "# so that a fresh install gets exactly these). Regenerate with: make freeze"; \
-	  $(PY) -m pip freeze --all --disable-pip-version-check | grep -v -i '^pip=='; } > tools/constraints.txt
+	  $(PY) -m pip freeze --all --exclude-editable --disable-pip-version-check \
+	    | grep -v -i -e '^pip==' -e '^timely[-_]llm[-_]ros==' | LC_ALL=C sort -f; } > tools/constraints.txt

@@ -70,10 +70,21 @@ def test_broken_type_plugins_say_which_and_why(installed, entry, module, fragmen
     assert fragment in str(err.value)
 
 
-def test_a_config_entry_point_naming_no_directory_is_refused(installed, tmp_path):
+def test_a_config_entry_point_naming_no_directory_is_skipped_with_a_warning(installed, tmp_path):
     installed("[timely_llm_ros.config]\nboatpkg = boatpkg:CONFIG\n", f"CONFIG = {str(tmp_path / 'nowhere')!r}\n")
-    with pytest.raises(paths.ConfigPathError, match=r"entry point 'boatpkg' = 'boatpkg:CONFIG' .*does not exist"):
-        paths.config_dirs()
+    with pytest.warns(RuntimeWarning, match=r"entry point 'boatpkg' = 'boatpkg:CONFIG' .*does not exist"):
+        dirs = paths.config_dirs()
+    assert paths.shipped_config_dir().resolve() in dirs  # the other config is still found
+    assert any("does not exist" in p for p in paths.plugin_config_problems())
+
+
+def test_a_config_plugin_that_does_not_import_leaves_the_rest_working(installed):
+    """E.g. an editable install whose import hook is not loaded: the plugin is registered, its module
+    is missing. Its directory is skipped with the reason; shipped workloads still resolve."""
+    installed("[timely_llm_ros.config]\nboatpkg = boatpkg_gone:CONFIG\n")
+    with pytest.warns(RuntimeWarning, match=r"'boatpkg_gone:CONFIG' .*cannot be loaded: ModuleNotFoundError"):
+        assert "tello_minispec" in paths.config_files("skills")
+    assert paths.plugin_config_problems()
 
 
 def test_unknown_names_list_the_known_ones():

@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -84,8 +85,13 @@ def _checked(p: Path, origin: str) -> Path:
 
 @cache
 def plugin_config_dirs() -> tuple[tuple[str, Path], ...]:
-    """(distribution/entry name, directory) of every ``timely_llm_ros.config`` entry point."""
+    """(distribution/entry name, directory) of every loadable ``timely_llm_ros.config`` entry point.
+
+    A broken one (its module does not import, it names no directory) is left out with a warning
+    that says which and why (:func:`plugin_config_problems`): one broken plugin package must not
+    take every skill set, time model and workload of the others down with it."""
     out = []
+    problems = []
     for ep in sorted(metadata.entry_points(group=CONFIG_GROUP), key=lambda e: e.name):
         origin = f"entry point {ep.name!r} = {ep.value!r} of group {CONFIG_GROUP}"
         try:
@@ -94,12 +100,26 @@ def plugin_config_dirs() -> tuple[tuple[str, Path], ...]:
             for part in attr.strip().split(".") if attr.strip() else []:
                 obj = getattr(obj, part)
             value = obj() if callable(obj) else obj
-        except Exception as exc:  # a broken plugin must say which one, not crash somewhere later
-            raise ConfigPathError(f"{origin}: cannot be loaded: {type(exc).__name__}: {exc}") from None
-        if not isinstance(value, (str, os.PathLike)):
-            raise ConfigPathError(f"{origin}: gives {value!r}, expected a directory path")
-        out.append((ep.name, _checked(Path(value), origin)))
+            if not isinstance(value, (str, os.PathLike)):
+                raise ConfigPathError(f"{origin}: gives {value!r}, expected a directory path")
+            out.append((ep.name, _checked(Path(value), origin)))
+        except ConfigPathError as exc:
+            problems.append(str(exc))
+        except Exception as exc:  # noqa: BLE001 - any error of a plugin's module: say which and why
+            problems.append(f"{origin}: cannot be loaded: {type(exc).__name__}: {exc}")
+    _plugin_problems[:] = problems
+    for text in problems:
+        warnings.warn(f"{text} (its config directory is skipped)", RuntimeWarning, stacklevel=2)
     return tuple(out)
+
+
+_plugin_problems: list[str] = []
+
+
+def plugin_config_problems() -> list[str]:
+    """Why each broken ``timely_llm_ros.config`` entry point was skipped (empty when none is)."""
+    plugin_config_dirs()
+    return list(_plugin_problems)
 
 
 def config_dirs() -> list[Path]:
