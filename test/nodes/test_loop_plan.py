@@ -62,3 +62,44 @@ def test_a_loop_split_over_two_segments_completes(tmp_path):
     est = [m.exec_time_min for m in segments[:2]]
     assert est[0] == pytest.approx(one_turn, rel=1e-3)  # the live first turn only
     assert est[1] == pytest.approx(9 * one_turn + 10 * 0.001, rel=1e-3)  # picture + 9 × (turn, picture)
+
+
+TAIL_PLAN = "2{mf(50);tc(90)}"
+
+
+@pytest.mark.ros
+def test_a_loop_closed_by_a_call_less_tail_runs_its_full_count_on_the_drone(tmp_path):
+    """``2{mf(50);tc(90)}``: the closing ``}`` comes after the last call. It used to be replaced by a
+    text-less closing marker, so the drone received ``2{mf(50);tc(90)`` and flew the body once; now
+    ``}`` is a real final segment with feedback and the drone's backend runs four calls."""
+    from timely_llm_ros.core.skills import load_skill_set
+
+    assert load_skill_set("tello_minispec").split(TAIL_PLAN) == ["2{mf(50)", ";tc(90)", "}"]
+    wl = tmp_path / "tail.yaml"
+    wl.write_text(WORKLOAD.replace("loop-1", "tail-1").replace(PLAN, TAIL_PLAN)
+                  .replace("[[tc, 2.27], [tp, 0.001]]", "[[mf, 2.0], [tc, 2.27], [mf, 2.0], [tc, 2.27]]"))
+    cfg = {
+        "planner": {"parameters": {"engine": "sim", "sim_plans": [str(wl)], "robot_grace_period": 20.0}},
+        "robot_defaults": {"drone": {"backend": "sim", "exec_mode": "min", "time_scale": 0.05}},
+        "robots": [{"agent": "drone_1", "type": "drone"}],
+        "timemodel": {"enabled": False},
+        "recorder": {"enabled": True, "parameters": {"output": str(tmp_path / "bag")}},
+        "workload": {"enabled": True, "parameters": {
+            "workload": str(wl), "exit_when_done": True, "completion_timeout": 120.0,
+            "discovery_timeout": 180.0}},
+    }
+    rc, text, summary = run_fleet(cfg, tmp_path, RUN_TIMEOUT)
+    assert summary["final"] == {"COMPLETED": 1}, text[-6000:]
+    assert rc == 0, text[-6000:]
+    assert "backend {'calls': 4," in text, text[-6000:]  # mf, tc live + mf, tc replayed at the '}'
+
+    from timely_llm_ros.lrtrace.bagio import read_bag
+    from timely_llm_ros.msg import SegmentFeedback
+
+    bag = read_bag(([p.parent for p in (tmp_path / "bag").rglob("metadata.yaml")] or [tmp_path / "bag"])[0])
+    segments = [m for _topic, _t, m in bag.by_type("timely_llm_ros/msg/Segment")]
+    assert [m.text for m in segments] == ["2{mf(50)", ";tc(90)", "}"]
+    assert [m.final for m in segments] == [False, False, True]
+    done = {m.index for _topic, _t, m in bag.by_type("timely_llm_ros/msg/SegmentFeedback")
+            if m.state == SegmentFeedback.DONE}
+    assert done == {0, 1, 2}  # the tail got its own feedback (a closing marker gets none)

@@ -130,3 +130,16 @@ def test_per_task_state_stays_bounded_over_thousands_of_tasks():
             if out is not None:
                 q.done(h.item.task_id, ok=out.ok, final=h.item.final)
     assert r.task_states() == 0 and len(q) == 0 and q.task_states() <= q.max_ended
+
+
+def test_a_loop_closed_by_a_call_less_final_segment_runs_its_full_count():
+    """``2{mf(50);tc(90)}`` arrives as ``2{mf(50)``, ``;tc(90)`` and ``}``: the body runs live once and
+    once more at the ``}`` (the planner used to drop that tail; the loop then ran once)."""
+    backend = SimBackend(DRONE, time_scale=0.0)
+    r = SegmentRunner(DRONE, backend)
+    for i, text in enumerate(["2{mf(50)", ";tc(90)"]):
+        assert r.run(SegmentItem("t", i, text)).ok
+    assert backend.calls == 2
+    out = r.run(SegmentItem("t", 2, "}", final=True))
+    assert out.ok and "unclosed" not in out.detail, out.detail
+    assert backend.calls == 4

@@ -155,7 +155,8 @@ class Dispatch:
 
     @property
     def closing_marker(self) -> bool:
-        return self.final and not self.calls
+        # text matters: a call-less final tail such as a loop's '}' runs the loop's replays
+        return self.final and not self.calls and not self.text.strip()
 
 
 def estimated_action_end(rec: TaskRecord, net: float, held_at: float = math.nan) -> float:

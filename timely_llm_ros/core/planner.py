@@ -19,8 +19,10 @@ dispatched; the next task may generate ahead, but its segments are *held* (SEGME
 when the robot's previous task is terminal), and its suspended generation is parked outside the
 scheduler until then; further tasks wait unscheduled. A task beyond the per-robot depth is REJECTED.
 
-The last segment of a plan is dispatched with ``final``; when the generation ends after the last
-executable segment was already sent, a *closing marker* (no calls, ``final``) is dispatched instead.
+The last segment of a plan is dispatched with ``final``. A plan's tail after the last executable
+segment that still holds text (a loop's closing ``}``, which runs the loop's replays) is dispatched as
+a real final segment; when nothing but whitespace is left, a *closing marker* (no text, no calls,
+``final``) is dispatched instead.
 
 Robot feedback (:meth:`feedback`: STARTED / PROGRESS / DONE / FAILED of a segment, checked by
 :func:`.feedback.feedback_problem`: only for the segment the robot holds, from that robot, never
@@ -491,7 +493,8 @@ class PlannerCore:
         tail = "".join(gen.text) if gen.checker is None else gen.checker.finish()
         calls: list = []
         stop_detail = out.reason
-        if tail.strip():
+        send_tail = bool(tail.strip())
+        if send_tail:
             try:
                 calls = gen.skill_set.parse(tail)
             except SkillParseError as exc:
@@ -504,14 +507,17 @@ class PlannerCore:
                 # GEN_STOP event says so, and the task completes with what was planned.
                 stop_detail = (f"length: unfinished statement {tail.strip()[:80]!r} cut by the token limit "
                                f"({gen.max_tokens} tokens) was not sent ({exc.reason})")
-                calls = []
+                calls, send_tail = [], False
         self._emit(t, ev.GEN_STOP, rec, len(rec.segments), stop_detail, gen.seg_tokens)
-        if calls and not self._dispatch_segment(gen, tail, calls, t, final=True):
-            return
-        if not rec.segments:
+        if not rec.segments and not calls:
             self._fail(gen, t, "the plan holds no executable skill")
             return
-        if not calls:  # the last executable segment was already sent: close the plan with a marker
+        # A tail with text is a real final segment even without a call: a loop's closing '}' runs the
+        # loop's replays on the robot (2{mf(50);tc(90)} flies twice only once '}' arrives), so it is
+        # timed, budget-checked, dispatched and waits for feedback like any segment.
+        if send_tail and not self._dispatch_segment(gen, tail, calls, t, final=True):
+            return
+        if not send_tail:  # the last executable segment was already sent: close the plan with a marker
             rec.segments[-1].final = True
             self._send(gen, Dispatch(rec.task_id, rec.agent_id, gen.robot_type, len(rec.segments), "", (), t,
                                      0.0, 0.0, final=True))
