@@ -79,9 +79,10 @@ def test_a_loop_closing_tail_runs_on_the_virtual_clock_and_the_task_ends_after_b
 @pytest.mark.parametrize("plan,texts", [
     ("mu(40);tp;", ["mu(40)", ";tp;", ""]),  # nothing left: the text-less closing marker
     ("mu(40);tp;\n  ", ["mu(40)", ";tp;", ""]),  # only whitespace left: the closing marker too
+    ("tp();", ["tp()", ""]),  # a lone ';' executes nothing: the closing marker
     ("?s('cat')==True{g('cat')}->False", ["?s('cat')==True{", "g('cat')", "}->False"]),
 ])
-def test_only_a_whitespace_tail_becomes_the_closing_marker(plan, texts):
+def test_only_a_tail_of_whitespace_and_separators_becomes_the_closing_marker(plan, texts):
     sent = []
     p = PlannerCore(SimEngine(PROFILE), "timely", dispatch=sent.append)
     p.submit(spec(plan))

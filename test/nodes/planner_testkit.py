@@ -240,7 +240,7 @@ class Peer:
         with self.lock:
             self.segments[agent].append(msg)
         mode = self.robots.get(agent, "silent")
-        if mode == "silent" or (msg.final and not msg.calls):  # no feedback for a closing marker
+        if mode == "silent" or is_closing_marker(msg):  # no feedback for a closing marker
             return
         now = time.time()
         self._send(convert.feedback_to_msg(msg.task_id, agent, msg.index, ev.STARTED, now))
@@ -310,6 +310,12 @@ def set_params(peer: Peer, node: str = "/planner", timeout: float = STARTUP_TIME
     bad = [r.reason for r in fut.result().results if not r.successful]
     assert not bad, bad
     peer.node.destroy_client(client)
+
+
+def is_closing_marker(msg) -> bool:
+    """The planner's closing marker: a final Segment without text (a call-less tail with text, such
+    as a loop's closing ``}``, is a real segment the robot executes and answers)."""
+    return msg.final and not msg.text.strip()
 
 
 def make_task(task_id: str, agent: str, instruction: str = "[A] Take a picture.", robot_type: str = "drone",

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from planner_testkit import Peer, stop_process, wait_for
+from planner_testkit import Peer, is_closing_marker, stop_process, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).with_name("data")
@@ -155,10 +155,10 @@ def test_segments_run_in_order_on_the_right_robot(run):
             sent[s.task_id].append(s.index)
     for task_id, idx in sent.items():
         assert idx == list(range(len(idx))), f"{task_id}: segments out of order {idx}"
-    executable: dict[str, list[int]] = defaultdict(list)  # a closing marker (no calls) gets no feedback
+    executable: dict[str, list[int]] = defaultdict(list)  # the text-less closing marker gets no feedback
     for segs in peer.segments.values():
         for s in segs:
-            if s.calls:
+            if not is_closing_marker(s):  # a call-less tail with text ("}->False") is executed
                 executable[s.task_id].append(s.index)
     by_agent: dict[str, list] = defaultdict(list)
     for fb in peer.feedback:

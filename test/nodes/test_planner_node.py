@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from planner_testkit import make_task, planner_graph, wait_for
+from planner_testkit import is_closing_marker, make_task, planner_graph, wait_for
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -45,17 +45,17 @@ def test_a_task_is_planned_in_segments_executed_and_completed(graph):
     plan = load_catalog().get(1).primary.plan
     sent_all = [s for s in peer.segments["pn_drone"] if s.task_id == "pn-cat"]
     assert [s.index for s in sent_all] == list(range(len(sent_all)))
-    # the plan ends with "}->False" (no skill) after its last executable segment: a closing marker
-    marker = sent_all[-1]
-    assert marker.final and not marker.calls and marker.text == ""
-    segs = sent_all[:-1]
-    assert len(segs) >= 2
+    # the plan ends with "}->False" (no skill call) after its last executable segment: that tail
+    # closes the condition and returns, so it is a real final segment, not a text-less closing marker
+    tail = sent_all[-1]
+    assert tail.final and not tail.calls and tail.text.replace(" ", "").endswith("}->False")
+    assert not is_closing_marker(tail)
+    assert any(f.task_id == "pn-cat" and f.index == tail.index for f in peer.feedback_sent)  # answered
+    segs = sent_all
+    assert len(segs) >= 3
     sent = "".join(s.text for s in segs).replace(" ", "")
-    # the segments are the plan in order; only a tail without any skill call (here "}->False") is
-    # not sent, as the core never dispatches a segment with nothing to execute
-    assert plan.replace(" ", "").startswith(sent)
+    assert sent == plan.replace(" ", "").rstrip(";")  # the segments are the whole plan, in order
     sset = load_skill_set("tello_minispec")
-    assert sset.parse_segments([sent, plan.replace(" ", "")[len(sent):]])[1] == []
     model = load_exec_time_model()
     calls_by_seg = sset.parse_segments([s.text for s in segs])
     for seg, calls in zip(segs, calls_by_seg):

@@ -155,7 +155,8 @@ class Dispatch:
 
     @property
     def closing_marker(self) -> bool:
-        # text matters: a call-less final tail such as a loop's '}' runs the loop's replays
+        # text matters: a call-less final tail such as a loop's '}' runs the loop's replays (the
+        # robots' TaskQueue tells a marker by its empty text likewise)
         return self.final and not self.calls and not self.text.strip()
 
 

@@ -20,9 +20,9 @@ when the robot's previous task is terminal), and its suspended generation is par
 scheduler until then; further tasks wait unscheduled. A task beyond the per-robot depth is REJECTED.
 
 The last segment of a plan is dispatched with ``final``. A plan's tail after the last executable
-segment that still holds text (a loop's closing ``}``, which runs the loop's replays) is dispatched as
-a real final segment; when nothing but whitespace is left, a *closing marker* (no text, no calls,
-``final``) is dispatched instead.
+segment that still holds something to execute (a loop's closing ``}``, which runs the loop's replays;
+a ``->`` return) is dispatched as a real final segment; when nothing but whitespace and ``;`` is left,
+a *closing marker* (no text, no calls, ``final``) is dispatched instead.
 
 Robot feedback (:meth:`feedback`: STARTED / PROGRESS / DONE / FAILED of a segment, checked by
 :func:`.feedback.feedback_problem`: only for the segment the robot holds, from that robot, never
@@ -493,7 +493,8 @@ class PlannerCore:
         tail = "".join(gen.text) if gen.checker is None else gen.checker.finish()
         calls: list = []
         stop_detail = out.reason
-        send_tail = bool(tail.strip())
+        # statement separators and whitespace execute nothing: such a tail ends with the closing marker
+        send_tail = bool(tail.replace(";", "").strip())
         if send_tail:
             try:
                 calls = gen.skill_set.parse(tail)
