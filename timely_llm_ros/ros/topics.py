@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import re
 
+from timely_llm_ros.core.limits import MAX_AGENT_ID
+
 TASKS = "tasks"
 SKILL_SEGMENTS = "skill_segments"  # resolved in the agent's namespace <fleet>/<agent>
 SEGMENT_FEEDBACK = "segment_feedback"
@@ -46,8 +48,12 @@ _AGENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def valid_agent_id(agent_id: str) -> bool:
-    """True if ``agent_id`` can be a ROS namespace token (so ``/<agent_id>/...`` is a legal name)."""
-    return isinstance(agent_id, str) and bool(_AGENT_RE.match(agent_id)) and "__" not in agent_id
+    """True if ``agent_id`` can be a ROS namespace token (so ``/<agent_id>/...`` is a legal name).
+
+    Length-bounded like every task field (core.limits): a 300-character id from one Task message made
+    the recorder subscribe to a topic name rcl refuses, and the exception killed the recorder."""
+    return (isinstance(agent_id, str) and len(agent_id) <= MAX_AGENT_ID and bool(_AGENT_RE.match(agent_id))
+            and "__" not in agent_id)
 
 
 def valid_namespace(ns: str) -> bool:
@@ -99,6 +105,6 @@ def segment_topic(agent_id: str) -> str:
     """Segment topic of one agent, relative (resolved in the fleet namespace); ValueError with the
     reason for an unusable id."""
     if not valid_agent_id(agent_id):
-        raise ValueError(f"agent_id {agent_id!r} is not a valid ROS name token (letters, digits and "
-                         "single '_', not starting with a digit)")
+        raise ValueError(f"agent_id {agent_id[:80]!r} is not a valid ROS name token (letters, digits and "
+                         f"single '_', not starting with a digit, at most {MAX_AGENT_ID} characters)")
     return f"{agent_id}/{SKILL_SEGMENTS}"
