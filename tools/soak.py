@@ -11,6 +11,12 @@ Chaos: every ``--kill-every`` seconds on average (exponential gaps, ``--seed``) 
 a random robot or the recorder (``--kill-targets``) gets SIGKILL and is restarted ``--restart-delay`` seconds later (the
 recorder into a new bag). A process that dies on its own is restarted too and counted: the run fails.
 
+Task publishers must retry on a topic: a task published while no planner listens (or taken by a
+planner killed before it journaled it) is gone without a trace. Like a robot, the client publishes
+again (same id) every task that got no status at all within ``--retry-after`` seconds while a
+planner is up (``--max-retries`` times); a planner that has the task answers the copy as a
+``#dup`` and changes nothing. ``--retry-after 0`` turns this off (to see the raw topic behaviour).
+
 Then the publishing stops, kills stop, and the run drains (``--drain`` seconds at most) until every
 task has a final status; then the planner gets SIGINT (a clean stop must give every open task a
 final status), then the robots and the recorder.
@@ -21,8 +27,8 @@ journal): a restarted planner sees this run's journal and no other's.
 Report (``--out``, default ``soak_<date>_<time>``): ``soak.json`` (configuration, kill/restart
 timeline, accounting, RSS samples), ``rss.png`` (RSS of every process over time) and the table on
 stdout (see ``tools/soak_report.py`` for the definitions). Exit status 1 when any task published
-while the planner was up never got a final status (``lost``) or a process died by itself; tasks
-published while the planner was down are counted and reported separately.
+while the planner was up never got a final status (``lost``), when (retries on) a task published
+while it was down never got one either, or when a process died by itself.
 
 ``--burst N`` instead publishes N tasks as fast as possible (about 1 s for 3000), without kills,
 and accounts for every one.
@@ -219,6 +225,14 @@ class Soak:
             finally:
                 m.restarting = False
 
+    def _retry(self) -> None:
+        """Re-publish tasks that got no status at all (see the module docstring), planner up only."""
+        a = self.args
+        if a.retry_after > 0 and self.planner_up and not self.procs["planner"].restarting:
+            n = self.client.retry(a.retry_after, a.max_retries)
+            if n:
+                self.log("retry", tasks=n)
+
     def _watch(self) -> None:
         """Restart (and count) a process that died by itself."""
         for role, m in self.procs.items():
@@ -270,6 +284,7 @@ class Soak:
             if delay > 0:
                 time.sleep(delay)
             self._watch()
+            self._retry()
             self.client.publish(self.factory.make(n, time.time()), self.planner_up)
             if n and n % max(1, int(a.rate * 60)) == 0:
                 self.log("progress", published=n, open=self.client.open_count())
@@ -280,6 +295,7 @@ class Soak:
             time.sleep(0.2)
         while time.monotonic() < deadline and self.client.open_count():
             self._watch()
+            self._retry()
             time.sleep(0.5)
         self.log("drained", open=self.client.open_count())
 
@@ -321,7 +337,8 @@ class Soak:
             write_png(self.out / "rss.png", self.rss, self.events, title)
         print("\n" + table(summary, rss, self.events), flush=True)
         print(f"\nreport: {self.out / 'soak.json'}  {self.out / 'rss.png'}  logs: {self.out / 'logs'}")
-        failed = bool(summary["lost"] or self.unexpected or start_failed)
+        unanswered = summary["unanswered_while_down"] if a.retry_after > 0 else 0
+        failed = bool(summary["lost"] or unanswered or self.unexpected or start_failed)
         print("SOAK FAILED" if failed else "SOAK PASSED", "(lost tasks, unexpected exits or start failure "
               "make it fail)" if failed else "", flush=True)
         return 1 if failed else 0
@@ -344,6 +361,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    default=["planner", "robot", "recorder"],
                    help="comma-separated: what may be killed (planner, robot, recorder)")
     p.add_argument("--restart-delay", type=float, default=3.0, help="seconds a killed process stays down")
+    p.add_argument("--retry-after", type=float, default=20.0,
+                   help="re-publish a task with no status at all after this many seconds (0: never)")
+    p.add_argument("--max-retries", type=int, default=5, help="re-publications per task at most")
     p.add_argument("--drain", type=float, default=180.0, help="seconds to wait for the last final statuses")
     p.add_argument("--sample-period", type=float, default=5.0, help="seconds between RSS samples")
     p.add_argument("--warmup-fraction", type=float, default=0.2,

@@ -64,6 +64,7 @@ class SoakClient:
         self.node = rclpy.create_node("soak_client", context=self.ctx)
         self.t0 = time.monotonic()
         self.tasks = self.node.create_publisher(Task, topics.TASKS, _KEEP_ALL)
+        self._sent: dict[str, Task] = {}  # task id -> its message, for a retry
         self.node.create_subscription(TaskStatus, topics.TASK_STATUS, self._on_status, _KEEP_ALL)
         self.executor = SingleThreadedExecutor(context=self.ctx)
         self.executor.add_node(self.node)
@@ -91,7 +92,23 @@ class SoakClient:
         msg = convert.task_to_msg(spec, stamp=time.time())
         with self.lock:
             self.ledger.publish(spec.task_id, self.now(), spec.agent_id, planner_up)
+            self._sent[spec.task_id] = msg
         self.tasks.publish(msg)
+
+    def retry(self, after: float, max_retries: int) -> int:
+        """Publish again (same id, same message) every task with no status at all ``after`` seconds
+        after its latest publication: ``/tasks`` is a topic, so a task sent while no planner listened
+        (or taken by a planner killed before it journaled the task) is gone, and only its publisher
+        can tell. A planner that does have the task answers the copy as ``<id>#dup<n>`` REJECTED and
+        leaves the original alone. Returns how many were re-published."""
+        with self.lock:
+            due = self.ledger.due_retries(self.now(), after, max_retries)
+            for task_id in due:
+                self.ledger.retried(task_id, self.now())
+            msgs = [self._sent[t] for t in due]
+        for msg in msgs:
+            self.tasks.publish(msg)
+        return len(msgs)
 
     def open_count(self) -> int:
         with self.lock:

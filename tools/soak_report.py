@@ -10,8 +10,12 @@ planner restart. At the end:
 * ``lost`` — published while the planner was up and never final: the run fails on any. Split into
   tasks still open when the planner was killed (a crash-recovery gap) and tasks lost while the
   planner kept running (worse: no crash to blame);
-* ``unanswered_while_down`` — published while the planner was down (a robot would retry) and never
-  answered: reported separately, since nobody was listening when they were sent;
+* ``unanswered_while_down`` — published while the planner was down and never answered: nobody was
+  listening when they were sent (``/tasks`` is a fire-and-forget topic). The client retries like a
+  task publisher must (see ``tools/soak.py``, ``--retry-after``), so with retries on, any such task
+  also fails the run;
+* ``retried`` — tasks published again (same id) because no status at all came back for them, and
+  how many of those then got a final state;
 * per final state, counts; per task, publish → final latency.
 
 Memory (:class:`RssLog`): samples of each process's resident set size (``/proc/<pid>/status``
@@ -38,6 +42,8 @@ class _Task:
     agent: str
     planner_up: bool
     states: list[str] = field(default_factory=list)
+    last_sent: float = math.nan  # the latest (re)publication
+    retries: int = 0
     final: str = ""
     final_t: float = math.nan
     reason: str = ""
@@ -52,7 +58,17 @@ class Ledger:
         self.repeated_finals = 0  # a second terminal status for a task already final
 
     def publish(self, task_id: str, t: float, agent: str, planner_up: bool) -> None:
-        self.tasks[task_id] = _Task(t, agent, planner_up)
+        self.tasks[task_id] = _Task(t, agent, planner_up, last_sent=t)
+
+    def due_retries(self, now: float, after: float, max_retries: int) -> list[str]:
+        """Tasks that got no status at all within ``after`` seconds of their latest publication."""
+        return [tid for tid, task in self.tasks.items() if not task.states and not task.final
+                and task.retries < max_retries and now - task.last_sent >= after]
+
+    def retried(self, task_id: str, t: float) -> None:
+        task = self.tasks[task_id]
+        task.retries += 1
+        task.last_sent = t
 
     def status(self, task_id: str, state: str, t: float, reason: str = "") -> None:
         task = self.tasks.get(task_id)
@@ -94,6 +110,9 @@ class Ledger:
             "published_while_planner_down": len(down),
             "answered_while_down": sum(1 for task in down if task.final),
             "unanswered_while_down": sum(1 for task in down if not task.final),
+            "retried": sum(1 for task in self.tasks.values() if task.retries),
+            "retried_then_final": sum(1 for task in self.tasks.values() if task.retries and task.final),
+            "retries": sum(task.retries for task in self.tasks.values()),
             "latency_s": _quantiles(latencies),
             "top_reasons": dict(reasons.most_common(8)),
             "repeated_finals": self.repeated_finals,
@@ -172,6 +191,8 @@ def table(summary: dict[str, Any], rss: dict[str, dict[str, float]], events: lis
         "final states: " + (", ".join(f"{k} {v}" for k, v in s["final_states"].items()) or "-"),
         f"published while the planner was down: {s['published_while_planner_down']} "
         f"(answered {s['answered_while_down']}, unanswered {s['unanswered_while_down']})",
+        f"re-published after no status at all: {s.get('retried', 0)} tasks ({s.get('retries', 0)} times; "
+        f"final afterwards {s.get('retried_then_final', 0)})",
         f"publish -> final status latency (s): {s['latency_s'] or '-'}",
     ]
     if s["top_reasons"]:

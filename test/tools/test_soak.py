@@ -80,3 +80,24 @@ def test_a_short_soak_with_robot_and_recorder_kills_accounts_for_every_task(tmp_
     recorder = [e for e in report["events"] if e.get("target") == "recorder" and e["event"] == "restart"]
     last = out / "bags" / f"bag_{len(recorder)}"  # each recorder generation records into a new bag
     assert (last / "metadata.yaml").is_file()
+
+
+def test_tasks_without_any_status_are_due_for_a_retry_and_counted():
+    """/tasks is a topic: a task sent while no planner listened is gone; the client re-publishes a
+    task that got no status at all (the 10-minute soak lost 54 of 64 such tasks without it)."""
+    led = Ledger()
+    led.publish("seen", 0.0, "drone_1", True)
+    led.publish("down", 1.0, "drone_1", False)
+    led.publish("young", 15.0, "drone_1", True)
+    led.status("seen", "ACCEPTED", 0.5)
+    assert led.due_retries(now=21.0, after=20.0, max_retries=2) == ["down"]
+    led.retried("down", 21.0)
+    assert led.due_retries(now=30.0, after=20.0, max_retries=2) == []  # 20 s from the retry
+    assert led.due_retries(now=41.0, after=20.0, max_retries=2) == ["down", "young"]
+    led.retried("down", 41.0)
+    assert led.due_retries(now=99.0, after=20.0, max_retries=2) == ["young"]  # at most max_retries
+    led.status("down", "COMPLETED", 45.0)
+    s = led.summary()
+    assert (s["retried"], s["retries"], s["retried_then_final"]) == (1, 2, 1)
+    assert s["unanswered_while_down"] == 0 and "re-published after no status at all: 1 tasks" in table(
+        s, {}, [])
