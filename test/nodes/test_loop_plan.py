@@ -28,19 +28,11 @@ tasks:
 """
 
 
-@pytest.mark.ros
-def test_a_loop_split_over_two_segments_completes(tmp_path):
-    from timely_llm_ros.core.skills import load_skill_set
-
-    assert load_skill_set("tello_minispec").split(PLAN) == ["10{tc(90)", ";tp}"]  # the finding's cut
-    wl = tmp_path / "loop.yaml"
-    wl.write_text(WORKLOAD)
-    cfg = {
-        "planner": {"parameters": {"engine": "sim", "sim_plans": [str(wl)], "robot_grace_period": 20.0,
-                                   "segment_timeout_factor": 1.5, "segment_timeout_margin": 1.0}},
-        # tc(90) takes 2.269 s in the model: 0.45 s at this scale, so the nine replayed turns of the
-        # second segment (~4 s) outlast the old estimate's timeout (1.5 × 0.001 s + 1 s)
-        "robot_defaults": {"drone": {"backend": "sim", "exec_mode": "min", "time_scale": 0.2}},
+def _one_drone_fleet(wl, tmp_path, time_scale: float, **planner) -> dict:
+    """Planner (sim engine on the workload's plans), one sim drone, the recorder, the workload node."""
+    return {
+        "planner": {"parameters": {"engine": "sim", "sim_plans": [str(wl)], "robot_grace_period": 20.0, **planner}},
+        "robot_defaults": {"drone": {"backend": "sim", "exec_mode": "min", "time_scale": time_scale}},
         "robots": [{"agent": "drone_1", "type": "drone"}],
         "timemodel": {"enabled": False},
         "recorder": {"enabled": True, "parameters": {"output": str(tmp_path / "bag")}},
@@ -48,6 +40,18 @@ def test_a_loop_split_over_two_segments_completes(tmp_path):
             "workload": str(wl), "exit_when_done": True, "completion_timeout": 120.0,
             "discovery_timeout": 180.0}},
     }
+
+
+@pytest.mark.ros
+def test_a_loop_split_over_two_segments_completes(tmp_path):
+    from timely_llm_ros.core.skills import load_skill_set
+
+    assert load_skill_set("tello_minispec").split(PLAN) == ["10{tc(90)", ";tp}"]  # the finding's cut
+    wl = tmp_path / "loop.yaml"
+    wl.write_text(WORKLOAD)
+    # tc(90) takes 2.269 s in the model: 0.45 s at this scale, so the nine replayed turns of the
+    # second segment (~4 s) outlast the old estimate's timeout (1.5 × 0.001 s + 1 s)
+    cfg = _one_drone_fleet(wl, tmp_path, 0.2, segment_timeout_factor=1.5, segment_timeout_margin=1.0)
     rc, text, summary = run_fleet(cfg, tmp_path, RUN_TIMEOUT)
     assert summary["final"] == {"COMPLETED": 1}, text[-6000:]
     assert rc == 0, text[-6000:]
@@ -78,17 +82,7 @@ def test_a_loop_closed_by_a_call_less_tail_runs_its_full_count_on_the_drone(tmp_
     wl = tmp_path / "tail.yaml"
     wl.write_text(WORKLOAD.replace("loop-1", "tail-1").replace(PLAN, TAIL_PLAN)
                   .replace("[[tc, 2.27], [tp, 0.001]]", "[[mf, 2.0], [tc, 2.27], [mf, 2.0], [tc, 2.27]]"))
-    cfg = {
-        "planner": {"parameters": {"engine": "sim", "sim_plans": [str(wl)], "robot_grace_period": 20.0}},
-        "robot_defaults": {"drone": {"backend": "sim", "exec_mode": "min", "time_scale": 0.05}},
-        "robots": [{"agent": "drone_1", "type": "drone"}],
-        "timemodel": {"enabled": False},
-        "recorder": {"enabled": True, "parameters": {"output": str(tmp_path / "bag")}},
-        "workload": {"enabled": True, "parameters": {
-            "workload": str(wl), "exit_when_done": True, "completion_timeout": 120.0,
-            "discovery_timeout": 180.0}},
-    }
-    rc, text, summary = run_fleet(cfg, tmp_path, RUN_TIMEOUT)
+    rc, text, summary = run_fleet(_one_drone_fleet(wl, tmp_path, 0.05), tmp_path, RUN_TIMEOUT)
     assert summary["final"] == {"COMPLETED": 1}, text[-6000:]
     assert rc == 0, text[-6000:]
     assert "backend {'calls': 4," in text, text[-6000:]  # mf, tc live + mf, tc replayed at the '}'
