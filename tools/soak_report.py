@@ -20,8 +20,9 @@ planner restart. At the end:
 
 Memory (:class:`RssLog`): samples of each process's resident set size (``/proc/<pid>/status``
 VmRSS) by role (``planner``, ``drone_1``, ``recorder``, ``soak_client`` ...), across restarts.
-The *growth* of a role is its RSS at the end minus its RSS after the warm-up fraction of its last
-process generation's lifetime (a restarted process starts afresh, and starting up is not a leak).
+The *growth* of a role is, over its longest-lived process generation, the RSS at that generation's
+end minus its RSS after the warm-up fraction of its lifetime (a restarted process starts afresh, and
+starting up is not a leak).
 """
 
 from __future__ import annotations
@@ -147,13 +148,18 @@ class RssLog:
         return sorted({s[1] for s in self.samples})
 
     def summary(self, warmup_fraction: float, tasks: int) -> dict[str, dict[str, float]]:
-        """Per role: restarts, RSS at start / end / max, and the growth of its last process
-        generation after that generation's warm-up (a fraction of its lifetime)."""
+        """Per role: restarts, RSS at start / end / max, and the growth of its longest-lived process
+        generation (the latest of equally long ones) after that generation's warm-up (a fraction of
+        its lifetime). The longest one: a generation restarted just before the end has seen almost
+        no tasks, and its flat line would hide the growth of the one before."""
         out = {}
         for role in self.roles():
             mine = [s for s in self.samples if s[1] == role]
             last_gen = max(s[2] for s in mine)
-            gen = [s for s in mine if s[2] == last_gen]
+            spans = {g: (max(s[0] for s in mine if s[2] == g) - min(s[0] for s in mine if s[2] == g), g)
+                     for g in {s[2] for s in mine}}
+            longest = max(spans, key=lambda g: spans[g])
+            gen = [s for s in mine if s[2] == longest]
             start = gen[0][0] + warmup_fraction * (gen[-1][0] - gen[0][0])
             after = [s for s in gen if s[0] >= start] or gen
             growth = after[-1][4] - after[0][4]

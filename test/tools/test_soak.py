@@ -101,3 +101,14 @@ def test_tasks_without_any_status_are_due_for_a_retry_and_counted():
     assert (s["retried"], s["retries"], s["retried_then_final"]) == (1, 2, 1)
     assert s["unanswered_while_down"] == 0 and "re-published after no status at all: 1 tasks" in table(
         s, {}, [])
+
+
+def test_rss_growth_is_taken_from_the_longest_lived_generation():
+    """A planner restarted 10 s before the end is flat: the generation before it shows the growth."""
+    rss = RssLog()
+    for t in range(0, 301, 10):
+        rss.add(float(t), "planner", 0, 10, 80.0 + t / 100)  # +3 MiB over 300 s
+    for t in range(310, 321, 10):
+        rss.add(float(t), "planner", 1, 11, 79.0)
+    s = rss.summary(warmup_fraction=0.2, tasks=600)["planner"]
+    assert s["restarts"] == 1 and s["growth_after_warmup_mib"] == 2.4 and s["growth_window_s"] == 240.0
