@@ -79,14 +79,14 @@ def test_segments_dispatched_in_order_with_suspension():
     p, sent, trace, _ = make("timely")
     rec = p.submit(spec(plan="mu(40);?iv('book')==True{tp;->True}->False"))
     run(p)
-    assert [d.text for d in sent] == ["mu(40)", ";?iv('book')==True{", "tp;", ""]
+    assert [d.text for d in sent] == ["mu(40)", ";?iv('book')==True{", "tp;", "->True}->False"]
     assert [d.seg for d in sent] == [0, 1, 2, 3]
-    # the plan ended after its last executable segment was sent: a call-less closing marker
-    assert [d.final for d in sent] == [False, False, False, True] and sent[-1].closing_marker
+    # the call-less tail returns and closes the block: a real final segment, not the closing marker
+    assert [d.final for d in sent] == [False, False, False, True] and not sent[-1].closing_marker
     assert rec.n_suspensions == 3  # after every segment: "->True}->False" was still to come
     kinds = [e.kind for e in trace]
     assert kinds.count(ev.SUSPEND) == 3 and kinds.count(ev.RESUME) == 3
-    assert rec.segments[-1].final and rec.gen_end > rec.segments[-1].gen_end
+    assert rec.segments[-1].final and rec.gen_end == rec.segments[-1].gen_end  # the tail ends the generation
     s0 = rec.segments[0]
     assert s0.min_exec == pytest.approx(8e-7 * 40**3 - 3e-4 * 40**2 + 0.0388 * 40 + 1.3195, rel=1e-6)
     assert rec.state == ev.EXECUTING  # plan fully generated and sent; waiting for robot feedback
@@ -213,7 +213,8 @@ def test_vllm_stream_dispatches_without_suspending():
     p, sent, trace, _ = make("vllm-stream")
     rec = p.submit(spec(plan="mu(40);?iv('book')==True{tp;->True}->False"))
     run(p)
-    assert len(sent) == 4 and sent[-1].closing_marker and rec.n_suspensions == 0
+    assert len(sent) == 4 and sent[-1].text == "->True}->False" and not sent[-1].closing_marker
+    assert rec.n_suspensions == 0
     assert not any(e.kind == ev.SUSPEND for e in trace)
 
 
