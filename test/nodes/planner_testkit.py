@@ -283,10 +283,16 @@ class Peer:
             return [e for e in self.events if e.task_id == task_id]
 
     def wait_planner(self, timeout: float = STARTUP_TIMEOUT, procs: tuple = ()) -> None:
-        """Discovery: the planner subscribes to /tasks and publishes statuses to us."""
-        wait_for(lambda: self.task_pub.get_subscription_count() > 0
-                 and self.node.count_publishers("/task_status") > 0, timeout, "the planner to be discovered",
-                 procs=procs)
+        """Discovery: the planner subscribes to /tasks, our task writer matched every /tasks reader
+        (robots read /tasks too: "some reader matched" let the first 9 tasks of a flood go out before
+        the planner's reader matched, and they were lost), and it publishes statuses to us."""
+        def matched() -> bool:
+            readers = self.node.get_subscriptions_info_by_topic("/tasks")
+            return (any(i.node_name == "planner" for i in readers)
+                    and self.task_pub.get_subscription_count() >= len(readers)
+                    and self.node.count_publishers("/task_status") > 0)
+
+        wait_for(matched, timeout, "the planner to be discovered", procs=procs)
 
 
 def set_params(peer: Peer, node: str = "/planner", timeout: float = STARTUP_TIMEOUT, **values: Any) -> None:
