@@ -93,3 +93,16 @@ def split_template(template: str, *, bos_token: str = "", eos_token: str = "") -
         merged = True
     head, mid, tail = _cut(text, [_SYS, _USER])
     return TemplatePieces(head, mid, tail, user_only[0], user_only[1], merged)
+
+
+def wrap_ids(pieces: tuple[list[int], list[int], list[int]] | None, prompt: list[int],
+             prefix_len: int) -> list[int]:
+    """A prompt as the model's chat turns, in token ids: ``head + system + mid + user + tail``.
+
+    ``pieces`` are the template's token ids around the two turns (None: plain text, no template);
+    the skill set's prompt (the first ``prefix_len`` ids) is the system turn and stays a shared,
+    cacheable prefix of every task of that skill set."""
+    if pieces is None:
+        return prompt
+    head, mid, tail = pieces
+    return head + prompt[:prefix_len] + mid + prompt[prefix_len:] + tail

@@ -58,6 +58,7 @@ from timely_llm_ros.engines.base import (
     SpeedMeter,
     TokenOut,
 )
+from timely_llm_ros.engines.chat_template import wrap_ids
 from timely_llm_ros.engines.openai_http import Endpoint, HttpFailure, Stream, StreamEvent, call
 from timely_llm_ros.engines.openai_protocol import (
     CAPS,
@@ -323,10 +324,7 @@ class OpenAIEndpointEngine(Engine):
         return self._tokenize(text)
 
     def _wrap(self, prompt: list[int], prefix_len: int) -> list[int]:
-        if self._template is None:
-            return prompt
-        head, mid, tail = self._template
-        return head + prompt[:prefix_len] + mid + prompt[prefix_len:] + tail
+        return wrap_ids(self._template, prompt, prefix_len)  # type: ignore[arg-type]
 
     def _grammar(self, key: str | None, resumed: bool) -> str | None:
         if key is None or self._grammar_spec is None:

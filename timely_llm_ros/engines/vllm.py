@@ -58,6 +58,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from timely_llm_ros.engines.chat_template import wrap_ids
 from timely_llm_ros.engines.base import (
     Context,
     Engine,
@@ -336,10 +337,7 @@ class VllmEngine(Engine):
         return tuple(tok.encode(s, add_special_tokens=False) for s in (head, mid, tail))  # type: ignore[return-value]
 
     def _wrap(self, prompt: list[int], prefix_len: int) -> list[int]:
-        if self._template is None:
-            return prompt
-        head, mid, tail = self._template
-        return head + prompt[:prefix_len] + mid + prompt[prefix_len:] + tail
+        return wrap_ids(self._template, prompt, prefix_len)  # type: ignore[arg-type]
 
     def _grammar(self, key: str | None, resumed: bool) -> object | None:
         if key is None or self._grammar_spec is None:
