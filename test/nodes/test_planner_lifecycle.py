@@ -11,6 +11,7 @@ standard lifecycle services, as `ros2 lifecycle set` and launch_ros call them. N
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from planner_testkit import PLANS, Peer, log_text, make_task, start_node, stop_process, wait_for, write_params
@@ -21,8 +22,23 @@ WAIT = 120.0
 CLIMB = "[A] Climb, turn and take a picture."
 
 
+TARGET = {"configure": "inactive", "activate": "active", "deactivate": "inactive", "cleanup": "unconfigured",
+          "shutdown": "finalized"}
+
+
+def _answer(fut, seconds: float):
+    """The service answer, or None when none came within ``seconds`` (the peer's thread spins)."""
+    end = time.monotonic() + seconds
+    while not fut.done() and time.monotonic() < end:
+        time.sleep(0.05)
+    return fut.result() if fut.done() else None
+
+
 class Lifecycle:
-    """Client of one node's lifecycle services (get_state, change_state)."""
+    """Client of one node's lifecycle services (get_state, change_state). A DDS service answer can
+    be lost (the server answers before it matched the client's response reader: rmw logs "failed to
+    send response"), so — like ros/lifecycle_client.py — a state question is asked again, and an
+    unanswered transition counts as done once the node reports its target state."""
 
     def __init__(self, peer: Peer, node: str) -> None:
         from lifecycle_msgs.srv import ChangeState, GetState
@@ -32,13 +48,18 @@ class Lifecycle:
         self.change = peer.node.create_client(ChangeState, f"{node}/change_state")
         peer.executor.wake()
 
-    def state(self) -> str:
+    def _state_once(self, seconds: float = 2.0) -> str | None:
         from lifecycle_msgs.srv import GetState
 
+        res = _answer(self.get.call_async(GetState.Request()), seconds)
+        return res.current_state.label if res is not None else None
+
+    def state(self) -> str:
         wait_for(self.get.service_is_ready, WAIT, "get_state")
-        fut = self.get.call_async(GetState.Request())
-        wait_for(fut.done, WAIT, "get_state answer")
-        return fut.result().current_state.label
+        deadline = time.monotonic() + WAIT
+        while (label := self._state_once(5.0)) is None:
+            assert time.monotonic() < deadline, "get_state not answered"
+        return label
 
     def set(self, label: str) -> bool:
         from lifecycle_msgs.msg import Transition
@@ -48,9 +69,19 @@ class Lifecycle:
         ids = {"configure": Transition.TRANSITION_CONFIGURE, "activate": Transition.TRANSITION_ACTIVATE,
                "deactivate": Transition.TRANSITION_DEACTIVATE, "cleanup": Transition.TRANSITION_CLEANUP,
                "shutdown": Transition.TRANSITION_UNCONFIGURED_SHUTDOWN}
-        fut = self.change.call_async(ChangeState.Request(transition=Transition(id=ids[label])))
-        wait_for(fut.done, WAIT, f"{label} answer")
-        return fut.result().success
+        request = ChangeState.Request(transition=Transition(id=ids[label]))
+        deadline = time.monotonic() + WAIT
+        fut, sent, resent = self.change.call_async(request), time.monotonic(), False
+        while True:
+            res = _answer(fut, 2.0)
+            if res is not None:  # refused: fine only as the repeat of a copy already applied
+                return res.success or (resent and self.state() == TARGET[label])
+            current = self._state_once()
+            if current == TARGET[label]:
+                return True
+            assert time.monotonic() < deadline, f"{label} not answered (state {current})"
+            if current is not None and not current.endswith("ing") and time.monotonic() - sent > 10.0:
+                fut, sent, resent = self.change.call_async(request), time.monotonic(), True
 
 
 def test_lifecycle_transitions_drive_the_intake(tmp_path):

@@ -4,8 +4,12 @@ like ``ros2 lifecycle set`` does one transition at a time and fleet.launch.py do
 
 Each transition is requested through the node's standard ``<node>/change_state`` service once the
 service is there; configure can take long (the engine loads a model and warms up), hence the
-generous ``--timeout`` per transition. Exit status 0 when every transition succeeded, 1 otherwise
-(with the reason on stderr: node not found, transition refused — the node logs why).
+generous ``--timeout`` per transition. A service response can be lost over DDS (the server answers
+before it has matched the client's response reader: rmw logs "failed to send response"), so a
+transition counts as done when the node *reports* its target state (``<node>/get_state``), and a
+request that got neither an answer nor a state change is sent again. Exit status 0 when every
+transition succeeded, 1 otherwise (with the reason on stderr: node not found, transition refused —
+the node logs why).
 """
 
 from __future__ import annotations
@@ -15,13 +19,18 @@ import sys
 import time
 
 TRANSITIONS = ("configure", "activate", "deactivate", "cleanup", "shutdown")
+# the primary state each transition ends in (ROS 2 managed-node design)
+TARGET = {"configure": "inactive", "activate": "active", "deactivate": "inactive", "cleanup": "unconfigured",
+          "shutdown": "finalized"}
+POLL = 2.0  # seconds between state checks while a transition is unanswered
+RESEND = 10.0  # an unanswered request with the node still in a primary state is sent again after this
 
 
 def drive(node_name: str, transitions: list[str], timeout: float) -> str | None:
     """Request ``transitions`` of ``node_name`` in order; returns why it failed, or None."""
     import rclpy
     from lifecycle_msgs.msg import Transition
-    from lifecycle_msgs.srv import ChangeState
+    from lifecycle_msgs.srv import ChangeState, GetState
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
@@ -33,19 +42,39 @@ def drive(node_name: str, transitions: list[str], timeout: float) -> str | None:
     node = rclpy.create_node("lifecycle_client", context=context, start_parameter_services=False)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
+    base = node_name.rstrip("/")
     try:
-        client = node.create_client(ChangeState, f"{node_name.rstrip('/')}/change_state")
+        client = node.create_client(ChangeState, f"{base}/change_state")
+        getter = node.create_client(GetState, f"{base}/get_state")
+
+        def state() -> str | None:
+            """The node's state label, or None when no answer came within POLL seconds."""
+            fut = getter.call_async(GetState.Request())
+            executor.spin_until_future_complete(fut, timeout_sec=POLL)
+            return fut.result().current_state.label if fut.done() and fut.result() is not None else None
+
         for name in transitions:
             deadline = time.monotonic() + timeout
             while not client.wait_for_service(timeout_sec=0.5):
                 if time.monotonic() > deadline:
                     return f"{node_name}: no change_state service within {timeout:.0f} s (is it a lifecycle node?)"
-            future = client.call_async(ChangeState.Request(transition=Transition(id=ids[name])))
-            executor.spin_until_future_complete(future, timeout_sec=max(deadline - time.monotonic(), 1.0))
-            if not future.done():
-                return f"{node_name}: {name} not answered within {timeout:.0f} s"
-            if not future.result().success:
-                return f"{node_name}: transition {name} failed (the node's log says why)"
+            request = ChangeState.Request(transition=Transition(id=ids[name]))
+            future, sent = client.call_async(request), time.monotonic()
+            while True:
+                executor.spin_until_future_complete(future, timeout_sec=POLL)
+                if future.done():
+                    if future.result() is not None and future.result().success:
+                        break
+                    if state() == TARGET[name]:  # refused as a repeat of a request already applied
+                        break
+                    return f"{node_name}: transition {name} failed (the node's log says why)"
+                current = state()
+                if current == TARGET[name]:  # done; its answer was lost on the way
+                    break
+                if time.monotonic() > deadline:
+                    return f"{node_name}: {name} not answered within {timeout:.0f} s (state {current or 'unknown'})"
+                if current is not None and not current.endswith("ing") and time.monotonic() - sent > RESEND:
+                    future, sent = client.call_async(request), time.monotonic()  # the request was lost
             print(f"[lifecycle] {node_name}: {name} done", flush=True)
         return None
     finally:
