@@ -49,6 +49,7 @@ __all__ = [
     "MemoryInfo",
     "SpeedMeter",
     "TokenOut",
+    "check_admission",
 ]
 
 
@@ -244,3 +245,14 @@ class Engine(ABC):
     @abstractmethod
     def running(self) -> int:
         """Number of generations that the next step will advance."""
+
+
+def check_admission(admitted: bool, gen_id: int, prompt_ids: list[int], max_tokens: object) -> None:
+    """The arguments every real engine refuses in ``Engine.admit`` (an id already admitted, an empty
+    prompt, a token budget that is not a positive integer), with one wording for all of them."""
+    if admitted:
+        raise EngineError(f"generation {gen_id} already admitted")
+    if not prompt_ids:
+        raise EngineError("empty prompt")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
+        raise EngineError(f"max_tokens must be a positive integer, got {max_tokens!r}")

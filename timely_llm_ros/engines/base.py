@@ -6,8 +6,8 @@ plug-ins keep importing ``timely_llm_ros.engines.base``; the classes are the ver
 """
 
 from timely_llm_ros.core.engine import (
-    Context, Engine, EngineError, EngineInfo, EngineOutOfMemory, MemoryInfo, SpeedMeter, TokenOut,
+    Context, Engine, EngineError, EngineInfo, EngineOutOfMemory, MemoryInfo, SpeedMeter, TokenOut, check_admission,
 )
 
 __all__ = ["Context", "Engine", "EngineError", "EngineInfo", "EngineOutOfMemory", "MemoryInfo", "SpeedMeter",
-           "TokenOut"]
+           "TokenOut", "check_admission"]

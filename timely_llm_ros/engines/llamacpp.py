@@ -88,6 +88,7 @@ from timely_llm_ros.core.kv_policy import (
     victim_key,
 )
 from timely_llm_ros.core.profile import EngineProfile, ProfileError, load_profile
+from timely_llm_ros.core.engine import check_admission
 from timely_llm_ros.engines.base import (
     Context,
     Engine,
@@ -399,12 +400,7 @@ class LlamaCppEngine(Engine):
     def admit(self, gen_id: int, prompt_ids: list[int], *, max_tokens: int, prefix_key: str | None = None,
               prefix_len: int = 0, script: list[int] | None = None) -> None:
         nat = self._nat()
-        if gen_id in self._seqs:
-            raise EngineError(f"generation {gen_id} already admitted")
-        if not prompt_ids:
-            raise EngineError("empty prompt")
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
-            raise EngineError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+        check_admission(gen_id in self._seqs, gen_id, prompt_ids, max_tokens)
         if not 0 <= prefix_len <= len(prompt_ids):
             raise EngineError("prefix_len outside the prompt")
         bad = [t for t in prompt_ids if not (isinstance(t, int) and 0 <= t < nat.n_vocab)]

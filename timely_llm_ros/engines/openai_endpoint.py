@@ -49,6 +49,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from timely_llm_ros.core.engine import check_admission
 from timely_llm_ros.engines.base import (
     Context,
     Engine,
@@ -370,12 +371,7 @@ class OpenAIEndpointEngine(Engine):
 
     def admit(self, gen_id: int, prompt_ids: list[int], *, max_tokens: int, prefix_key: str | None = None,
               prefix_len: int = 0, script: list[int] | None = None) -> None:
-        if gen_id in self._gens:
-            raise EngineError(f"generation {gen_id} already admitted")
-        if not prompt_ids:
-            raise EngineError("empty prompt")
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
-            raise EngineError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+        check_admission(gen_id in self._gens, gen_id, prompt_ids, max_tokens)
         self._need_connection()
         ids = self._wrap(list(prompt_ids), prefix_len if prefix_key is not None else 0)
         self._check_fits(len(ids))

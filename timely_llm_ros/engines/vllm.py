@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from timely_llm_ros.engines.chat_template import wrap_ids
+from timely_llm_ros.core.engine import check_admission
 from timely_llm_ros.engines.base import (
     Context,
     Engine,
@@ -421,12 +422,7 @@ class VllmEngine(Engine):
 
     def admit(self, gen_id: int, prompt_ids: list[int], *, max_tokens: int, prefix_key: str | None = None,
               prefix_len: int = 0, script: list[int] | None = None) -> None:
-        if gen_id in self._reqs:
-            raise EngineError(f"generation {gen_id} already admitted")
-        if not prompt_ids:
-            raise EngineError("empty prompt")
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
-            raise EngineError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+        check_admission(gen_id in self._reqs, gen_id, prompt_ids, max_tokens)
         ids = self._wrap(list(prompt_ids), prefix_len if prefix_key is not None else 0)
         if len(ids) >= self.info.context_limit:
             raise EngineError(f"context overflow: prompt of {len(ids)} tokens does not fit the context of "
