@@ -1,4 +1,4 @@
-"""Robot feedback is checked and idempotent (issue 18, finding 3: a repeated DONE for segment 0
+"""Robot feedback is checked and idempotent (a repeated DONE for segment 0
 marked the task COMPLETED while the robot still ran segment 1); segment timers follow the robot."""
 
 import pytest

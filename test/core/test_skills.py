@@ -27,7 +27,7 @@ FLTRNN = load_skill_set("arm_fltrnn")
 
 def test_shipped_sets():
     assert set(SETS) <= set(available_skill_sets())
-    expect = {  # name: (robot_type, language, max_segment_tokens, G estimate) — notes/paper §7.1
+    expect = {  # name: (robot_type, language, max_segment_tokens, G estimate) — TimelyLLM paper §7.1
         "tello_minispec": ("drone", "minispec", 10, 0.09),
         "robot_arm": ("arm", "call", 20, 0.16),
         "arm_fltrnn": ("arm", "call", 20, 0.16),

@@ -1,4 +1,4 @@
-"""Two fleets on one ROS domain (issue 19, part 3): every name is relative, ``timely-llm fleet
+"""Two fleets on one ROS domain: every name is relative, ``timely-llm fleet
 --namespace`` puts a fleet's planner in ``/<ns>`` and its robots in ``/<ns>/<agent>``. Both fleets
 here have a robot with the SAME agent id; a task sent to one fleet is planned and executed there
 and the other fleet never hears of it.

@@ -1,4 +1,4 @@
-"""Late joiners catch up (issue 19, part 4): task_status and trace_events are transient local with a
+"""Late joiners catch up: task_status and trace_events are transient local with a
 bounded history on both sides, so a node that subscribes after a task ended — an rqt timeline opened
 mid-run, a restarted robot or recorder — still receives that task's statuses and events.
 

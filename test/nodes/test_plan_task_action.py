@@ -1,4 +1,4 @@
-"""The planner's PlanTask action and cancel, end to end on real DDS (issue 19, part 2).
+"""The planner's PlanTask action and cancel, end to end on real DDS.
 
 One planner process (simulated engine in real time) for the module; robots are played by the test
 peer ("done": answers at once, "silent": never answers) or — for a cancel mid-execution — a real

@@ -1,4 +1,4 @@
-"""The planner as a managed (lifecycle) node (issue 19, part 2): with ``autostart: false`` it takes no
+"""The planner as a managed (lifecycle) node: with ``autostart: false`` it takes no
 task before configure (engine loaded, warmed up) + activate; deactivate stops the intake (new tasks
 REJECTED with the reason) and, with ``on_deactivate: cancel``, cancels the tasks in flight;
 activate takes tasks again; cleanup ends every open task and releases the engine; a bad engine

@@ -26,7 +26,7 @@ Mapping of the :class:`~.base.Engine` protocol:
 * **priority**: ``scheduling_policy="priority"``; every request carries a priority number that
   grows with our admission order, so when several of our admissions wait inside vLLM in the same
   iteration they are served in the order our TUF scheduler picked them. Admission control stays in
-  our scheduler: vLLM never preempts a running request for priority (issue #40004).
+  our scheduler: vLLM never preempts a running request for priority (vLLM GitHub issue #40004).
 * **structured outputs** (``grammar="auto"``): the skill set's GBNF (``prefix_key`` names it) goes
   to ``StructuredOutputsParams(grammar=...)``. A resumed request starts a *new* derivation, so it
   gets :func:`continuation_gbnf`, the grammar of "what may follow a complete statement" (an optional
