@@ -57,6 +57,17 @@ CANCELLED = "CANCELLED"  # cancelled on request (PlanTask action cancel; Planner
 TASK_STATES = (ACCEPTED, REJECTED, QUEUED, GENERATING, SUSPENDED, COMPLETED, FAILED, EXPIRED, EXECUTING,
                CANCELLED)
 TERMINAL_STATES = frozenset((REJECTED, COMPLETED, FAILED, EXPIRED, CANCELLED))
+# The task state a terminal event leaves behind. One table for every reader that rebuilds states
+# from events (bag readers, timeline model, the simulator's bag writer): a DROP (the simulator's
+# overload drop) ends a task FAILED.
+TERMINAL_EVENT_STATE = {
+    COMPLETE: COMPLETED,
+    FAIL: FAILED,
+    REJECT: REJECTED,
+    EXPIRE: EXPIRED,
+    DROP: FAILED,
+    CANCEL: CANCELLED,
+}
 
 # Segment feedback states (robot -> planner)
 STARTED = "STARTED"

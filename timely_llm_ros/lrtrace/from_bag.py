@@ -26,14 +26,7 @@ from timely_llm_ros.lrtrace.bagio import BagContents, read_bag
 from timely_llm_ros.lrtrace.timeline_model import TimelineModel, parse_arrival_detail
 
 NAN = math.nan
-_TERMINAL = {
-    ev.COMPLETE: ev.COMPLETED,
-    ev.FAIL: ev.FAILED,
-    ev.REJECT: ev.REJECTED,
-    ev.EXPIRE: ev.EXPIRED,
-    ev.DROP: ev.FAILED,
-    ev.CANCEL: ev.CANCELLED,
-}
+_TERMINAL = ev.TERMINAL_EVENT_STATE
 # Tie order for rebuilt events at one instant (the planner's own emission order).
 _KIND_ORDER = {
     k: i

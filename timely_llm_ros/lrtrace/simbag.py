@@ -40,12 +40,7 @@ from timely_llm_ros.lrtrace.bagio import (
 _STATE_OF = {
     ev.GEN_START: ev.GENERATING,
     ev.SUSPEND: ev.SUSPENDED,
-    ev.COMPLETE: ev.COMPLETED,
-    ev.FAIL: ev.FAILED,
-    ev.REJECT: ev.REJECTED,
-    ev.EXPIRE: ev.EXPIRED,
-    ev.DROP: ev.FAILED,
-    ev.CANCEL: ev.CANCELLED,
+    **ev.TERMINAL_EVENT_STATE,
 }
 
 
