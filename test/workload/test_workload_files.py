@@ -120,3 +120,24 @@ def test_json_list_file_is_public_format(tmp_path):
     path = tmp_path / "w.json"
     path.write_text(json.dumps(json.loads((DATA / "public_small.json").read_text())))
     assert load_workload_file(path).kind == "public"
+
+
+def test_tuf_auto_leaves_the_tuf_to_the_planner(tmp_path):
+    """``tuf: auto``: a trace task keeps its trace TUF only as the reference it is judged by; a custom
+    task has none; both reach the planner without a TUF (it derives one: planner option urgency)."""
+    path = tmp_path / "auto.yaml"
+    path.write_text(
+        "tasks:\n"
+        "  - {trace: 6, arrival: 0.5, agent: r1, tuf: auto}\n"
+        "  - {trace: 1, arrival: 0.7, agent: r2}\n"
+        "  - {arrival: 1.0, agent: r3, robot_type: drone, skill_set: tello_minispec,\n"
+        "     instruction: 'Go up 50 cm.', plan: 'mu(50);', exec_times: [[mu, 2.5]], tuf: auto}\n"
+    )
+    first, second, custom = load_workload_file(path).tasks
+    assert first.tuf is None and first.reference_tuf == TUF.from_public(2, 0.2, 0.5)
+    assert second.tuf is not None and second.reference_tuf is None
+    assert custom.tuf is None and custom.reference_tuf is None
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("tasks:\n  - {trace: 6, arrival: 0.5, agent: r1, tuf: automatic}\n")
+    with pytest.raises(WorkloadError, match="tuf"):
+        load_workload_file(bad)

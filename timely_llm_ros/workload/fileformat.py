@@ -19,6 +19,7 @@ composer spec or an explicit task list::
         arrival: 0.7
         agent: r2
         tuf: [2, 0.2, 0.5]           # [Umax, ERT, t_zero]
+      - {trace: 6, arrival: 0.9, agent: r4, tuf: auto}  # no TUF: the planner derives one (option urgency)
       - arrival: 1.0                 # a custom task (no trace): all of these are required
         agent: r3
         robot_type: drone
@@ -40,6 +41,7 @@ the public samples take ``compress`` and ``unique_agents`` (``sample1:compress=0
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -53,6 +55,7 @@ import yaml
 from timely_llm_ros.core.paths import config_files
 from timely_llm_ros.core.schema import problems as schema_problems
 from timely_llm_ros.core.task import TaskSpec
+from timely_llm_ros.core.tuf import TUF
 from timely_llm_ros.workload.composer import (
     ComposerSpec,
     Composition,
@@ -75,6 +78,7 @@ PUBLIC_SAMPLES = {
     "arm": "data_sample_robotarm_fltrnn.json",
 }
 DATA_ENV = "TIMELY_LLM_DATA"
+_ANY_TUF = TUF(ert=1.0, alpha=-1.0, beta=1.0)  # stands in for a TUF the planner derives later
 _TASK_KEYS = {
     "trace",
     "arrival",
@@ -193,7 +197,11 @@ def _task_from_mapping(item: Any, index: int, source: str, catalog: TaskCatalog)
             source, f"expected an integer or a name, got {agent!r}", entry=entry, field="agent"
         )
     task_id = str(item.get("task_id", index))
-    tuf = parse_public_tuf(source, entry, item["tuf"]) if "tuf" in item else None
+    # ``tuf: auto``: the task comes without a TUF (a person speaking to a robot); the planner derives
+    # one from the instruction (planner option ``urgency``). A trace task is still judged by its trace
+    # TUF (``reference_tuf``), any other task by the TUF the planner derives.
+    auto_tuf = item.get("tuf") == "auto"
+    tuf = parse_public_tuf(source, entry, item["tuf"]) if "tuf" in item and not auto_tuf else None
     exec_times = (
         list(parse_exec_times(source, entry, item["exec_times"], "exec_times"))
         if "exec_times" in item
@@ -250,9 +258,12 @@ def _task_from_mapping(item: Any, index: int, source: str, catalog: TaskCatalog)
     if "max_tokens" in item:
         spec.max_tokens = item["max_tokens"]
     try:
-        spec.validate()
+        # a custom ``tuf: auto`` task has no TUF to check yet; every other field is checked
+        (dataclasses.replace(spec, tuf=_ANY_TUF) if spec.tuf is None else spec).validate()
     except ValueError as exc:
         raise WorkloadError(source, str(exc), entry=entry) from None
+    if auto_tuf:
+        spec.reference_tuf, spec.tuf = spec.tuf, None
     return spec
 
 
