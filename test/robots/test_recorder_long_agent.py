@@ -1,8 +1,8 @@
-"""Issue 18, finding 2, on the recorder: one Task with an agent id too long for a topic name killed it.
+"""The recorder: one Task with an agent id too long for a topic name killed it.
 
 The recorder subscribes to ``/<agent>/skill_segments`` as soon as a task names a new agent; for a
 300-character id rcl refuses the topic name and the exception ended the process. The agent-id rule
-(``ros.topics.valid_agent_id``) is now length-bounded like every task field (``core.limits``): the
+(``interfaces.topics.valid_agent_id``) is now length-bounded like every task field (``core.limits``): the
 recorder records the task and goes on. Likewise an id with a trailing newline, which the old rule's
 ``$`` let through. Real recorder process on real DDS; outcomes only.
 """
