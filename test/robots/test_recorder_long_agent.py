@@ -1,9 +1,10 @@
-"""Issue 18, finding 2, on the recorder: one Task with an agent id too long for a topic name killed it.
+"""The recorder: one Task with an agent id too long for a topic name killed it.
 
 The recorder subscribes to ``/<agent>/skill_segments`` as soon as a task names a new agent; for a
 300-character id rcl refuses the topic name and the exception ended the process. The agent-id rule
-(``ros.topics.valid_agent_id``) is now length-bounded like every task field (``core.limits``): the
-recorder records the task and goes on. Real recorder process on real DDS; outcomes only.
+(``interfaces.topics.valid_agent_id``) is now length-bounded like every task field (``core.limits``): the
+recorder records the task and goes on. Likewise an id with a trailing newline, which the old rule's
+``$`` let through. Real recorder process on real DDS; outcomes only.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def test_a_task_with_an_overlong_agent_id_is_recorded_and_the_recorder_survives(
         assert peer.spin_until(lambda: peer.tasks.get_subscription_count() > 0)
         peer.send_task("a" * 300, "long-agent")
         peer.send_task("b" * 232, "long-agent-2")
+        peer.send_task("drone_1\n", "newline-agent")  # once passed the rule ('$' matches before '\n')
         peer.send_task("drone_1", "after")
         assert peer.spin_until(lambda: peer.node.count_subscribers("/drone_1/skill_segments") > 0
                                or proc.poll() is not None)
@@ -41,4 +43,5 @@ def test_a_task_with_an_overlong_agent_id_is_recorded_and_the_recorder_survives(
         peer.close()
     log = (tmp_path / "rec.log").read_text()
     assert rc == 0 and "Traceback" not in log, log[-3000:]
-    assert [m.task_id for _, m in read_bag(bag).messages("/tasks")] == ["long-agent", "long-agent-2", "after"]
+    recorded = [m.task_id for _, m in read_bag(bag).messages("/tasks")]
+    assert recorded == ["long-agent", "long-agent-2", "newline-agent", "after"]

@@ -16,7 +16,7 @@ data can still be used. Bags written by other tools (``ros2 bag record``, sqlite
 chunks) are read through ``rosbags``; an MCAP file that ``rosbags`` refuses is scanned record by
 record up to the damage.
 
-Topics of an LRTrace bag (ros/topics.py): ``/tasks`` (Task), ``/<agent>/skill_segments`` (Segment),
+Topics of an LRTrace bag (interfaces/topics.py): ``/tasks`` (Task), ``/<agent>/skill_segments`` (Segment),
 ``/segment_feedback`` (SegmentFeedback), ``/task_status`` (TaskStatus), ``/trace_events`` (TraceEvent).
 """
 
@@ -25,7 +25,6 @@ from __future__ import annotations
 import io
 import math
 import os
-import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -37,16 +36,19 @@ from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, Qo
 from rosbags.rosbag2.metadata import dump_qos_v9
 from ruamel.yaml import YAML
 
+from timely_llm_ros.interfaces.topics import (  # noqa: F401 (API: bag topic names, re-exported)
+    SEGMENTS_SUFFIX,
+    TOPIC_FEEDBACK,
+    TOPIC_STATUS,
+    TOPIC_TASKS,
+    TOPIC_TRACE,
+)
+from timely_llm_ros.interfaces.topics import bag_segments_topic as segments_topic  # noqa: F401 (API)
 from timely_llm_ros.lrtrace import typestore as ts
 from timely_llm_ros.lrtrace.mcap import McapFile, scan_records
 
 make_typestore = ts.make_typestore  # re-exported: the recorder imports everything from here
 
-TOPIC_TASKS = "/tasks"
-TOPIC_FEEDBACK = "/segment_feedback"
-TOPIC_STATUS = "/task_status"
-TOPIC_TRACE = "/trace_events"
-SEGMENTS_SUFFIX = "/skill_segments"
 DEFAULT_TOPICS: dict[str, str] = {
     TOPIC_TASKS: ts.TASK,
     TOPIC_FEEDBACK: ts.FEEDBACK,
@@ -98,17 +100,6 @@ def qos_from_profile(profile: Any) -> Qos:
         liveliness_lease_duration=dur(profile.liveliness_lease_duration),
         avoid_ros_namespace_conventions=bool(profile.avoid_ros_namespace_conventions),
     )
-
-
-_NAME_TOKEN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def segments_topic(agent_id: str) -> str:
-    """``/<agent>/skill_segments``; ids that are no ROS name token (e.g. the workloads' "0", "17")
-    get an ``agent_`` prefix so simulator bags stay valid ROS names."""
-    if _NAME_TOKEN.match(agent_id) and "__" not in agent_id:  # the rule of ros/topics.valid_agent_id
-        return f"/{agent_id}{SEGMENTS_SUFFIX}"
-    return "/agent_" + re.sub(r"[^A-Za-z0-9]", "_", agent_id) + SEGMENTS_SUFFIX
 
 
 def normalize_msgtype(msgtype: str) -> str:

@@ -5,13 +5,13 @@ installed ``<prefix>/share/timely_llm_ros/msg/`` — on top of the ROS 2 kilted 
 RIHS01 type hashes written into a bag are the ones rosidl computes for the same files (checked in
 test/viz/test_bagio.py against the installed ``*.json`` type descriptions).
 
-Also here: the uint8 codes of event kinds, task states and feedback states, read from the message
-constants (so they cannot drift from ``msg/*.msg``), and float-seconds <-> ``builtin_interfaces/Time``.
+Also here: :class:`BagTypes`, the bag back-end of the one message adapter
+(:mod:`timely_llm_ros.interfaces.mapping`; :func:`adapter`), and through it the uint8 codes of event
+kinds, task states and feedback states and float-seconds <-> ``builtin_interfaces/Time``.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from pathlib import Path
@@ -19,7 +19,8 @@ from typing import Any
 
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
-from timely_llm_ros.core import events as ev
+from timely_llm_ros.interfaces.mapping import MessageAdapter
+from timely_llm_ros.interfaces.mapping import from_stamp, seconds_to_ns  # noqa: F401 (API)
 
 PACKAGE = "timely_llm_ros"
 # Order matters only for readability; rosbags resolves nested types after registering all of them.
@@ -88,44 +89,41 @@ def shared_typestore() -> Any:
     return _SHARED[0]
 
 
-def _constants(store: Any, msgtype: str) -> dict[str, int]:
-    consts = store.fielddefs[msgtype][0]
-    return {name: int(value) for name, _typ, value in consts}
+class BagTypes:
+    """The message back-end of the bag writer and reader: the classes of a rosbags typestore."""
+
+    NAMES = {name: f"{PACKAGE}/msg/{name}" for name in MSG_NAMES} | {"Time": TIME, "Header": HEADER}
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def new(self, msgtype: str, /, **fields: Any) -> Any:
+        return self.store.types[self.NAMES[msgtype]](**fields)
+
+    def constant(self, name: str, const: str) -> int:
+        consts = self.store.fielddefs[self.NAMES[name]][0]
+        return next(int(value) for key, _typ, value in consts if key == const)
 
 
-def _codes() -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
-    store = shared_typestore()
-    kinds = _constants(store, TRACE_EVENT)
-    states = _constants(store, STATUS)
-    fb = _constants(store, FEEDBACK)
-    return (
-        {k: kinds[k] for k in ev.EVENT_KINDS},
-        {s: states[s] for s in ev.TASK_STATES},
-        {ev.STARTED: fb["STARTED"], ev.DONE: fb["DONE"], ev.FEEDBACK_FAILED: fb["FAILED"]},
-    )
+_ADAPTERS: dict[int, tuple[Any, MessageAdapter]] = {}
 
 
-EVENT_KIND_CODE, TASK_STATE_CODE, FEEDBACK_CODE = _codes()
-EVENT_KIND_NAME = {v: k for k, v in EVENT_KIND_CODE.items()}
-TASK_STATE_NAME = {v: k for k, v in TASK_STATE_CODE.items()}
-FEEDBACK_NAME = {v: k for k, v in FEEDBACK_CODE.items()}
-
-
-def seconds_to_ns(t: float) -> int:
-    """Float seconds -> integer nanoseconds (clamped at 0: bag log times are unsigned)."""
-    if not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
-        return 0
-    return int(round(float(t) * 1e9))
+def adapter(store: Any = None) -> MessageAdapter:
+    """The message adapter on ``store``'s classes (default: the :func:`shared_typestore`), one per store."""
+    store = shared_typestore() if store is None else store
+    entry = _ADAPTERS.get(id(store))
+    if entry is None or entry[0] is not store:
+        # call_args="parsed": what simulator bags have always carried in SkillCall.args (see MessageAdapter)
+        entry = _ADAPTERS[id(store)] = (store, MessageAdapter(BagTypes(store), call_args="parsed"))
+    return entry[1]
 
 
 def stamp(store: Any, t: float) -> Any:
     """Float seconds -> ``builtin_interfaces/Time`` (nan or <= 0 -> the zero stamp, as ros/convert.py)."""
-    ns = seconds_to_ns(t)
-    sec, nanosec = divmod(ns, 1_000_000_000)
-    if sec > 2**31 - 1:
-        raise ValueError(f"time {t} s does not fit builtin_interfaces/Time")
-    return store.types[TIME](sec=sec, nanosec=nanosec)
+    return adapter(store).to_stamp(t)
 
 
-def from_stamp(msg: Any) -> float:
-    return msg.sec + msg.nanosec * 1e-9
+# name <-> uint8 code tables, read from the message constants (so they cannot drift from msg/*.msg)
+EVENT_KIND_CODE, EVENT_KIND_NAME = adapter().event_kind_code, adapter().event_kind_name
+TASK_STATE_CODE, TASK_STATE_NAME = adapter().task_state_code, adapter().task_state_name
+FEEDBACK_CODE, FEEDBACK_NAME = adapter().feedback_code, adapter().feedback_name
