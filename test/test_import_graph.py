@@ -29,10 +29,6 @@ CORE_OUTSIDE_ALLOWED: frozenset[tuple[str, str]] = frozenset({
 
 # Import cycles (strongly connected components, sorted), still tolerated.
 CYCLES_ALLOWED: frozenset[tuple[str, ...]] = frozenset({
-    # scheduler.py imports policy_timely at the bottom of the file (and once inside a function) so
-    # that policy_timely registers its variants into scheduler's global registry at import time.
-    # Removed by the step "policies: a closed enum + a plain factory, no registration at import".
-    (P + "core.policy_timely", P + "core.scheduler"),
     # ros_backend_map.ros_backend() is the "ros" plug-in factory and imports ros_backend lazily
     # (rclpy only when used), while ros_backend imports ros_backend_map's mapping. Removed by
     # the plug-in registry step (the factory moves next to RosBackend or into its own module).

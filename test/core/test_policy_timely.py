@@ -55,7 +55,7 @@ def test_underload_is_edf_on_segment_deadlines():
     for g in (a, b, c, d):
         s.push(g)
     assert order(s, 1.0) == [b, c, a, d]
-    assert s._prio.last_deferred == 0
+    assert s.ranking(1.0).n_deferred == 0
 
 
 def test_tardy_segment_is_ranked_by_its_zero_utility_time():
@@ -93,7 +93,7 @@ def three_urgent(policy):
 def test_overload_defers_the_lowest_utility_density():
     s, a, b, c = three_urgent("timely@b1")
     assert order(s, 0.0) == [b, c, a]
-    assert s._prio.last_deferred == 1
+    assert s.ranking(0.0).n_deferred == 1
     s, a, b, c = three_urgent("timely-no-ua@b1")
     assert order(s, 0.0) == [a, b, c]
 

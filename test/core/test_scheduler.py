@@ -165,9 +165,9 @@ def test_numpy_path_picks_like_python_path():
     assert [big._prio._gens[i].gen_id for i in ranked[: len(order_np)]] == [g.gen_id for g in order_np]
 
 
-def test_register_policy_plugs_in_new_strategies():
+def test_a_policy_of_ones_own_plugs_in_without_a_registry():
     from timely_llm_ros.core.priority import EDFPriority
-    from timely_llm_ros.core.scheduler import Admission, policy_names, register_policy
+    from timely_llm_ros.core.scheduler import Admission, Policy, policy_names
 
     class Never(Admission):
         name = "never"
@@ -175,10 +175,9 @@ def test_register_policy_plugs_in_new_strategies():
         def allow(self, t, cand, running, speed, ranking):
             return False
 
-    register_policy("edf-test-never", True, True, lambda: (EDFPriority(), Never()))
-    assert "edf-test-never" in policy_names()
-    s = Scheduler("edf-test-never@b2")
+    mine = Policy(name="edf-test-never@b2", base="edf-seg", segmented=True, stream=True,
+                  priority=EDFPriority(), admission=Never(), max_batch=2)
+    s = Scheduler(mine)
+    assert s.policy is mine and "edf-test-never" not in policy_names()
     s.push(gen())
     assert s.select(0.0, [gen()], None, 10**6) == []
-    with pytest.raises(ValueError):
-        register_policy("Bad Name", True, True, lambda: (EDFPriority(), Never()))

@@ -27,6 +27,7 @@ import yaml
 
 from timely_llm_ros.core.metrics import percentile
 from timely_llm_ros.core.paths import config_path
+from timely_llm_ros.core.tuf import is_urgent
 from timely_llm_ros.core.urgency import (
     PROBE_KEY,
     LexicalClassifier,
@@ -54,11 +55,11 @@ def lrtrace_items() -> list[Item]:
     for task in load_catalog():
         for v in task.all_variants():
             spec = task.to_spec(task_id="0", agent_id="0", arrival=0.0, variant=v)
-            lab = urgent if spec.tuf.ert < 1.0 else normal
+            lab = urgent if is_urgent(spec.tuf) else normal
             out.setdefault(spec.instruction, Item(spec.instruction, lab, "lrtrace"))
     for name in PUBLIC_SAMPLES:
         for spec in resolve_workload(name).tasks:
-            lab = urgent if spec.tuf.ert < 1.0 else normal
+            lab = urgent if is_urgent(spec.tuf) else normal
             out.setdefault(spec.instruction, Item(spec.instruction, lab, "lrtrace-public"))
     return list(out.values())
 

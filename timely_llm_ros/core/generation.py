@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 
 from timely_llm_ros.core.task import TaskSpec, task_class
-from timely_llm_ros.core.tuf import TUF
+from timely_llm_ros.core.tuf import TUF, segment_deadline
 
 NAN = math.nan
 
@@ -238,4 +238,4 @@ class Generation:
     def deadline(self) -> float:
         """Latest generation end of the current segment for its action to start on time:
         ``ref + ERT_k − net`` (arrival + ERT − net for k = 0; previous action end − net after)."""
-        return self.ref + self.ert_k - self.net
+        return segment_deadline(self.ref, self.ert_k, self.net)

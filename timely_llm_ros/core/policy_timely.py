@@ -94,14 +94,10 @@ from collections.abc import Iterator
 from itertools import islice
 from dataclasses import dataclass
 
+from timely_llm_ros.core.admission import DEFAULT_MAX_BATCH, Admission, LatencyGuidedAdmission
 from timely_llm_ros.core.generation import Generation
 from timely_llm_ros.core.priority import PriorityStrategy, Ranking, check_estimate
-from timely_llm_ros.core.scheduler import (
-    DEFAULT_MAX_BATCH,
-    Admission,
-    LatencyGuidedAdmission,
-    register_policy,
-)
+from timely_llm_ros.core.tuf import utility
 from timely_llm_ros.core.ua_index import LATE, PROMOTED, Entry, PhaseIndex
 
 # Prior of the measured step model before any measurement (paper Table 1 profile: 21.5 ms
@@ -158,7 +154,7 @@ class TimelyRanking(Ranking):
         self._w = n_window
         self._deferred = deferred
         self.tardy_slope = tardy_slope
-        self.n_deferred = len(deferred)
+        self.n_deferred = len(deferred)  # live generations this decision deferred (diagnostics)
 
     def __iter__(self) -> Iterator[Generation]:
         ix = self._ix
@@ -195,7 +191,6 @@ class UtilityAccrualPriority(PriorityStrategy):
         self.max_batch = DEFAULT_MAX_BATCH
         self.index = PhaseIndex(self.opt.aging, self.opt.critical_zero, self.opt.late_tier)
         self._hint = 0  # least removals of the last decision (search start)
-        self.last_deferred = 0  # live generations deferred by the last decision (diagnostics)
 
     def fixed_key(self, arrival: float, ert: float) -> float:
         return arrival
@@ -240,7 +235,6 @@ class UtilityAccrualPriority(PriorityStrategy):
                 if gone:
                     kept = [e for e in window if e.slot not in gone]
                     deferred = sorted((e for e in window if e.slot in gone), key=lambda e: (-gone[e.slot], e.item))
-        self.last_deferred = len(deferred)
         return TimelyRanking(t, ix, q, kept, len(window), deferred, ix.tardy_slope())
 
     def _ua_removed(self, t: float, slots: list[float], live: list[Entry]) -> dict[int, float]:
@@ -408,10 +402,7 @@ class StepModel:
 
 def _gen_utility(end: float, gen: Generation) -> float:
     """Clamped utility of ``gen``'s segment if its generation ends at ``end`` (action ``net`` later)."""
-    w = end + gen.net - gen.ref
-    u = gen.alpha * ((w if w > 0.0 else 0.0) - gen.ert_k) + gen.beta
-    if u > gen.beta:
-        u = gen.beta
+    u = utility(end + gen.net - gen.ref, gen.ert_k, gen.alpha, gen.beta)
     return u if u > 0.0 else 0.0
 
 
@@ -546,7 +537,7 @@ class UtilityGuidedAdmission(Admission):
         return True
 
 
-# -------------------------------------------------------------------------------- registration
+# -------------------------------------------------------------------------------- strategies
 def timely_strategies(options: TimelyOptions | None = None) -> tuple[PriorityStrategy, Admission]:
     """Fresh (priority, admission) objects of the robust ``timely`` policy."""
     opt = options or TimelyOptions()
@@ -562,7 +553,8 @@ def timely_strategies(options: TimelyOptions | None = None) -> tuple[PriorityStr
     return prio, adm
 
 
-# Ablation variants (bench/ablation.py): each switches one change off (or all: timely-edf-dyn).
+# Ablation variants (bench/ablation.py): each switches one change off (or all: timely-edf-dyn). Each
+# is a member of core.policies.PolicyName, whose factory builds it with timely_strategies(VARIANTS[name]).
 VARIANTS: dict[str, TimelyOptions] = {
     "timely-no-ua": TimelyOptions(ua_defer=False),
     "timely-no-late": TimelyOptions(late_tier=False, aging=0.0),
@@ -579,11 +571,3 @@ VARIANTS: dict[str, TimelyOptions] = {
     "timely-adm-nopromise": TimelyOptions(adm_promise=False),
     "timely-adm-g": TimelyOptions(adm_bare_g=True, adm_promise=False),
 }
-
-
-def _register() -> None:
-    for name, opt in VARIANTS.items():
-        register_policy(name, True, True, lambda opt=opt: timely_strategies(opt))
-
-
-_register()

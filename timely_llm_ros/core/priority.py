@@ -42,6 +42,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from timely_llm_ros.core.tuf import utilities, utility
+
 if TYPE_CHECKING:
     from timely_llm_ros.core.generation import Generation
 
@@ -61,10 +63,10 @@ def slack(t: float, ref: float, ert_k: float, g: float, net: float) -> float:
 
 def pud_priority(t: float, ref: float, ert_k: float, alpha: float, beta: float, g: float, net: float,
                  l_min: float = L_MIN) -> float:
-    """Eq. 4 for one generation (reference implementation; the strategies inline the same formula)."""
+    """Eq. 4 for one generation (reference implementation; :class:`PUDPriority` scores the queue with
+    the same operations)."""
     w = t + g + net - ref
-    u = min(beta, alpha * (max(w, 0.0) - ert_k) + beta)
-    return u / (g * max(ert_k - w, l_min))
+    return utility(w, ert_k, alpha, beta) / (g * max(ert_k - w, l_min))
 
 
 def check_estimate(gen: Generation) -> None:
@@ -347,17 +349,13 @@ class PUDPriority(ColumnStrategy):
         for ref, e, al, be, g, net in zip(c["ref"], c["ert_k"], c["alpha"], c["beta"], c["g"], c["net"],
                                           strict=True):
             w = t + g + net - ref
-            u = al * ((w if w > 0.0 else 0.0) - e) + be
-            if u > be:
-                u = be
             sl = e - w
-            out.append(u / (g * (sl if sl > lm else lm)))
+            out.append(utility(w, e, al, be) / (g * (sl if sl > lm else lm)))
         return out
 
     def scores_np(self, t: float, a: dict[str, np.ndarray], n: int) -> np.ndarray:
         g = a["g"][:n]
         w = ((t + g) + a["net"][:n]) - a["ref"][:n]
-        be = a["beta"][:n]
-        u = np.minimum(a["alpha"][:n] * (np.maximum(w, 0.0) - a["ert_k"][:n]) + be, be)
+        u = utilities(w, a["ert_k"][:n], a["alpha"][:n], a["beta"][:n])
         sl = np.maximum(a["ert_k"][:n] - w, self.l_min)
         return u / (g * sl)

@@ -38,142 +38,30 @@ object: which candidates are promoted, which come next, the tardy backlog's util
 Strategies keep their own index of the queue, so a decision costs what changed since the previous
 one, not a re-scoring of the whole queue (``bench.sched_overhead`` measures it).
 
-Strategies are small objects (:class:`~.priority.PriorityStrategy`, :class:`Admission`); a new
-policy is a pair of them registered with :func:`register_policy`.
+Strategies are small objects (:class:`~.priority.PriorityStrategy`, :class:`~.admission.Admission`);
+the policies are a closed set (:class:`~.policies.PolicyName`) built by a plain factory
+(:func:`~.policies.parse_policy`); to try a new pairing, pass a :class:`~.policies.Policy` of your own.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-from dataclasses import dataclass
-
+from timely_llm_ros.core.admission import DEFAULT_MAX_BATCH, Admission, LatencyGuidedAdmission
 from timely_llm_ros.core.generation import Generation
-from timely_llm_ros.core.priority import (
-    NUMPY_THRESHOLD,
-    EDFPriority,
-    FCFSPriority,
-    PriorityStrategy,
-    PUDPriority,
-    Ranking,
-    check_estimate,
+from timely_llm_ros.core.policies import (
+    POLICY_NAMES,
+    Policy,
+    PolicyName,
+    UnknownPolicy,
+    make_policy,
+    parse_policy,
+    policy_names,
 )
+from timely_llm_ros.core.priority import NUMPY_THRESHOLD, Ranking, check_estimate
 
-DEFAULT_MAX_BATCH = 8
-__all__ = ["NUMPY_THRESHOLD", "Admission", "LatencyGuidedAdmission", "Policy", "Ranking", "Scheduler",
-           "UnknownPolicy", "parse_policy", "policy_names", "register_policy"]
-
-
-class UnknownPolicy(ValueError):
-    """Policy name that is not registered (message lists the known ones)."""
-
-
-class Admission:
-    """Extra admission check (batch size and memory are checked by the scheduler itself)."""
-
-    name = "none"
-
-    def allow(self, t: float, cand: Generation, running: list[Generation], speed: float | None,
-              ranking: Ranking) -> bool:
-        """Whether ``cand`` (the next in ``ranking``) may join ``running`` in this step."""
-        return True
-
-    def observe(self, t: float, running: list[Generation], max_batch: int) -> None:
-        """Called at the start of every decision (default: ignored)."""
-
-    def decided(self, t: float, running: list[Generation], picked: list[Generation]) -> None:
-        """Called at the end of every decision with what it admitted or resumed (default: ignored)."""
-
-
-class LatencyGuidedAdmission(Admission):
-    """Paper §4.4 (see module docstring for the exact rule)."""
-
-    name = "latency-guided"
-
-    def allow(self, t: float, cand: Generation, running: list[Generation], speed: float | None,
-              ranking: Ranking | None = None) -> bool:
-        if not running or speed is None or not speed > 0:
-            return True
-        urgent = running[0]
-        best = urgent.ref + urgent.ert_k - urgent.net
-        for g in running:
-            d = g.ref + g.ert_k - g.net
-            if d < best:
-                best, urgent = d, g
-        remaining = urgent.max_seg_tokens - urgent.seg_tokens
-        wcet = remaining / speed if remaining > 0 else 0.0
-        return wcet <= best - t
-
-
-@dataclass(frozen=True)
-class Policy:
-    """A scheduling policy: what is segmented, how it is ranked, how admission is gated."""
-
-    name: str
-    base: str
-    segmented: bool  # suspend after every executable segment
-    stream: bool  # dispatch each executable segment as soon as it appears (else the whole plan at EOS)
-    priority: PriorityStrategy
-    admission: Admission
-    max_batch: int = DEFAULT_MAX_BATCH
-
-
-def _timely() -> tuple[PriorityStrategy, Admission]:
-    return PUDPriority(), LatencyGuidedAdmission()
-
-
-def _timely_robust() -> tuple[PriorityStrategy, Admission]:
-    from timely_llm_ros.core.policy_timely import timely_strategies  # imports this module
-
-    return timely_strategies()
-
-
-_REGISTRY: dict[str, tuple[bool, bool, Callable[[], tuple[PriorityStrategy, Admission]]]] = {
-    # name: (segmented, stream, strategies factory)
-    "timely-paper": (True, True, _timely),
-    "timely": (True, True, _timely_robust),
-    "fcfs-seg": (True, True, lambda: (FCFSPriority(), Admission())),
-    "edf-seg": (True, True, lambda: (EDFPriority(), Admission())),
-    "vllm": (False, False, lambda: (FCFSPriority(), Admission())),
-    "vllm-stream": (False, True, lambda: (FCFSPriority(), Admission())),
-}
-
-
-def register_policy(name: str, segmented: bool, stream: bool,
-                    strategies: Callable[[], tuple[PriorityStrategy, Admission]]) -> None:
-    """Add (or replace) a policy: ``strategies()`` returns fresh (priority, admission) objects.
-
-    This is how variants plug in (a robust ``timely``, ablations) without touching the
-    scheduler itself."""
-    if not _SPEC.match(name) or "@" in name:
-        raise ValueError(f"policy name {name!r} must be lower-case letters, digits and '-'")
-    _REGISTRY[name] = (segmented, stream, strategies)
-
-
-def policy_names() -> tuple[str, ...]:
-    return tuple(_REGISTRY)
-
-
-POLICY_NAMES = tuple(_REGISTRY)  # the built-in ones
-_SPEC = re.compile(r"^([a-z][a-z0-9-]*)(?:@b(\d+))?$")
-
-
-def parse_policy(spec: str | Policy) -> Policy:
-    """``"timely"``, ``"edf-seg@b4"`` ... → :class:`Policy`."""
-    if isinstance(spec, Policy):
-        return spec
-    m = _SPEC.match(spec.strip()) if isinstance(spec, str) else None
-    if not m or m.group(1) not in _REGISTRY:
-        raise UnknownPolicy(f"unknown policy {spec!r}; known: {', '.join(policy_names())} "
-                            "(optionally @bN, e.g. timely@b4)")
-    base = m.group(1)
-    batch = int(m.group(2)) if m.group(2) else DEFAULT_MAX_BATCH
-    if batch < 1:
-        raise UnknownPolicy(f"{spec!r}: max batch must be >= 1")
-    segmented, stream, make = _REGISTRY[base]
-    prio, adm = make()
-    return Policy(name=spec.strip(), base=base, segmented=segmented, stream=stream, priority=prio,
-                  admission=adm, max_batch=batch)
+# Admission, Policy, parse_policy ... are re-exported: this was their home and callers import them here.
+__all__ = ["DEFAULT_MAX_BATCH", "NUMPY_THRESHOLD", "POLICY_NAMES", "Admission", "LatencyGuidedAdmission",
+           "Policy", "PolicyName", "Ranking", "Scheduler", "UnknownPolicy", "make_policy", "parse_policy",
+           "policy_names"]
 
 
 class Scheduler:
@@ -271,6 +159,3 @@ class Scheduler:
             self.remove(gen)
         return picked
 
-
-# Registers the robust policy's ablation variants (timely-no-ua, ...); it imports this module.
-from timely_llm_ros.core import policy_timely  # noqa: E402,F401

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from timely_llm_ros.core.tuf import TUF
+from timely_llm_ros.core.tuf import TUF, tuf_class
 
 # Overrun strategies a task may ask for ("" = the planner's default); see core/overrun.py.
 OVERRUNS = ("", "continue", "kill", "skip-next")
@@ -93,4 +93,4 @@ def task_class(spec: TaskSpec) -> str:
     if spec.task_class:
         return spec.task_class
     tuf = spec.reference_tuf or spec.tuf
-    return "urgent" if tuf.ert < 1.0 else "normal"
+    return tuf_class(tuf)

@@ -13,12 +13,63 @@ ERT = 0, because the robot is already waiting once its previous action has finis
 
 The public TimelyLLM workloads write a TUF as ``[Umax, ERT, t_zero]`` (utility reaches zero at
 ``t_zero``); :meth:`TUF.from_public` converts that form.
+
+This module is the one home of the TUF maths; the scheduler, the policies, the metrics and the
+trace readers call these functions instead of writing the formulas out (their float operations
+are the ones the callers used to inline, so results stay bit-identical):
+
+* :func:`utility` — Eq. 1 for a segment: ``min(β, α·(max(W, 0) − ERT_k) + β)`` (TUF_0 with
+  ``ERT_k = ERT``, TUF_1 with ``ERT_k = 0``), and :func:`utilities`, the same over numpy arrays;
+* :func:`segment_deadline` — ``D = ref + ERT_k − net``, the latest generation end of a segment whose
+  action may still start on time (``ref``: arrival for k = 0, previous action's end after);
+* :func:`utility_span` / :func:`zero_utility_time` — ``β/|α|`` and ``D + β/|α|``: where utility
+  reaches 0 (``inf`` for a flat TUF);
+* :func:`is_urgent` / :func:`tuf_class` — the urgent/normal class of a TUF (ERT < 1 s).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+import numpy as np
+
+# A task whose ERT is below this is "urgent", else "normal" (the paper's two classes, §7.1: urgent
+# requests need ~200 ms, normal ones tolerate ~1 s).
+URGENT_ERT_S = 1.0
+
+
+def utility(w: float, ert: float, alpha: float, beta: float) -> float:
+    """Eq. 1 at response time (or segment waiting time) ``w``: ``min(β, α·(max(w, 0) − ERT) + β)``.
+
+    Unclamped below (negative once past the zero-utility time). ``max(w, 0)`` only matters for
+    TUF_1 (``ERT = 0``, §4.2): an action that can start early is worth β, not more. A nan ``w``
+    counts as 0 (worth β); a flat TUF (``α = 0``) at ``w = +inf`` gives nan, like :func:`utilities`."""
+    u = alpha * ((w if w > 0.0 else 0.0) - ert) + beta
+    return beta if u > beta else u
+
+
+def utilities(w: np.ndarray, ert: np.ndarray, alpha: np.ndarray, beta: np.ndarray) -> np.ndarray:
+    """:func:`utility` over arrays (the long-queue path of the PUD priority; equal for finite ``w``)."""
+    return np.minimum(alpha * (np.maximum(w, 0.0) - ert) + beta, beta)
+
+
+def segment_deadline(ref: float, ert_k: float, net: float) -> float:
+    """``D = ref + ERT_k − net``: the latest generation end of a segment for its action to start
+    within ERT_k of ``ref`` (arrival for k = 0, the previous action's end after; ``net``: the
+    planner→robot latency)."""
+    return ref + ert_k - net
+
+
+def utility_span(alpha: float, beta: float) -> float:
+    """``β/|α|``: how long past its ERT a TUF keeps a positive utility (``inf`` for a flat TUF)."""
+    return beta / -alpha if alpha < 0.0 else math.inf
+
+
+def zero_utility_time(deadline: float, alpha: float, beta: float) -> float:
+    """``deadline + β/|α|``: where utility reaches 0 (``deadline``: ERT for a response time, a
+    :func:`segment_deadline` for a segment's generation end); ``inf`` for a flat TUF."""
+    return deadline + utility_span(alpha, beta) if alpha < 0.0 else math.inf
 
 
 class InvalidTUF(ValueError):
@@ -49,7 +100,7 @@ class TUF:
 
     def __call__(self, t: float) -> float:
         """Utility of a response after ``t`` seconds (Eq. 1, unclamped below)."""
-        return min(self.beta, self.alpha * (t - self.ert) + self.beta)
+        return utility(t, self.ert, self.alpha, self.beta)
 
     def segment_tuf(self) -> TUF:
         """TUF_1 of §4.2: same alpha and beta, ERT = 0 (a waiting robot is already late)."""
@@ -57,7 +108,7 @@ class TUF:
 
     def segment_utility(self, t: float) -> float:
         """TUF_1(t) = min(beta, alpha * max(t, 0) + beta)."""
-        return min(self.beta, self.alpha * max(t, 0.0) + self.beta)
+        return utility(t, 0.0, self.alpha, self.beta)
 
     def scaled(self, factor: float) -> TUF:
         """The same TUF on a time axis stretched by ``factor``: ERT and zero-utility time multiply by
@@ -70,9 +121,7 @@ class TUF:
     @property
     def zero_time(self) -> float:
         """Response time at which utility reaches 0 (``inf`` for a flat TUF)."""
-        if self.alpha == 0:
-            return math.inf
-        return self.ert + self.beta / -self.alpha
+        return zero_utility_time(self.ert, self.alpha, self.beta)
 
     @classmethod
     def from_public(cls, umax: float, ert: float, t_zero: float) -> TUF:
@@ -88,3 +137,13 @@ class TUF:
 # [2, 0.2, 0.5]): normal requests tolerate ~1 s (HCI), urgent ones need ~200 ms (drone at 2 m/s).
 NORMAL_TUF = TUF(ert=1.0, alpha=-2.0, beta=1.0)
 URGENT_TUF = TUF.from_public(2.0, 0.2, 0.5)
+
+
+def is_urgent(tuf: TUF) -> bool:
+    """Whether a task with this TUF is in the urgent class (ERT below :data:`URGENT_ERT_S`)."""
+    return tuf.ert < URGENT_ERT_S
+
+
+def tuf_class(tuf: TUF) -> str:
+    """The metric class a TUF implies when a task names none: ``"urgent"`` or ``"normal"``."""
+    return "urgent" if is_urgent(tuf) else "normal"

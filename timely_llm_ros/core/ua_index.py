@@ -42,6 +42,7 @@ import math
 from bisect import bisect_left, insort
 
 from timely_llm_ros.core.generation import Generation
+from timely_llm_ros.core.tuf import segment_deadline, utility, utility_span
 
 ONTIME, TARDY, LATE, PROMOTED = range(4)
 BLOCK = 512  # SortedTuples block load (split at twice that)
@@ -142,8 +143,8 @@ class Entry:
         self.seq = gen.seq
         self.ref, self.e, self.al, self.be = gen.ref, gen.ert_k, gen.alpha, gen.beta
         self.g, self.net = gen.g, gen.net
-        self.d = self.ref + self.e - self.net
-        span = self.be / -self.al if self.al < 0.0 else self.e + self.g
+        self.d = segment_deadline(self.ref, self.e, self.net)
+        span = utility_span(self.al, self.be) if self.al < 0.0 else self.e + self.g
         self.z = self.d + span
         self.t_tardy = self.d - self.g
         self.t_late = self.z - self.g if self.al < 0.0 else INF
@@ -173,9 +174,7 @@ class Entry:
 
     def utility(self, t: float) -> float:
         """Eq. 4's numerator: the utility if its generation starts at ``t`` (unclamped below)."""
-        w = t + self.g + self.net - self.ref
-        u = self.al * ((w if w > 0.0 else 0.0) - self.e) + self.be
-        return self.be if u > self.be else u
+        return utility(t + self.g + self.net - self.ref, self.e, self.al, self.be)
 
 
 class PhaseIndex:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.generation import Segment, TaskRecord
+from timely_llm_ros.core.tuf import tuf_class
 from timely_llm_ros.lrtrace import convert as cv
 from timely_llm_ros.lrtrace import typestore as ts
 from timely_llm_ros.lrtrace.bagio import BagContents, read_bag
@@ -238,7 +239,7 @@ def records_from_events(
             skipped.append(rec.task_id)
             continue
         if not rec.task_class and rec.tuf is not None:
-            rec.task_class = "urgent" if rec.tuf.ert < 1.0 else "normal"  # core.task.task_class rule
+            rec.task_class = tuf_class(rec.tuf)  # the core.task.task_class rule
         out.append(rec)
     if skipped and notes is not None:
         notes.append(

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from timely_llm_ros.core import events as ev
-from timely_llm_ros.core.tuf import TUF
+from timely_llm_ros.core.tuf import TUF, tuf_class
 
 QUEUED = "queued"
 GENERATING = "generating"
@@ -71,7 +71,7 @@ class TaskLane:
         if self.task_class:
             return self.task_class
         if self.tuf is not None:
-            return "urgent" if self.tuf.ert < 1.0 else "normal"  # core.task.task_class rule
+            return tuf_class(self.tuf)  # the core.task.task_class rule
         return ""
 
     @property

@@ -1,0 +1,127 @@
+"""The scheduling policies: a closed set of names (:class:`PolicyName`) and a plain factory.
+
+Why a closed set: every policy the planner, the benchmarks and the ablations can run is listed
+here, so a name is checked once (:func:`parse_policy`, with the list of known names in the error)
+and nothing registers itself at import time. A policy is a priority strategy
+(:mod:`.priority`, :mod:`.policy_timely`) paired with an admission check (:mod:`.admission`);
+:mod:`.scheduler` runs whichever :class:`Policy` it is given. To try a new pairing, build a
+:class:`Policy` yourself and pass it to :class:`~.scheduler.Scheduler`.
+
+A policy spec is ``name`` or ``name@bN`` (a fixed maximum batch ``N``; default
+:data:`~.admission.DEFAULT_MAX_BATCH`). The table of what each built-in policy does is in
+:mod:`.scheduler`'s docstring.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+from timely_llm_ros.core.admission import DEFAULT_MAX_BATCH, Admission, LatencyGuidedAdmission
+from timely_llm_ros.core.policy_timely import VARIANTS, timely_strategies
+from timely_llm_ros.core.priority import EDFPriority, FCFSPriority, PriorityStrategy, PUDPriority
+
+__all__ = ["DEFAULT_MAX_BATCH", "POLICY_NAMES", "Policy", "PolicyName", "UnknownPolicy", "make_policy",
+           "parse_policy", "policy_names"]
+
+
+class UnknownPolicy(ValueError):
+    """Policy name that is not one of :class:`PolicyName` (the message lists the known ones)."""
+
+
+class PolicyName(enum.StrEnum):
+    """Every policy there is (the order is the one :func:`policy_names` and errors list)."""
+
+    TIMELY_PAPER = "timely-paper"
+    TIMELY = "timely"
+    FCFS_SEG = "fcfs-seg"
+    EDF_SEG = "edf-seg"
+    VLLM = "vllm"
+    VLLM_STREAM = "vllm-stream"
+    # ablations of the robust ``timely`` policy (policy_timely.VARIANTS, bench/ablation.py)
+    TIMELY_NO_UA = "timely-no-ua"
+    TIMELY_NO_LATE = "timely-no-late"
+    TIMELY_NO_AGING = "timely-no-aging"
+    TIMELY_PROMOTE_HALF = "timely-promote-half"
+    TIMELY_CRIT_D = "timely-crit-d"
+    TIMELY_ADM_GROUP = "timely-adm-group"
+    TIMELY_ADM_NOCAP = "timely-adm-nocap"
+    TIMELY_ADM_PAPER = "timely-adm-paper"
+    TIMELY_NO_ADM = "timely-no-adm"
+    TIMELY_EDF_DYN = "timely-edf-dyn"
+    TIMELY_FULL_UA = "timely-full-ua"
+    TIMELY_ADM_NOPROMISE = "timely-adm-nopromise"
+    TIMELY_ADM_G = "timely-adm-g"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A scheduling policy: what is segmented, how it is ranked, how admission is gated."""
+
+    name: str  # the spec it was made from, e.g. "timely@b4"
+    base: str  # its PolicyName's value, e.g. "timely"
+    segmented: bool  # suspend after every executable segment
+    stream: bool  # dispatch each executable segment as soon as it appears (else the whole plan at EOS)
+    priority: PriorityStrategy
+    admission: Admission
+    max_batch: int = DEFAULT_MAX_BATCH
+
+
+_SPEC = re.compile(r"^([a-z][a-z0-9-]*)(?:@b(\d+))?$")
+
+
+def policy_names() -> tuple[str, ...]:
+    """The known policy names, in :class:`PolicyName` order."""
+    return tuple(p.value for p in PolicyName)
+
+
+POLICY_NAMES = policy_names()
+
+
+def _strategies(name: PolicyName) -> tuple[PriorityStrategy, Admission]:
+    """Fresh (priority, admission) objects of ``name`` (a strategy keeps the index of one queue)."""
+    if name is PolicyName.TIMELY_PAPER:
+        return PUDPriority(), LatencyGuidedAdmission()
+    if name is PolicyName.TIMELY:
+        return timely_strategies()
+    if name is PolicyName.EDF_SEG:
+        return EDFPriority(), Admission()
+    if name in (PolicyName.FCFS_SEG, PolicyName.VLLM, PolicyName.VLLM_STREAM):
+        return FCFSPriority(), Admission()
+    return timely_strategies(VARIANTS[name.value])
+
+
+def make_policy(name: PolicyName | str, max_batch: int = DEFAULT_MAX_BATCH, spec: str | None = None) -> Policy:
+    """A fresh :class:`Policy` ``name`` with batch cap ``max_batch`` (``spec``: the name it is shown
+    under; default ``name``, or ``name@bN`` for a batch cap other than the default)."""
+    try:
+        kind = PolicyName(name)
+    except ValueError:
+        raise UnknownPolicy(_unknown(name)) from None
+    if spec is None:
+        spec = kind.value if max_batch == DEFAULT_MAX_BATCH else f"{kind.value}@b{max_batch}"
+    if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+        raise UnknownPolicy(f"{spec!r}: max batch must be >= 1")
+    prio, adm = _strategies(kind)
+    segmented = kind not in (PolicyName.VLLM, PolicyName.VLLM_STREAM)
+    stream = kind is not PolicyName.VLLM
+    return Policy(name=spec, base=kind.value, segmented=segmented, stream=stream, priority=prio,
+                  admission=adm, max_batch=max_batch)
+
+
+def _unknown(spec: object) -> str:
+    return f"unknown policy {spec!r}; known: {', '.join(policy_names())} (optionally @bN, e.g. timely@b4)"
+
+
+def parse_policy(spec: str | Policy) -> Policy:
+    """``"timely"``, ``"edf-seg@b4"`` ... → a fresh :class:`Policy` (a :class:`Policy` is returned as is)."""
+    if isinstance(spec, Policy):
+        return spec
+    m = _SPEC.match(spec.strip()) if isinstance(spec, str) else None
+    if not m or m.group(1) not in POLICY_NAMES:
+        raise UnknownPolicy(_unknown(spec))
+    batch = int(m.group(2)) if m.group(2) else DEFAULT_MAX_BATCH
+    if batch < 1:
+        raise UnknownPolicy(f"{spec!r}: max batch must be >= 1")
+    return make_policy(m.group(1), batch, spec=spec.strip())
