@@ -101,3 +101,30 @@ def test_report_without_tasks_topic_says_why_nothing_is_scored(tmp_path, capsys)
 def test_report_of_no_bag_is_a_clear_error(tmp_path, capsys):
     assert main(["report", str(tmp_path / "none")], commands=COMMANDS) == 2
     assert "no bag at" in capsys.readouterr().err
+
+
+def test_a_task_sent_without_an_id_is_scored_under_the_id_the_planner_gave_it(tmp_path):
+    """``ros2 topic pub /tasks`` without a task_id: the planner names the task ``<agent>-<n>`` and the
+    recorder keeps the message as sent; the report pairs the two and scores the task."""
+    import dataclasses
+
+    from timely_llm_ros.lrtrace import convert as cv
+    from timely_llm_ros.lrtrace import typestore as ts
+    from timely_llm_ros.lrtrace.bagio import DEFAULT_TOPICS, TOPIC_TASKS, TOPIC_TRACE, BagWriter
+
+    from viz_testlib import SCENARIO, scenario_specs
+
+    renamed = {"n1": "drone_2-1"}
+    store = ts.shared_typestore()
+    with BagWriter(tmp_path / "b", dict(DEFAULT_TOPICS), flush_every_s=None) as w:
+        for spec in scenario_specs():
+            sent = dataclasses.replace(spec, task_id="") if spec.task_id in renamed else spec
+            w.write_msg(TOPIC_TASKS, ts.seconds_to_ns(spec.arrival), cv.task_to_msg(store, sent, spec.arrival))
+        for e in SCENARIO:
+            e = dataclasses.replace(e, task_id=renamed.get(e.task_id, e.task_id))
+            w.write_msg(TOPIC_TRACE, ts.seconds_to_ns(e.t), cv.event_to_msg(store, e))
+    run = load_run(tmp_path / "b")
+    assert "drone_2-1" in run.tasks and "" not in run.tasks
+    assert not [n for n in run.notes if "no /tasks message" in n]
+    result = report.build(run)
+    assert result.classes["normal"]["n_failed"] == 1 and result.classes["normal"]["on_time_pct"] == 50.0

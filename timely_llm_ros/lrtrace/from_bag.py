@@ -15,7 +15,7 @@ A bag without ``/trace_events`` (not recorded, or lost) still gives a timeline a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from timely_llm_ros.core import events as ev
@@ -95,6 +95,7 @@ def load_run(path: str | Path) -> Run:
             )
         else:
             notes.append("the bag holds no trace events, statuses, segments or feedback: nothing to draw")
+    tasks = _name_unnamed_tasks(contents, tasks, events)
     model = TimelineModel()
     for info in tasks.values():
         model.set_task(info.task_id, info.agent_id, info.tuf, info.task_class, info.trace_id)
@@ -105,6 +106,31 @@ def load_run(path: str | Path) -> Run:
     elif no_tuf:
         notes.append("no /tasks messages: TUFs unknown, so no ERT markers and no utilities")
     return Run(Path(path), contents, events, tasks, model, notes, rebuilt)
+
+
+def _name_unnamed_tasks(contents: BagContents, tasks: dict[str, cv.TaskInfo],
+                        events: list[ev.TraceEvent]) -> dict[str, cv.TaskInfo]:
+    """Give ``/tasks`` messages sent without a ``task_id`` the id the planner gave them.
+
+    The planner names such a task ``<agent>-<n>``; the recorder keeps the message as it was sent, so
+    without this the task's TUF is unknown and it cannot be scored. Each agent's id-less messages, in
+    the order they were received, are paired with that agent's ARRIVAL events of tasks no message
+    names, in time order (the planner takes one publisher's messages in order)."""
+    unnamed: dict[str, list[cv.TaskInfo]] = {}
+    for _topic, t_ns, msg in contents.by_type(ts.TASK):
+        if not str(msg.task_id).strip():
+            unnamed.setdefault(msg.agent_id, []).append(cv.task_info_from_msg(msg, t_ns))
+    if not unnamed:
+        return tasks
+    named = {k: v for k, v in tasks.items() if k.strip()}
+    arrivals: dict[str, list[str]] = {}
+    for e in sorted((e for e in events if e.kind == ev.ARRIVAL), key=lambda e: e.t):
+        if e.task_id not in named and e.task_id not in arrivals.get(e.agent_id, ()):
+            arrivals.setdefault(e.agent_id, []).append(e.task_id)
+    for agent, infos in unnamed.items():
+        for info, task_id in zip(infos, arrivals.get(agent, []), strict=False):
+            named[task_id] = replace(info, task_id=task_id)
+    return named
 
 
 def events_from_topics(contents: BagContents) -> list[ev.TraceEvent]:
