@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 
-from timely_llm_ros.core.kv_policy import HOST, KVOptions, at_suspension, evict_destination, victim_key
+from timely_llm_ros.core.kv_policy import HOST, KVOptions, at_suspension, evict_destination
 from timely_llm_ros.core.profile import EngineProfile, load_profile
 from timely_llm_ros.core.tokenizer import EOS_ID, SimTokenizer
 from timely_llm_ros.engines.base import (
@@ -57,37 +57,34 @@ from timely_llm_ros.engines.base import (
     SpeedMeter,
     TokenOut,
 )
+# the shared state machine (sequences.py); the underscore names are this module's own spelling
+from timely_llm_ros.engines.sequences import (
+    DEVICE as _DEVICE,
+    DISCARDED as _DISCARDED,
+    FINISHED as _FINISHED,
+    HOST as _HOST,
+    PENDING_ADMIT as _PENDING_ADMIT,
+    PENDING_RESUME as _PENDING_RESUME,
+    RUNNING as _RUNNING,
+    SUSPENDED as _SUSPENDED,
+)
+from timely_llm_ros.engines.sequences import Sequence, SequenceTable
 
-# Sequence states
-_PENDING_ADMIT, _RUNNING, _PENDING_RESUME, _SUSPENDED, _FINISHED = range(5)
-_DEVICE, _HOST, _DISCARDED = "device", "host", "discarded"
 
+class _Seq(Sequence):
+    """A generation of the simulated engine: the shared state plus its script and prefill progress."""
 
-class _Seq:
-    __slots__ = ("gen_id", "ids", "n_prompt", "prefix_key", "prefix_len", "script", "max_tokens",
-                 "n_gen", "state", "location", "private", "suspended_at", "hint", "order", "todo", "done",
-                 "priority", "importance")
+    __slots__ = ("prefix_key", "prefix_len", "script", "private", "todo", "done")
 
     def __init__(self, gen_id: int, ids: list[int], prefix_key: str | None, prefix_len: int,
                  script: list[int], max_tokens: int, order: int) -> None:
-        self.gen_id = gen_id
-        self.ids = ids  # prompt + generated ids
-        self.n_prompt = len(ids)
+        super().__init__(gen_id, ids, max_tokens, order)
         self.prefix_key = prefix_key
         self.prefix_len = prefix_len
         self.script = script
-        self.max_tokens = max_tokens
-        self.n_gen = 0
-        self.state = _PENDING_ADMIT
-        self.location = _DEVICE
         self.private = 0  # KV tokens this sequence holds outside the shared prefix
-        self.suspended_at = 0.0
-        self.hint: float | None = None
-        self.order = order
         self.todo = 0  # prompt tokens still to prefill (chunked prefill)
         self.done = 0  # prompt tokens of the current prefill already in the KV (chunk offset)
-        self.priority = math.inf  # set_priority(): smaller first
-        self.importance = 0.0  # set_importance(): larger kept longer (eviction "priority")
 
 
 class SimEngine(Engine):
@@ -110,14 +107,14 @@ class SimEngine(Engine):
         self.chunked = bool(chunked_prefill)
         self._budget: int | None = None
         self._now = float(start_time)
-        self._seqs: dict[int, _Seq] = {}
-        self._active: dict[int, _Seq] = {}  # pending admissions/resumes + running, in admission order
+        self._table: SequenceTable[_Seq] = SequenceTable()
+        self._seqs = self._table.seqs
+        self._active = self._table.active  # pending admissions/resumes + running, in admission order
         self._prefix: dict[str, int] = {}  # prefix key -> cached length
         self._prefix_tokens = 0
         self._mem_running = 0
         self._mem_susp_dev = 0
         self._mem_host = 0
-        self._order = 0
         self._owed = 0.0  # transfer time decided between steps (swap-out at suspension), paid next step
         self._meter = SpeedMeter(self.profile.speed_window)
         self.stats = {"steps": 0, "prefill_tokens": 0, "swap_out": 0, "swap_in": 0, "discard": 0,
@@ -153,14 +150,10 @@ class SimEngine(Engine):
                           pinned=self._mem_susp_dev if self.kv.policy == "keep" else 0)
 
     def set_priority(self, gen_id: int, priority: float) -> None:
-        seq = self._seqs.get(gen_id)
-        if seq is not None and isinstance(priority, (int, float)) and not math.isnan(priority):
-            seq.priority = float(priority)
+        self._table.set_priority(gen_id, priority)
 
     def set_importance(self, gen_id: int, importance: float) -> None:
-        seq = self._seqs.get(gen_id)
-        if seq is not None and isinstance(importance, (int, float)) and math.isfinite(importance):
-            seq.importance = float(importance)
+        self._table.set_importance(gen_id, importance)
 
     def set_prefill_budget(self, tokens: int | None) -> None:
         if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
@@ -182,30 +175,19 @@ class SimEngine(Engine):
             raise EngineError("prefix_len outside the prompt")
         if prefix_key is None:
             prefix_len = 0
-        self._order += 1
         seq = _Seq(gen_id, list(prompt_ids), prefix_key, prefix_len, list(script or ()), max_tokens,
-                   self._order)
-        self._seqs[gen_id] = seq
-        self._active[gen_id] = seq
+                   self._table.next_order())
+        self._table.add(seq)
 
     def resume(self, gen_id: int, context: Context, *, max_tokens: int) -> None:
-        seq = self._get(gen_id)
-        if seq.state != _SUSPENDED:
-            raise EngineError(f"generation {gen_id} is not suspended")
-        context.check_matches(gen_id, seq.ids, seq.n_prompt)
-        seq.max_tokens = max_tokens
-        seq.state = _PENDING_RESUME
-        self._active[gen_id] = seq
+        self._table.resume(self._table.suspended(gen_id, context), max_tokens)
 
     def suspend(self, gen_id: int, resume_hint: float | None = None) -> Context:
-        seq = self._get(gen_id)
+        seq = self._table.get(gen_id)
         if seq.state != _RUNNING or seq.todo > 0:
             raise EngineError(f"generation {gen_id} is not running (cannot suspend)")
-        del self._active[gen_id]
-        seq.state = _SUSPENDED
+        self._table.suspend(seq, resume_hint, self._now)
         seq.location = _DEVICE
-        seq.suspended_at = self._now
-        seq.hint = resume_hint
         self._mem_running -= seq.private
         self._mem_susp_dev += seq.private
         pause = (resume_hint - self._now) if resume_hint is not None else math.inf
@@ -217,10 +199,9 @@ class SimEngine(Engine):
                        location=seq.location)
 
     def release(self, gen_id: int) -> None:
-        seq = self._seqs.pop(gen_id, None)
+        seq = self._table.forget(gen_id)
         if seq is None:
             return
-        self._active.pop(gen_id, None)
         if seq.state == _RUNNING:
             self._mem_running -= seq.private
         elif seq.state in (_SUSPENDED, _PENDING_RESUME):
@@ -277,12 +258,6 @@ class SimEngine(Engine):
         return self._emit_tokens()
 
     # -- internals ------------------------------------------------------------------------------
-    def _get(self, gen_id: int) -> _Seq:
-        try:
-            return self._seqs[gen_id]
-        except KeyError:
-            raise EngineError(f"unknown generation {gen_id}") from None
-
     def _bring_in(self, seq: _Seq) -> float:
         """Admission or resumption of ``seq`` before this step; returns transfer time. Sets ``todo``
         (prompt tokens to prefill: uncached prompt, or the private tokens of a discarded context)."""
@@ -368,10 +343,10 @@ class SimEngine(Engine):
             else:
                 out.append(TokenOut(seq.gen_id, tok, text_of(tok), now, False))
         for gid in done:  # a finished sequence stops running and frees its KV
-            seq = self._active.pop(gid)
+            seq = self._active[gid]
+            self._table.finish(seq)
             self._mem_running -= seq.private
             seq.private = 0
-            seq.state = _FINISHED
         return out
 
     def _host_room(self, n: int) -> bool:
@@ -400,8 +375,7 @@ class SimEngine(Engine):
         if self.kv.policy == "keep":
             raise EngineOutOfMemory(f"running generations need {need_running} KV tokens and kept suspended "
                                     f"contexts hold {susp_dev} of the capacity {cap} (kv_policy keep)")
-        victims = [s for s in self._seqs.values() if s.state == _SUSPENDED and s.location == _DEVICE]
-        victims.sort(key=lambda s: victim_key(self.kv, s.hint, s.suspended_at, s.order, s.importance))
+        victims = self._table.suspended_on_device(self.kv)
         dt = 0.0
         for seq in victims:
             if need_running + susp_dev <= cap:
