@@ -36,60 +36,28 @@ import sys
 import time
 from pathlib import Path
 
+from timely_llm_ros.bench.engine_loops import (
+    TASKS,
+    DecodeStep,
+    decode_throughput,
+    generate,
+    interleaved_runs,
+)
 from timely_llm_ros.core.skills import load_skill_set
 from timely_llm_ros.engines.llamacpp import LlamaCppEngine
 
-TASKS = ["[A] Could you find the cat? If so, go to it.", "[A] Take a picture of the door.",
-         "[A] Fly up 50 cm and turn around.", "[Q] Find a person and tell me how far away they are.",
-         "[A] Look for a red ball and take a picture of it.", "[A] Go forward 2 meters then land.",
-         "[Q] Is there a bottle on the table?", "[A] Turn left 90 degrees and move forward 1 meter."]
 
-
-def _prompt(eng: LlamaCppEngine, sset, task: str) -> tuple[list[int], int]:
-    pre = eng.tokenize(sset.prompt)
-    return pre + eng.tokenize(sset.format_request(task)[len(sset.prompt):]), len(pre)
-
-
-def admit_batch(eng, sset, b: int, first_gid: int, max_tokens: int) -> list[int]:
-    """Admit ``b`` of :data:`TASKS` without grammar (shared skill prompt) for a throughput run."""
-    for i in range(b):
-        ids, plen = _prompt(eng, sset, TASKS[i % len(TASKS)])
-        eng.admit(first_gid + i, ids, max_tokens=max_tokens, prefix_key="bench-no-grammar", prefix_len=plen)
-    return list(range(first_gid, first_gid + b))
-
-
-def rates(b: int, durations: list[float]) -> dict:
-    """Tokens/s of a batch of ``b`` from its decode-step durations (median)."""
-    med = statistics.median(durations)
-    return {"step_ms": med * 1e3, "tokens_per_s": b / med, "per_seq_tokens_per_s": 1 / med,
-            "steps": len(durations)}
+def _decode_step(eng: LlamaCppEngine) -> DecodeStep:
+    """One step as the engine reports it (:attr:`LlamaCppEngine.last_step`); prefill, restore or
+    eviction in it make it no decode-speed sample."""
+    eng.step()
+    st = eng.last_step
+    return DecodeStep(st.n_seqs if st.pure_decode else -1, st.duration, st.kv_tokens)
 
 
 def throughput(eng: LlamaCppEngine, batches: tuple[int, ...], steps: int) -> dict:
     """Aggregate and per-sequence decode tokens/s at each batch size (module docstring, 1)."""
-    sset = load_skill_set("tello_minispec")
-    eng.ignore_eos = True
-    res = {}
-    gid = 10_000
-    try:
-        for b in batches:
-            gens = admit_batch(eng, sset, b, gid, steps + 2)
-            gid += b
-            eng.step()
-            durs = []
-            kv = 0
-            for _ in range(steps):
-                eng.step()
-                st = eng.last_step
-                if st.pure_decode and st.n_seqs == b:
-                    durs.append(st.duration)
-                    kv = st.kv_tokens
-            for g in gens:
-                eng.release(g)
-            res[b] = rates(b, durs) | {"kv_tokens_per_seq": kv // b}
-    finally:
-        eng.ignore_eos = False
-    return res
+    return decode_throughput(eng, batches, steps, _decode_step)
 
 
 def suspend_resume(eng: LlamaCppEngine, n_prompt: int, repeats: int) -> dict:
@@ -134,37 +102,6 @@ def suspend_resume(eng: LlamaCppEngine, n_prompt: int, repeats: int) -> dict:
     return {k: statistics.median(v) for k, v in out.items() if v} | {"n_prompt": n_prompt}
 
 
-def _generate(eng: LlamaCppEngine, sset, gid: int, task: str, segmented: bool) -> dict:
-    """One request from admission to EOS; wall and CPU time, tokens, submitted rows."""
-    ids, plen = _prompt(eng, sset, task)
-    chk = sset.new_checker() if segmented else None
-    toks: list[int] = []
-    seg_work = 0.0
-    n_susp = 0
-    sub0 = eng.stats["tokens_submitted"]
-    c0 = time.process_time()
-    t0 = time.perf_counter()
-    eng.admit(gid, ids, max_tokens=48, prefix_key=sset.name, prefix_len=plen)
-    while True:
-        (o,) = eng.step()
-        toks.append(o.token_id)
-        if o.finished:
-            break
-        if chk is not None:
-            ts = time.perf_counter()
-            if chk.feed(o.text):
-                chk.cut()
-                ctx = eng.suspend(gid)
-                eng.resume(gid, ctx, max_tokens=48)
-                n_susp += 1
-            seg_work += time.perf_counter() - ts
-    wall = time.perf_counter() - t0
-    cpu = time.process_time() - c0
-    eng.release(gid)
-    return {"wall": wall, "cpu": cpu, "toks": toks, "seg_work": seg_work, "suspensions": n_susp,
-            "submitted": eng.stats["tokens_submitted"] - sub0}
-
-
 def _pct(seg: float, plain: float) -> float:
     return 100 * (seg - plain) / seg
 
@@ -179,15 +116,13 @@ def segmentation_overhead(eng: LlamaCppEngine, tasks: list[str], repeats: int) -
     the segmentation work itself.
     """
     sset = load_skill_set("tello_minispec")
-    _generate(eng, sset, 29_999, tasks[0], False)  # warm-up: prefills the shared skill prompt
+    submitted = lambda: eng.stats["tokens_submitted"]  # noqa: E731 - the engine's own counter
+    generate(eng, sset, 29_999, tasks[0], False, submitted)  # warm-up: prefills the shared skill prompt
     rows = []
     gid = 30_000
     for task in tasks:
-        runs: dict[bool, list[dict]] = {False: [], True: []}
-        for r in range(repeats):
-            for segmented in ((False, True) if r % 2 == 0 else (True, False)):
-                runs[segmented].append(_generate(eng, sset, gid, task, segmented))
-                gid += 1
+        runs = interleaved_runs(eng, task, repeats, gid, submitted)
+        gid += 2 * repeats
         ref = runs[False][0]["toks"]
         if any(x["toks"] != ref for x in runs[False] + runs[True]):
             raise RuntimeError(f"greedy outputs differ between runs for {task!r}")

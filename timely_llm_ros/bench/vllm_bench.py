@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from timely_llm_ros.bench.engine_bench import TASKS, _prompt, admit_batch, rates
+from timely_llm_ros.bench.engine_loops import TASKS, DecodeStep, decode_throughput, generate, interleaved_runs
 from timely_llm_ros.core.skills import load_skill_set
 from timely_llm_ros.engines.vllm import VllmEngine
 
@@ -41,23 +41,14 @@ def _timed(eng: VllmEngine) -> tuple[list, float]:
     return outs, time.perf_counter() - t0
 
 
+def _decode_step(eng: VllmEngine) -> DecodeStep:
+    """One step timed from outside; a decoding step gives every running generation a token."""
+    outs, dt = _timed(eng)
+    return DecodeStep(len(outs), dt)
+
+
 def throughput(eng: VllmEngine, batches: tuple[int, ...], steps: int) -> dict:
-    sset = load_skill_set("tello_minispec")
-    eng.ignore_eos = True
-    res = {}
-    gid = 10_000
-    try:
-        for b in batches:
-            gens = admit_batch(eng, sset, b, gid, steps + 2)
-            gid += b
-            eng.step()
-            durs = [dt for outs, dt in (_timed(eng) for _ in range(steps)) if len(outs) == b]
-            for g in gens:
-                eng.release(g)
-            res[b] = rates(b, durs)
-    finally:
-        eng.ignore_eos = False
-    return res
+    return decode_throughput(eng, batches, steps, _decode_step)
 
 
 def suspend_resume(eng: VllmEngine, n_prompt: int, repeats: int) -> dict:
@@ -96,43 +87,14 @@ def suspend_resume(eng: VllmEngine, n_prompt: int, repeats: int) -> dict:
                                                                      "block_size": eng.block_size}
 
 
-def _generate(eng: VllmEngine, sset, gid: int, task: str, segmented: bool) -> dict:
-    ids, plen = _prompt(eng, sset, task)
-    chk = sset.new_checker() if segmented else None
-    toks: list[int] = []
-    n_susp = 0
-    seg_work = 0.0
-    t0 = time.perf_counter()
-    eng.admit(gid, ids, max_tokens=48, prefix_key=sset.name, prefix_len=plen)
-    done = False
-    while not done:
-        for o in eng.step():
-            toks.append(o.token_id)
-            done = o.finished
-            if chk is not None and not done:
-                ts = time.perf_counter()
-                if chk.feed(o.text):
-                    chk.cut()
-                    ctx = eng.suspend(gid)
-                    eng.resume(gid, ctx, max_tokens=48)
-                    n_susp += 1
-                seg_work += time.perf_counter() - ts
-    wall = time.perf_counter() - t0
-    eng.release(gid)
-    return {"wall": wall, "toks": toks, "suspensions": n_susp, "seg_work": seg_work}
-
-
 def segmentation_overhead(eng: VllmEngine, tasks: list[str], repeats: int) -> dict:
     sset = load_skill_set("tello_minispec")
-    _generate(eng, sset, 29_999, tasks[0], False)  # warm-up: skill prompt cached, grammar compiled
+    generate(eng, sset, 29_999, tasks[0], False)  # warm-up: skill prompt cached, grammar compiled
     rows = []
     gid = 30_000
     for task in tasks:
-        runs: dict[bool, list[dict]] = {False: [], True: []}
-        for r in range(repeats):
-            for segmented in ((False, True) if r % 2 == 0 else (True, False)):
-                runs[segmented].append(_generate(eng, sset, gid, task, segmented))
-                gid += 1
+        runs = interleaved_runs(eng, task, repeats, gid)
+        gid += 2 * repeats
         ref = runs[False][0]["toks"]
         same = all(x["toks"] == ref for x in runs[False] + runs[True])
         plain = statistics.median(x["wall"] for x in runs[False])
