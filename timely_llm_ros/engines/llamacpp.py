@@ -79,17 +79,17 @@ from pathlib import Path
 
 import numpy as np
 
-from timely_llm_ros.core.engine import check_admission
-from timely_llm_ros.core.kv_policy import HOST, KEEP, at_suspension
-from timely_llm_ros.core.profile import EngineProfile
-from timely_llm_ros.engines.base import (
+from timely_llm_ros.core.engine import (
     Context,
     Engine,
     EngineError,
     EngineInfo,
     SpeedMeter,
     TokenOut,
+    check_admission,
 )
+from timely_llm_ros.core.kv_policy import HOST, KEEP, at_suspension
+from timely_llm_ros.core.profile import EngineProfile
 from timely_llm_ros.engines.llamacpp_batch import Batching
 from timely_llm_ros.engines.llamacpp_chat import ChatPrompt, Grammars
 from timely_llm_ros.engines.llamacpp_config import DEFAULT_COST_PROFILE, LlamaCppConfig, default_threads

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from timely_llm_ros.engines.base import EngineError, EngineOutOfMemory, TokenOut
+from timely_llm_ros.core.engine import EngineError, EngineOutOfMemory, TokenOut
 from timely_llm_ros.engines.llamacpp_native import NativeBatch, NativeModel
 from timely_llm_ros.engines.llamacpp_seq import LlamaSeq, Prefix, StepInfo
 from timely_llm_ros.engines.sequences import DEVICE, PENDING_ADMIT, SequenceTable

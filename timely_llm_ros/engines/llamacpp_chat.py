@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from timely_llm_ros.engines.base import EngineError
+from timely_llm_ros.core.engine import EngineError
 from timely_llm_ros.engines.chat_template import CHATML, ChatTemplateError, split_template
 from timely_llm_ros.engines.llamacpp_native import GrammarConstraint, NativeModel
 

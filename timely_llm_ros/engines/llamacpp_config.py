@@ -20,7 +20,7 @@ from pathlib import Path
 
 from timely_llm_ros.core.kv_policy import KVOptions, KVPolicyError
 from timely_llm_ros.core.profile import EngineProfile, ProfileError, load_profile
-from timely_llm_ros.engines.base import EngineError
+from timely_llm_ros.core.engine import EngineError
 
 # Fitted on this engine with the default model (timely-llm profile); prices prefill and transfers.
 DEFAULT_COST_PROFILE = "smollm2-135m-q4_1-cpu"

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from timely_llm_ros.core.kv_policy import DROP, KVOptions, evict_destination
 from timely_llm_ros.core.profile import EngineProfile
-from timely_llm_ros.engines.base import EngineError, EngineOutOfMemory, MemoryInfo
+from timely_llm_ros.core.engine import EngineError, EngineOutOfMemory, MemoryInfo
 from timely_llm_ros.engines.llamacpp_native import NativeModel
 from timely_llm_ros.engines.llamacpp_seq import LlamaSeq, Prefix, StepInfo
 from timely_llm_ros.engines.sequences import (

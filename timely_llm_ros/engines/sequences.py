@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Generic, TypeVar
 
 from timely_llm_ros.core.kv_policy import KVOptions, victim_key
-from timely_llm_ros.engines.base import Context, EngineError
+from timely_llm_ros.core.engine import Context, EngineError
 
 PENDING_ADMIT, RUNNING, PENDING_RESUME, SUSPENDED, FINISHED = range(5)
 # Where a generation's KV is: in the engine's (device) memory, spilled to host memory, or dropped
