@@ -106,9 +106,8 @@ def skill_list_text(skills: dict[str, SkillSpec]) -> str:
     return "\n".join(lines)
 
 
-def load_skill_set_file(path: str | Path) -> SkillSet:
-    """Load and validate one skill-set YAML file (not cached)."""
-    path = Path(path)
+def _read_yaml(path: Path) -> dict:
+    """The file's top-level mapping, checked against config/schema/skill_set.schema.json."""
     p = str(path)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -122,18 +121,10 @@ def load_skill_set_file(path: str | Path) -> SkillSet:
         validate_schema(data, "skill_set", p)
     except SchemaError as exc:
         raise SkillSetError(str(exc)) from None
-    name = _field(data, "name", p, str)
-    robot_type = _field(data, "robot_type", p, str)
-    language = _field(data, "language", p, str)
-    if language not in LANGUAGES:
-        raise SkillSetError(f"{p}: field 'language' must be one of {', '.join(LANGUAGES)}, got {language!r}")
-    prompt = _field(data, "prompt", p, str)
-    mst = _field(data, "max_segment_tokens", p, int)
-    if mst <= 0:
-        raise SkillSetError(f"{p}: field 'max_segment_tokens' must be positive, got {mst}")
-    gen = _field(data, "segment_gen_estimate_s", p, (int, float))
-    if not math.isfinite(gen) or gen <= 0:
-        raise SkillSetError(f"{p}: field 'segment_gen_estimate_s' must be a positive number, got {gen}")
+    return data
+
+
+def _load_skills(data: dict, p: str, language: str) -> dict[str, SkillSpec]:
     raw_skills = _field(data, "skills", p, list)
     skills: dict[str, SkillSpec] = {}
     for i, raw in enumerate(raw_skills):
@@ -145,6 +136,10 @@ def load_skill_set_file(path: str | Path) -> SkillSet:
         raise SkillSetError(f"{p}: field 'skills' is empty")
     if language == "chatbot" and set(skills) != {CHATBOT_SKILL}:
         raise SkillSetError(f"{p}: a chatbot skill set has exactly one skill, {CHATBOT_SKILL!r}")
+    return skills
+
+
+def _segment_rule(data: dict, p: str, language: str, skills: dict[str, SkillSpec]) -> SegmentRule:
     seg = data.get("segment", {})
     if not isinstance(seg, dict):
         raise SkillSetError(f"{p}: field 'segment' must be a mapping")
@@ -158,7 +153,10 @@ def load_skill_set_file(path: str | Path) -> SkillSet:
             f"{p}: field 'segment.mode' must be {' or '.join(expected_modes)} "
             f"for language {language!r}, got {mode!r}"
         )
-    rule = SegmentRule(mode, frozenset(skills), bare_calls=language == "minispec", min_chars=min_chars)
+    return SegmentRule(mode, frozenset(skills), bare_calls=language == "minispec", min_chars=min_chars)
+
+
+def _request_template(data: dict, p: str) -> str:
     template = data.get("request_template", "{request}\nResponse: ")
     if not isinstance(template, str) or "{request}" not in template:
         raise SkillSetError(f"{p}: field 'request_template' must be a string containing '{{request}}'")
@@ -166,6 +164,10 @@ def load_skill_set_file(path: str | Path) -> SkillSet:
         template.format(request="")
     except (KeyError, IndexError, ValueError) as exc:
         raise SkillSetError(f"{p}: field 'request_template' has a bad placeholder: {exc}") from exc
+    return template
+
+
+def _loop_limit_and_examples(data: dict, p: str) -> tuple[int, list[dict[str, str]]]:
     max_loop = data.get("max_loop_count", 100)
     if isinstance(max_loop, bool) or not isinstance(max_loop, int) or max_loop < 1:
         raise SkillSetError(f"{p}: field 'max_loop_count' must be a positive int, got {max_loop!r}")
@@ -175,23 +177,34 @@ def load_skill_set_file(path: str | Path) -> SkillSet:
         for e in examples
     ):
         raise SkillSetError(f"{p}: field 'examples' must be a list of {{task: str, plan: str}}")
+    return max_loop, [dict(e) for e in examples]
+
+
+def load_skill_set_file(path: str | Path) -> SkillSet:
+    """Load and validate one skill-set YAML file (not cached)."""
+    path = Path(path)
+    p = str(path)
+    data = _read_yaml(path)
+    name = _field(data, "name", p, str)
+    robot_type = _field(data, "robot_type", p, str)
+    language = _field(data, "language", p, str)
+    if language not in LANGUAGES:
+        raise SkillSetError(f"{p}: field 'language' must be one of {', '.join(LANGUAGES)}, got {language!r}")
+    prompt = _field(data, "prompt", p, str)
+    mst = _field(data, "max_segment_tokens", p, int)
+    if mst <= 0:
+        raise SkillSetError(f"{p}: field 'max_segment_tokens' must be positive, got {mst}")
+    gen = _field(data, "segment_gen_estimate_s", p, (int, float))
+    if not math.isfinite(gen) or gen <= 0:
+        raise SkillSetError(f"{p}: field 'segment_gen_estimate_s' must be a positive number, got {gen}")
+    skills = _load_skills(data, p, language)
+    rule = _segment_rule(data, p, language, skills)
+    template = _request_template(data, p)
+    max_loop, examples = _loop_limit_and_examples(data, p)
     if _SKILL_PLACEHOLDER in prompt:
         prompt = prompt.replace(_SKILL_PLACEHOLDER, skill_list_text(skills))
-    sset = SkillSet(
-        name,
-        robot_type,
-        language,
-        prompt,
-        mst,
-        float(gen),
-        skills,
-        rule,
-        template,
-        max_loop,
-        [dict(e) for e in examples],
-        p,
-        dict(data.get("backends") or {}),
-    )
+    sset = SkillSet(name, robot_type, language, prompt, mst, float(gen), skills, rule, template, max_loop,
+                    examples, p, dict(data.get("backends") or {}))
     for i, ex in enumerate(sset.examples):
         try:
             sset.parse_plan(ex["plan"])
