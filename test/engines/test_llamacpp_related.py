@@ -18,7 +18,7 @@ from llamacpp_guard import require_llamacpp
 
 require_llamacpp()
 
-from timely_llm_ros.engines.llamacpp import LlamaCppEngine  # noqa: E402
+from timely_llm_ros.engines.llamacpp import LlamaCppConfig, LlamaCppEngine  # noqa: E402
 
 pytestmark = pytest.mark.slow
 THREADS = int(os.environ.get("TIMELY_LLM_TEST_THREADS", "1"))
@@ -190,7 +190,7 @@ def test_planner_budget_replaces_the_fixed_chunk_and_the_hold_back(engine, refer
 
 
 def test_cost_profile_and_its_requirement():
-    assert LlamaCppEngine.__init__.__kwdefaults__["kv_policy"] == "evict"
+    assert LlamaCppConfig().kv_policy == "evict"  # the default the engine gets without the option
     with pytest.raises(EngineError, match="kv_policy must be one of"):
         LlamaCppEngine(kv_policy="sometimes", n_ctx=256)
 
