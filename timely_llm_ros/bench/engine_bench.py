@@ -37,11 +37,11 @@ import time
 from pathlib import Path
 
 from timely_llm_ros.bench.engine_loops import (
-    TASKS,
     DecodeStep,
     decode_throughput,
     generate,
     interleaved_runs,
+    run_benchmarks,
 )
 from timely_llm_ros.core.skills import load_skill_set
 from timely_llm_ros.engines.llamacpp import LlamaCppEngine
@@ -168,12 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     with LlamaCppEngine(n_ctx=4096, n_threads=args.threads) as eng:
         results: dict = {"machine": f"{platform.node()} {os.cpu_count()} CPUs",
                          "engine": {k: v for k, v in eng.info.extra.items() if k != "model"}}
-        print("decode throughput ...", file=sys.stderr, flush=True)
-        results["throughput"] = throughput(eng, (1, 4, 8), args.steps)
-        print("suspend/resume ...", file=sys.stderr, flush=True)
-        results["suspend_resume"] = suspend_resume(eng, args.prompt_tokens, args.repeats)
-        print("segmentation overhead ...", file=sys.stderr, flush=True)
-        results["segmentation"] = segmentation_overhead(eng, TASKS[:args.tasks], args.repeats)
+        results |= run_benchmarks(eng, args.steps, args.prompt_tokens, args.tasks, args.repeats,
+                                  throughput, suspend_resume, segmentation_overhead)
     results["load_average"] = [load0, os.getloadavg()[0]]
     print(json.dumps(results, indent=1))
     if args.out:

@@ -12,6 +12,7 @@ an engine, so either benchmark runs where only its own inference library is inst
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -83,6 +84,21 @@ def decode_throughput(eng: Any, batches: tuple[int, ...], steps: int,
     finally:
         eng.ignore_eos = False
     return res
+
+
+def run_benchmarks(eng: Any, steps: int, prompt_tokens: int, tasks: int, repeats: int,
+                   throughput: Callable[..., dict], suspend_resume: Callable[..., dict],
+                   segmentation_overhead: Callable[..., dict]) -> dict:
+    """The three measurements of an engine benchmark in order, with progress on stderr: decode
+    throughput at batch 1, 4, 8, suspend/resume of a ``prompt_tokens`` context, segmentation
+    overhead on the first ``tasks`` of :data:`TASKS`."""
+    print("decode throughput ...", file=sys.stderr, flush=True)
+    out = {"throughput": throughput(eng, (1, 4, 8), steps)}
+    print("suspend/resume ...", file=sys.stderr, flush=True)
+    out["suspend_resume"] = suspend_resume(eng, prompt_tokens, repeats)
+    print("segmentation overhead ...", file=sys.stderr, flush=True)
+    out["segmentation"] = segmentation_overhead(eng, TASKS[:tasks], repeats)
+    return out
 
 
 def generate(eng: Engine, sset: SkillSet, gid: int, task: str, segmented: bool,

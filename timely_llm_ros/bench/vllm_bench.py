@@ -30,7 +30,13 @@ import sys
 import time
 from pathlib import Path
 
-from timely_llm_ros.bench.engine_loops import TASKS, DecodeStep, decode_throughput, generate, interleaved_runs
+from timely_llm_ros.bench.engine_loops import (
+    DecodeStep,
+    decode_throughput,
+    generate,
+    interleaved_runs,
+    run_benchmarks,
+)
 from timely_llm_ros.core.skills import load_skill_set
 from timely_llm_ros.engines.vllm import VllmEngine
 
@@ -159,12 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         res: dict = {"machine": f"{platform.node()} {os.cpu_count()} CPUs", "options": opts,
                      "engine": {k: v for k, v in eng.info.extra.items() if k != "model"}}
-        print("decode throughput ...", file=sys.stderr, flush=True)
-        res["throughput"] = throughput(eng, (1, 4, 8), args.steps)
-        print("suspend/resume ...", file=sys.stderr, flush=True)
-        res["suspend_resume"] = suspend_resume(eng, args.prompt_tokens, args.repeats)
-        print("segmentation overhead ...", file=sys.stderr, flush=True)
-        res["segmentation"] = segmentation_overhead(eng, TASKS[:args.tasks], args.repeats)
+        res |= run_benchmarks(eng, args.steps, args.prompt_tokens, args.tasks, args.repeats,
+                              throughput, suspend_resume, segmentation_overhead)
     finally:
         eng.close()
     res["load_average"] = [load0, os.getloadavg()[0]]

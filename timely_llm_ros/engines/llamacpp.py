@@ -297,8 +297,7 @@ class LlamaCppEngine(KVMemory, Batching, Engine):
                                    self._costs or NO_COSTS, self._host_room(seq.private))
             if action != KEEP:
                 self._evict(seq, to_host=action == HOST)
-        return Context(gen_id=gen_id, token_ids=list(seq.ids), n_prompt=seq.n_prompt, kv=gen_id,
-                       location=seq.location)
+        return self._table.context(seq)
 
     def release(self, gen_id: int) -> None:
         seq = self._table.forget(gen_id)

@@ -98,6 +98,12 @@ class SequenceTable(Generic[S]):
         seq.hint = resume_hint
         seq.suspended_at = now
 
+    @staticmethod
+    def context(seq: Sequence) -> Context:
+        """What a suspension hands the caller: the ids (prompt + generated) and where the KV is."""
+        return Context(gen_id=seq.gen_id, token_ids=list(seq.ids), n_prompt=seq.n_prompt, kv=seq.gen_id,
+                       location=seq.location)
+
     def finish(self, seq: S) -> None:
         """A generation that produced its last token leaves the batch (the engine frees its KV)."""
         del self.active[seq.gen_id]

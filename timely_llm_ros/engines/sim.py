@@ -195,8 +195,7 @@ class SimEngine(Engine):
                                self._host_room(seq.private))
         if action != "keep":
             self._owed += self._evict(seq, action)
-        return Context(gen_id=gen_id, token_ids=list(seq.ids), n_prompt=seq.n_prompt, kv=gen_id,
-                       location=seq.location)
+        return self._table.context(seq)
 
     def release(self, gen_id: int) -> None:
         seq = self._table.forget(gen_id)
