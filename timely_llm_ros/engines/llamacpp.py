@@ -89,7 +89,7 @@ from timely_llm_ros.core.kv_policy import (
 )
 from timely_llm_ros.core.profile import EngineProfile, ProfileError, load_profile
 from timely_llm_ros.core.engine import check_admission
-from timely_llm_ros.engines.base import (
+from timely_llm_ros.core.engine import (
     Context,
     Engine,
     EngineError,

@@ -50,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from timely_llm_ros.core.engine import check_admission
-from timely_llm_ros.engines.base import (
+from timely_llm_ros.core.engine import (
     Context,
     Engine,
     EngineError,

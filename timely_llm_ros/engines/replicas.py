@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from timely_llm_ros.engines.base import Context, Engine, EngineError, EngineInfo, MemoryInfo, TokenOut
+from timely_llm_ros.core.engine import Context, Engine, EngineError, EngineInfo, MemoryInfo, TokenOut
 
 log = logging.getLogger(__name__)
 
@@ -525,9 +525,9 @@ class ReplicaSetEngine(Engine):
 
 def simulated_replicas(profile: object, n: int, tokenizer: object = None, **sim_options: object) -> Engine:
     """``n`` simulated engines with ``profile`` (one engine when ``n == 1``) on one virtual clock;
-    ``tokenizer``: shared by all (default: a new :class:`~timely_llm_ros.core.tokenizer.SimTokenizer`);
+    ``tokenizer``: shared by all (default: a new :class:`~timely_llm_ros.engines.sim_tokenizer.SimTokenizer`);
     ``sim_options``: passed to each :class:`~timely_llm_ros.engines.sim.SimEngine` (KV policy, chunked prefill)."""
-    from timely_llm_ros.core.tokenizer import SimTokenizer
+    from timely_llm_ros.engines.sim_tokenizer import SimTokenizer
     from timely_llm_ros.engines.sim import SimEngine
 
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:

@@ -46,8 +46,7 @@ import math
 
 from timely_llm_ros.core.kv_policy import HOST, KVOptions, at_suspension, evict_destination, victim_key
 from timely_llm_ros.core.profile import EngineProfile, load_profile
-from timely_llm_ros.core.tokenizer import EOS_ID, SimTokenizer
-from timely_llm_ros.engines.base import (
+from timely_llm_ros.core.engine import (
     Context,
     Engine,
     EngineError,
@@ -57,6 +56,7 @@ from timely_llm_ros.engines.base import (
     SpeedMeter,
     TokenOut,
 )
+from timely_llm_ros.engines.sim_tokenizer import EOS_ID, SimTokenizer
 
 # Sequence states
 _PENDING_ADMIT, _RUNNING, _PENDING_RESUME, _SUSPENDED, _FINISHED = range(5)

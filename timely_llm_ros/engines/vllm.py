@@ -60,7 +60,7 @@ from pathlib import Path
 
 from timely_llm_ros.engines.chat_template import wrap_ids
 from timely_llm_ros.core.engine import check_admission
-from timely_llm_ros.engines.base import (
+from timely_llm_ros.core.engine import (
     Context,
     Engine,
     EngineError,
