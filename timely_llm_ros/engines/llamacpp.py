@@ -398,7 +398,7 @@ class LlamaCppEngine(Engine):
 
     # -- Engine API: generations ----------------------------------------------------------------
     def admit(self, gen_id: int, prompt_ids: list[int], *, max_tokens: int, prefix_key: str | None = None,
-              prefix_len: int = 0, script: list[int] | None = None) -> None:
+              prefix_len: int = 0) -> None:
         nat = self._nat()
         check_admission(gen_id in self._seqs, gen_id, prompt_ids, max_tokens)
         if not 0 <= prefix_len <= len(prompt_ids):

@@ -169,6 +169,8 @@ class SimEngine(Engine):
 
     def admit(self, gen_id: int, prompt_ids: list[int], *, max_tokens: int, prefix_key: str | None = None,
               prefix_len: int = 0, script: list[int] | None = None) -> None:
+        """The port's ``admit`` plus this engine's own ``script``: the ids it emits (then EOS) in place
+        of a model's output (``needs_script``; the planner passes it through ``script_kwargs``)."""
         if gen_id in self._seqs:
             raise EngineError(f"generation {gen_id} already admitted")
         if not prompt_ids:
