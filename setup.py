@@ -68,7 +68,7 @@ setup(
                                        "arm = timely_llm_ros.robots.plugins:ARM"],
         "timely_llm_ros.robot_backends": ["sim = timely_llm_ros.robots.plugins:sim_backend",
                                           "tello = timely_llm_ros.robots.plugins:tello_backend",
-                                          "ros = timely_llm_ros.robots.ros_backend_map:ros_backend"],
+                                          "ros = timely_llm_ros.robots.plugins:ros_backend"],
     },
     zip_safe=False,
 )

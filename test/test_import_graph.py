@@ -18,22 +18,11 @@ import import_graph as ig  # noqa: E402
 
 P = "timely_llm_ros."
 
-# core -> outside core, still tolerated (importer, imported).
-CORE_OUTSIDE_ALLOWED: frozenset[tuple[str, str]] = frozenset({
-    # The simulator's composition (a SimEngine, or a replica set of them, wired to a PlannerCore)
-    # still lives in core/simulator.py. Removed by the step "simulator composition moves out of
-    # core" (the composition goes to engines/ or bench/, core keeps the virtual-clock loop).
-    (P + "core.simulator", P + "engines.sim"),
-    (P + "core.simulator", P + "engines.replicas"),
-})
+# core -> outside core, still tolerated (importer, imported). Empty: keep it so.
+CORE_OUTSIDE_ALLOWED: frozenset[tuple[str, str]] = frozenset()
 
-# Import cycles (strongly connected components, sorted), still tolerated.
-CYCLES_ALLOWED: frozenset[tuple[str, ...]] = frozenset({
-    # ros_backend_map.ros_backend() is the "ros" plug-in factory and imports ros_backend lazily
-    # (rclpy only when used), while ros_backend imports ros_backend_map's mapping. Removed by
-    # the plug-in registry step (the factory moves next to RosBackend or into its own module).
-    (P + "robots.ros_backend", P + "robots.ros_backend_map"),
-})
+# Import cycles (strongly connected components, sorted), still tolerated. Empty: keep it so.
+CYCLES_ALLOWED: frozenset[tuple[str, ...]] = frozenset()
 
 
 def violations(graph: dict[str, set[str]]) -> list[str]:

@@ -7,7 +7,7 @@ import pytest
 from timely_llm_ros.bench import scenario_table as st
 from timely_llm_ros.bench.bounds import alone_response_times, class_bounds
 from timely_llm_ros.bench.scenarios import policy_for
-from timely_llm_ros.core.simulator import SimConfig, simulate
+from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.core.tuf import NORMAL_TUF, TUF, URGENT_TUF
 

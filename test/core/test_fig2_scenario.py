@@ -11,7 +11,7 @@ request misses its ERT. ``@b1`` is the figure's literal one-at-a-time engine; th
 
 import pytest
 
-from timely_llm_ros.core.simulator import SimConfig, simulate
+from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.core.tuf import NORMAL_TUF, URGENT_TUF
 

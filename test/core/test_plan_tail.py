@@ -16,7 +16,7 @@ from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.exectime import load_exec_time_model
 from timely_llm_ros.core.planner import PlannerCore
 from timely_llm_ros.core.profile import EngineProfile
-from timely_llm_ros.core.simulator import SimConfig, simulate
+from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.core.skills import load_skill_set
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.core.tuf import NORMAL_TUF

@@ -18,7 +18,7 @@ from timely_llm_ros.core.policy_timely import (
 )
 from timely_llm_ros.core.priority import PUDPriority
 from timely_llm_ros.core.scheduler import LatencyGuidedAdmission, Scheduler, parse_policy
-from timely_llm_ros.core.simulator import SimConfig, simulate
+from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.core.task import TaskSpec
 from schedkit import gen
 

@@ -3,7 +3,7 @@
 import pytest
 
 from timely_llm_ros.core.profile import EngineProfile
-from timely_llm_ros.core.tokenizer import EOS_ID
+from timely_llm_ros.engines.sim_tokenizer import EOS_ID
 from timely_llm_ros.engines.base import Context, EngineError, EngineOutOfMemory
 from timely_llm_ros.engines.sim import SimEngine
 

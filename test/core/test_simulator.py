@@ -6,7 +6,7 @@ from functools import cache
 import pytest
 
 from timely_llm_ros.core import events as ev
-from timely_llm_ros.core.simulator import SimConfig, simulate
+from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.core.tuf import NORMAL_TUF
 from timely_llm_ros.workload.fileformat import data_dir

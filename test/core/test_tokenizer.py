@@ -2,7 +2,7 @@
 
 import pytest
 
-from timely_llm_ros.core.tokenizer import EOS_ID, N_SPECIAL, SimTokenizer, TokenizerError
+from timely_llm_ros.engines.sim_tokenizer import EOS_ID, N_SPECIAL, SimTokenizer, TokenizerError
 
 TEXTS = [
     "?s('cat')==True{g('cat')}->False",

@@ -10,7 +10,7 @@ import pytest
 from timely_llm_ros.bench import scenarios as sc
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.metrics import summarize
-from timely_llm_ros.core.simulator import SimConfig, simulate
+from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.engines.base import EngineError
 from timely_llm_ros.engines.replicas import ReplicaSetEngine, simulated_replicas
 

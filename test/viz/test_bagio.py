@@ -20,7 +20,7 @@ from ruamel.yaml import YAML  # noqa: E402
 from viz_testlib import SCENARIO, write_scenario_bag  # noqa: E402
 
 from timely_llm_ros.core import events as ev  # noqa: E402
-from timely_llm_ros.core.simulator import SimConfig, simulate  # noqa: E402
+from timely_llm_ros.sim.simulator import SimConfig, simulate  # noqa: E402
 from timely_llm_ros.lrtrace import convert as cv  # noqa: E402
 from timely_llm_ros.lrtrace import typestore as ts  # noqa: E402
 from timely_llm_ros.lrtrace.bagio import (  # noqa: E402

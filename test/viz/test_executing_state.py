@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from timely_llm_ros.core import events as ev
-from timely_llm_ros.core.simulator import SimConfig, simulate
+from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.lrtrace import typestore as ts
 from timely_llm_ros.lrtrace.bagio import read_bag
 from timely_llm_ros.lrtrace.convert import status_from_msg

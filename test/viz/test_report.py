@@ -76,7 +76,7 @@ def test_report_of_a_sim_bag_equals_the_bench(tmp_path, policy, capsys):
 
 def _sim(bench, spec, policy):
     """The SimResult behind a bench run (the bench keeps records and events, not the object)."""
-    from timely_llm_ros.core.simulator import SimResult
+    from timely_llm_ros.sim.simulator import SimResult
 
     run = bench.runs[(spec, policy)]
     return SimResult(records=run.records, events=run.events, stats=dict(run.stats))

@@ -19,7 +19,7 @@ import dataclasses
 import math
 from typing import Any
 
-from timely_llm_ros.core.simulator import SimConfig, simulate
+from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.core.task import TaskSpec, task_class
 
 GAP_S = 10_000.0  # seconds between the warm-up copy and the measured one (both long done by then)

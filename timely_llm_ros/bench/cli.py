@@ -217,7 +217,7 @@ def _list() -> int:
 
 def _write_bags(bench: rn.Bench, jobs: list, out: Path) -> list[Path]:
     """One bag per (workload, policy) run, named so that reruns never overwrite (the writer refuses)."""
-    from timely_llm_ros.core.simulator import SimResult
+    from timely_llm_ros.sim.simulator import SimResult
     from timely_llm_ros.lrtrace.simbag import write_sim_bag
 
     paths = []
@@ -362,7 +362,7 @@ def _scenario_summary(bench: rn.Bench, policies: list[str], options: rn.BenchOpt
     from timely_llm_ros.bench import scenarios as sc
     from timely_llm_ros.bench.bounds import class_bounds
     from timely_llm_ros.bench.scenario_table import summary_rows
-    from timely_llm_ros.core.simulator import SimConfig
+    from timely_llm_ros.sim.simulator import SimConfig
 
     config = SimConfig(profile=options.profile, exec_mode=options.exec_mode,
                        network_latency=options.network_latency, seed=options.seed)

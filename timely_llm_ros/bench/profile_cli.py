@@ -40,7 +40,7 @@ import numpy as np
 import yaml
 
 from timely_llm_ros.core.profile import EngineProfile, ProfileError, fit_decode, fit_prefill, load_profile
-from timely_llm_ros.engines.base import Engine
+from timely_llm_ros.engines.base import Engine, script_kwargs
 
 # Engine parameters that make generation lengths predictable for profiling.
 PROFILE_PARAMS: dict[str, dict[str, object]] = {
@@ -107,14 +107,14 @@ def measure(engine: Engine, plan: SweepPlan, progress: Callable[[str], None] | N
     ids = _Ids(engine)
     meas = Measurements()
     gid = itertools.count(1_000_000)
-    script = [ids.base[0]] * 4096  # the simulated engine needs output ids; real engines ignore them
+    script = script_kwargs(engine, [ids.base[0]] * 4096)  # output ids, for the simulated engine only
     limit = engine.info.context_limit
     for rep in range(plan.prefill_repeats):
         for n in plan.prefill_sizes:
             if n + 2 >= limit:
                 continue
             g = next(gid)
-            engine.admit(g, ids.take(n), max_tokens=1, script=script)
+            engine.admit(g, ids.take(n), max_tokens=1, **script)
             _outs, dt = _timed_step(engine)
             submitted = getattr(getattr(engine, "last_step", None), "n_tokens", n)
             meas.prefill.append((submitted, dt))
@@ -130,7 +130,7 @@ def measure(engine: Engine, plan: SweepPlan, progress: Callable[[str], None] | N
             gens = [next(gid) for _ in range(b)]
             for g in gens:
                 engine.admit(g, prefix + ids.take(PRIVATE), max_tokens=plan.decode_steps + 1,
-                             prefix_key=key, prefix_len=shared, script=script)
+                             prefix_key=key, prefix_len=shared, **script)
             engine.step()  # admission: prefill of the private parts (and the prefix once)
             generated = 1
             for _ in range(plan.decode_steps):
@@ -148,7 +148,7 @@ def measure(engine: Engine, plan: SweepPlan, progress: Callable[[str], None] | N
             if n + 4 >= limit:
                 continue
             g = next(gid)
-            engine.admit(g, ids.take(n), max_tokens=4, script=script)
+            engine.admit(g, ids.take(n), max_tokens=4, **script)
             engine.step()
             ctx = engine.suspend(g)
             t0 = time.perf_counter()

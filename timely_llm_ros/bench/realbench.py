@@ -45,7 +45,7 @@ from timely_llm_ros.core.planner import PlannerCore
 from timely_llm_ros.core.profile import EngineProfile, load_profile
 from timely_llm_ros.core.robot_sim import RobotSim
 from timely_llm_ros.core.task import TaskRejected, TaskSpec, task_class
-from timely_llm_ros.core.tokenizer import SimTokenizer
+from timely_llm_ros.engines.sim_tokenizer import SimTokenizer
 from timely_llm_ros.engines.base import Engine
 from timely_llm_ros.engines.sim import SimEngine
 

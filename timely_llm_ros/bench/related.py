@@ -45,7 +45,7 @@ from timely_llm_ros.core.kv_policy import KVOptions
 from timely_llm_ros.core.metrics import summarize
 from timely_llm_ros.core.planner_options import PlannerOptions
 from timely_llm_ros.core.profile import load_profile
-from timely_llm_ros.core.simulator import SimConfig, simulate
+from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.workload import resolve_workload
 

@@ -43,7 +43,7 @@ from timely_llm_ros.core.metrics import summarize
 from timely_llm_ros.core.planner import PlannerCore
 from timely_llm_ros.core.profile import load_profile
 from timely_llm_ros.core.robot_sim import RobotSim
-from timely_llm_ros.core.simulator import SimConfig, simulate
+from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.core.skills import load_skill_set
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
 from timely_llm_ros.engines.base import Engine

@@ -1,7 +1,7 @@
 """Runs workloads through policies on the simulator and keeps the results the CLI reports.
 
 A :class:`Bench` resolves workloads once, runs each (workload, policy) pair at most once (figures
-that share runs reuse them) and turns every :class:`~timely_llm_ros.core.simulator.SimResult`
+that share runs reuse them) and turns every :class:`~timely_llm_ros.sim.simulator.SimResult`
 into a :class:`RunResult`: metrics per task class and per task type (trace id) as plain dicts —
 the exact numbers printed in the tables and written to ``results.json`` — plus the records and
 trace events that the timeline figure needs. Wall-clock times are kept apart (:attr:`Bench.timing`)
@@ -23,7 +23,7 @@ from typing import Any, TextIO
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.metrics import summarize
 from timely_llm_ros.core.scheduler import parse_policy
-from timely_llm_ros.core.simulator import SimConfig, simulate
+from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.workload.fileformat import Workload, resolve_workload
 
 DEFAULT_POLICIES = ("timely", "vllm", "vllm-stream", "fcfs-seg", "edf-seg")

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from timely_llm_ros.core.metrics import summarize
-from timely_llm_ros.core.simulator import SimConfig, simulate
+from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.workload import resolve_workload
 

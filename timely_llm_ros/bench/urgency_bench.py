@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from timely_llm_ros.core.engine import script_kwargs
 from timely_llm_ros.core.metrics import percentile
 from timely_llm_ros.core.paths import config_path
 from timely_llm_ros.core.tuf import is_urgent
@@ -124,7 +125,8 @@ def classify_on_engine(engine, texts: Iterable[str], batch: int = 4,
             ids, plen = book.probe_prompt(engine, texts[i])
             gid += 1
             script = engine.tokenize(clf.labels[-1]) if engine.needs_script else None
-            engine.admit(gid, ids, max_tokens=max_tok, prefix_key=PROBE_KEY, prefix_len=plen, script=script)
+            engine.admit(gid, ids, max_tokens=max_tok, prefix_key=PROBE_KEY, prefix_len=plen,
+                         **script_kwargs(engine, script))
             book.start(str(i), gid, engine.now())
             live[gid] = i
         for _ in range(max_steps):

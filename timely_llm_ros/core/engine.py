@@ -50,6 +50,7 @@ __all__ = [
     "SpeedMeter",
     "TokenOut",
     "check_admission",
+    "script_kwargs",
 ]
 
 
@@ -171,7 +172,9 @@ class Engine(ABC):
     """Lock-step multi-sequence LLM engine (see module docstring for the protocol)."""
 
     info: EngineInfo
-    # True for engines that emit a scripted output (the simulator): admit() then needs ``script``.
+    # True for engines that emit a scripted output instead of generating it (the simulated engine and
+    # replica sets of it): their ``admit`` takes one more keyword, ``script`` (the ids to emit, then
+    # EOS), which is not part of this port; callers pass it through :func:`script_kwargs`.
     needs_script = False
 
     @abstractmethod
@@ -180,12 +183,12 @@ class Engine(ABC):
 
     @abstractmethod
     def admit(self, gen_id: int, prompt_ids: list[int], *, max_tokens: int, prefix_key: str | None = None,
-              prefix_len: int = 0, script: list[int] | None = None) -> None:
+              prefix_len: int = 0) -> None:
         """Start a new generation; its prefill happens in the next :meth:`step`.
 
         ``prefix_key``/``prefix_len``: the first ``prefix_len`` prompt ids are a shared prefix (a skill
         set's fixed prompt) that the engine may cache across generations. ``max_tokens`` bounds the
-        generated tokens. ``script``: simulated engine only — the output ids to emit (then EOS).
+        generated tokens.
         """
 
     @abstractmethod
@@ -256,3 +259,11 @@ def check_admission(admitted: bool, gen_id: int, prompt_ids: list[int], max_toke
         raise EngineError("empty prompt")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
         raise EngineError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+
+
+def script_kwargs(engine: Engine, script: list[int] | None) -> dict[str, list[int] | None]:
+    """``{"script": script}`` for an engine that emits a scripted output (``needs_script``), else ``{}``.
+
+    Why: the simulated engine's reference plan is no argument of the port's ``admit`` (an engine
+    that generates has nothing to do with it), so only a scripted engine is handed one."""
+    return {"script": script} if engine.needs_script else {}

@@ -68,7 +68,7 @@ from timely_llm_ros.core.planner_options import PlannerExtras, PlannerOptions
 from timely_llm_ros.core.scheduler import Policy, Scheduler
 from timely_llm_ros.core.skills import SkillParseError, load_skill_set
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
-from timely_llm_ros.core.engine import Engine, EngineError, EngineOutOfMemory, TokenOut
+from timely_llm_ros.core.engine import Engine, EngineError, EngineOutOfMemory, TokenOut, script_kwargs
 
 # The simulator and benchmarks queue every task of a robot (their workloads decide the load); the ROS
 # planner node passes its bounded ``agent_queue_depth`` parameter.
@@ -225,7 +225,7 @@ class PlannerCore:
             self._next_id += 1
             t0 = self.clock()
             self.engine.admit(gen_id, prefix + suffix, max_tokens=1, prefix_key=sset.name,
-                              prefix_len=len(prefix), script=suffix if self.engine.needs_script else None)
+                              prefix_len=len(prefix), **script_kwargs(self.engine, suffix))
             try:
                 for _ in range(max_steps):
                     if any(out.gen_id == gen_id and out.finished for out in self.engine.step()):
@@ -361,7 +361,8 @@ class PlannerCore:
         self.extras.started(gen.gen_id, gen.context is None or gen.context.location == "discarded")
         if gen.context is None:
             self.engine.admit(gen.gen_id, gen.prompt_ids, max_tokens=gen.max_tokens,
-                              prefix_key=gen.skill_set.name, prefix_len=gen.prefix_len, script=gen.script)
+                              prefix_key=gen.skill_set.name, prefix_len=gen.prefix_len,
+                              **script_kwargs(self.engine, gen.script))
             rec.first_admit = t
             self._emit(t, ev.GEN_START, rec, gen.k)
         else:

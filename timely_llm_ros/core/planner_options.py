@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from timely_llm_ros.core.engine import script_kwargs
 from timely_llm_ros.core.length_predictor import LengthPredictor, segment_time
 from timely_llm_ros.core.overrun import STRATEGIES, OverrunTracker
 from timely_llm_ros.core.token_budget import TOKEN_BUDGETS, BudgetOptions, Running, choose_budget
@@ -185,7 +186,8 @@ class PlannerExtras:
             ids, plen = book.probe_prompt(engine, w.gen.spec.instruction)
             try:
                 engine.admit(gid, ids, max_tokens=book.clf.max_tokens(engine.tokenize) + 1,
-                             prefix_key=PROBE_KEY, prefix_len=plen, script=self._probe_script(engine, w.gen.spec))
+                             prefix_key=PROBE_KEY, prefix_len=plen,
+                             **script_kwargs(engine, self._probe_script(engine, w.gen.spec)))
             except Exception as exc:  # noqa: BLE001 - reported to the planner with the task
                 del self.waiting[tid]
                 failed.append((w.gen, exc))

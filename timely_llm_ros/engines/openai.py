@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from timely_llm_ros.engines.base import EngineError
+from timely_llm_ros.core.engine import EngineError
 from timely_llm_ros.engines.openai_endpoint import OpenAIEndpointEngine
 from timely_llm_ros.engines.openai_http import HttpFailure
 from timely_llm_ros.engines.replicas import ReplicaSetEngine

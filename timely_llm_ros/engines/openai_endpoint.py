@@ -50,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from timely_llm_ros.core.engine import check_admission
-from timely_llm_ros.engines.base import (
+from timely_llm_ros.core.engine import (
     Context,
     Engine,
     EngineError,
@@ -370,7 +370,7 @@ class OpenAIEndpointEngine(Engine):
                           suspended_device=suspended, suspended_host=0)
 
     def admit(self, gen_id: int, prompt_ids: list[int], *, max_tokens: int, prefix_key: str | None = None,
-              prefix_len: int = 0, script: list[int] | None = None) -> None:
+              prefix_len: int = 0) -> None:
         check_admission(gen_id in self._gens, gen_id, prompt_ids, max_tokens)
         self._need_connection()
         ids = self._wrap(list(prompt_ids), prefix_len if prefix_key is not None else 0)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from timely_llm_ros.engines.base import EngineError
+from timely_llm_ros.core.engine import EngineError
 from timely_llm_ros.engines.openai_protocol import Chunk, ProtocolError, parse_chunk
 
 

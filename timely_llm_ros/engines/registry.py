@@ -13,7 +13,7 @@ import importlib
 import inspect
 from collections.abc import Callable
 
-from timely_llm_ros.engines.base import Engine, EngineError
+from timely_llm_ros.core.engine import Engine, EngineError
 
 __all__ = ["ENGINES", "BackendMissing", "available_engines", "create_engine", "engine_class"]
 

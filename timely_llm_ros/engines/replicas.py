@@ -41,7 +41,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from timely_llm_ros.engines.base import Context, Engine, EngineError, EngineInfo, MemoryInfo, TokenOut
+from timely_llm_ros.core.engine import (
+    Context, Engine, EngineError, EngineInfo, MemoryInfo, TokenOut, script_kwargs,
+)
 
 log = logging.getLogger(__name__)
 
@@ -205,6 +207,8 @@ class ReplicaSetEngine(Engine):
 
     def admit(self, gen_id: int, prompt_ids: list[int], *, max_tokens: int, prefix_key: str | None = None,
               prefix_len: int = 0, script: list[int] | None = None) -> None:
+        """The port's ``admit``; ``script`` only for a set of scripted (simulated) replicas
+        (``needs_script``), kept for re-admitting the generation elsewhere after a failover."""
         if gen_id in self._meta:
             raise EngineError(f"generation {gen_id} already admitted")
         meta = _Meta(len(prompt_ids), prefix_key, prefix_len if prefix_key is not None else 0, max_tokens)
@@ -255,7 +259,7 @@ class ReplicaSetEngine(Engine):
                    kind: str) -> bool:
         def run(r: _Replica) -> None:
             r.engine.admit(gen_id, prompt_ids, max_tokens=meta.max_tokens, prefix_key=meta.prefix_key,
-                           prefix_len=meta.prefix_len, script=script)
+                           prefix_len=meta.prefix_len, **script_kwargs(r.engine, script))
 
         return self._place(gen_id, meta, set(), run, _Orphan(0.0, "", prompt_ids=list(prompt_ids), script=script),
                            kind)
@@ -525,9 +529,9 @@ class ReplicaSetEngine(Engine):
 
 def simulated_replicas(profile: object, n: int, tokenizer: object = None, **sim_options: object) -> Engine:
     """``n`` simulated engines with ``profile`` (one engine when ``n == 1``) on one virtual clock;
-    ``tokenizer``: shared by all (default: a new :class:`~timely_llm_ros.core.tokenizer.SimTokenizer`);
+    ``tokenizer``: shared by all (default: a new :class:`~timely_llm_ros.engines.sim_tokenizer.SimTokenizer`);
     ``sim_options``: passed to each :class:`~timely_llm_ros.engines.sim.SimEngine` (KV policy, chunked prefill)."""
-    from timely_llm_ros.core.tokenizer import SimTokenizer
+    from timely_llm_ros.engines.sim_tokenizer import SimTokenizer
     from timely_llm_ros.engines.sim import SimEngine
 
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:

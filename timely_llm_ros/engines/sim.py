@@ -46,8 +46,7 @@ import math
 
 from timely_llm_ros.core.kv_policy import HOST, KVOptions, at_suspension, evict_destination
 from timely_llm_ros.core.profile import EngineProfile, load_profile
-from timely_llm_ros.core.tokenizer import EOS_ID, SimTokenizer
-from timely_llm_ros.engines.base import (
+from timely_llm_ros.core.engine import (
     Context,
     Engine,
     EngineError,
@@ -69,6 +68,7 @@ from timely_llm_ros.engines.sequences import (
     SUSPENDED as _SUSPENDED,
 )
 from timely_llm_ros.engines.sequences import Sequence, SequenceTable
+from timely_llm_ros.engines.sim_tokenizer import EOS_ID, SimTokenizer
 
 
 class _Seq(Sequence):
@@ -162,6 +162,8 @@ class SimEngine(Engine):
 
     def admit(self, gen_id: int, prompt_ids: list[int], *, max_tokens: int, prefix_key: str | None = None,
               prefix_len: int = 0, script: list[int] | None = None) -> None:
+        """The port's ``admit`` plus this engine's own ``script``: the ids it emits (then EOS) in place
+        of a model's output (``needs_script``; the planner passes it through ``script_kwargs``)."""
         if gen_id in self._seqs:
             raise EngineError(f"generation {gen_id} already admitted")
         if not prompt_ids:

@@ -60,7 +60,7 @@ from pathlib import Path
 
 from timely_llm_ros.engines.chat_template import wrap_ids
 from timely_llm_ros.core.engine import check_admission
-from timely_llm_ros.engines.base import (
+from timely_llm_ros.core.engine import (
     Context,
     Engine,
     EngineError,
@@ -421,7 +421,7 @@ class VllmEngine(Engine):
                           suspended_host=0)
 
     def admit(self, gen_id: int, prompt_ids: list[int], *, max_tokens: int, prefix_key: str | None = None,
-              prefix_len: int = 0, script: list[int] | None = None) -> None:
+              prefix_len: int = 0) -> None:
         check_admission(gen_id in self._reqs, gen_id, prompt_ids, max_tokens)
         ids = self._wrap(list(prompt_ids), prefix_len if prefix_key is not None else 0)
         if len(ids) >= self.info.context_limit:

@@ -47,7 +47,7 @@ _STATE_OF = {
 def write_sim_bag(
     sim_result: Any, tasks: Sequence[Any], path: str | Path, *, custom_data: dict[str, str] | None = None
 ) -> Path:
-    """Write ``sim_result`` (a :class:`~timely_llm_ros.core.simulator.SimResult`) of ``tasks`` to a new
+    """Write ``sim_result`` (a :class:`~timely_llm_ros.sim.simulator.SimResult`) of ``tasks`` to a new
     bag directory ``path``; returns the path. Policy, profile and execution mode from the run's
     stats go into the bag's ``custom_data``."""
     store = ts.shared_typestore()

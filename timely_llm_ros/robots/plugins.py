@@ -37,6 +37,8 @@ from functools import cache
 from importlib import metadata
 from typing import Any
 
+from timely_llm_ros.robots.ros_backend_map import check_skill_set as check_ros_skill_set
+
 TYPE_GROUP = "timely_llm_ros.robot_types"
 BACKEND_GROUP = "timely_llm_ros.robot_backends"
 _TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -85,7 +87,7 @@ BUILTIN_TYPES = {"drone": "timely_llm_ros.robots.plugins:DRONE", "arm": "timely_
 BUILTIN_BACKENDS = {
     "sim": "timely_llm_ros.robots.plugins:sim_backend",
     "tello": "timely_llm_ros.robots.plugins:tello_backend",
-    "ros": "timely_llm_ros.robots.ros_backend_map:ros_backend",
+    "ros": "timely_llm_ros.robots.plugins:ros_backend",
 }
 
 
@@ -214,3 +216,14 @@ def tello_backend(node: Any) -> Any:
     return TelloBackend(node.skill_set, host=p["tello_host"], response_timeout_s=p["response_timeout"],
                         retry_count=p["retry_count"], keepalive_s=p["keepalive_period"],
                         late_reply_s=p["late_reply_timeout"], max_command_s=p["max_command_time"])
+
+
+def ros_backend(node: Any) -> Any:
+    """The generic ROS 2 backend (:mod:`.ros_backend`): rclpy is imported only here, so a fleet file
+    or a skill set's ``backends: ros:`` mapping can be checked (``check_skill_set``) without it."""
+    from timely_llm_ros.robots.ros_backend import RosBackend
+
+    return RosBackend(node)
+
+# the mapping check needs only the interface packages, not rclpy (robots/ros_backend_map.py)
+ros_backend.check_skill_set = check_ros_skill_set  # type: ignore[attr-defined]

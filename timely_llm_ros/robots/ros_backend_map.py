@@ -319,19 +319,10 @@ def parse_mapping(skill_set: Any) -> RosMapping:
 
 
 def check_skill_set(skill_set: Any) -> None:
-    """Start-up check used by the plugin registry (raises MappingError)."""
+    """Start-up check used by the plugin registry (raises MappingError); the ``ros`` backend's
+    factory is :func:`timely_llm_ros.robots.plugins.ros_backend` (not here: this module is imported
+    by :mod:`.ros_backend`, so a factory here importing it back would close an import cycle)."""
     parse_mapping(skill_set)
-
-
-def ros_backend(node: Any) -> Any:
-    """The ``ros`` backend's factory (registered by name): rclpy is imported only here, so a fleet
-    file or a skill set can be checked (``check_skill_set``) on a machine without it."""
-    from timely_llm_ros.robots.ros_backend import RosBackend
-
-    return RosBackend(node)
-
-
-ros_backend.check_skill_set = check_skill_set  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------------------------- filling and reading

@@ -1,7 +1,9 @@
 """Discrete-event simulation of a workload in virtual time (no sleeping, no wall clock).
 
 :func:`simulate` runs a list of :class:`TaskSpec` through :class:`PlannerCore` on a
-:class:`SimEngine` with :class:`RobotSim` robots. Timeline rules:
+:class:`SimEngine` (or a replica set of them) with :class:`RobotSim` robots. This module composes core
+with the simulated engines, which is why it sits in the ``sim`` layer above ``engines`` (core imports
+nothing else of the package). Timeline rules:
 
 * pending events (task arrivals, robot STARTED/DONE) sit in a heap ordered by (time, insertion
   order); before every scheduling point all events due at the engine's current time are delivered —
@@ -11,11 +13,11 @@
   virtual clock by its modelled duration); when the engine has nothing to run, the clock jumps to the
   next event;
 * a rejected task (bad input) gets a REJECT event and a record; the others are unaffected;
-* each robot executes one task at a time (:mod:`.agent_queue`): a task whose robot is busy waits,
-  its response time counted from its own arrival.
+* each robot executes one task at a time (:mod:`timely_llm_ros.core.agent_queue`): a task whose
+  robot is busy waits, its response time counted from its own arrival.
 
 Same inputs + same seed give identical results bit for bit: no wall clock, no hash-order iteration,
-per-task RNGs (:mod:`.robot_sim`).
+per-task RNGs (:mod:`timely_llm_ros.core.robot_sim`).
 """
 
 from __future__ import annotations
