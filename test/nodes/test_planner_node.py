@@ -286,6 +286,14 @@ def test_conversions_round_trip_and_refuse_bad_values():
     msg = convert.task_to_msg(spec)
     msg.max_tokens = 0
     assert convert.task_from_msg(msg, 0.0, default_max_tokens=99).max_tokens == 99
+    assert convert.task_from_msg(msg, 0.0).overrun == "" and msg.overrun == ""  # "" = planner default
+    msg.overrun = " kill "
+    assert convert.task_to_msg(convert.task_from_msg(msg, 0.0)).overrun == "kill"
+    msg.overrun = "x" * 70_000
+    with pytest.raises(TaskRejected, match="overrun must be one of") as bad:
+        convert.task_from_msg(msg, 0.0)
+    assert len(bad.value.reason) < 200  # an unknown strategy is named, cut short
+    msg.overrun = ""
     msg.tuf.beta = -1.0
     with pytest.raises(TaskRejected, match="invalid TUF: beta must be > 0"):
         convert.task_from_msg(msg, 0.0)

@@ -32,3 +32,28 @@ def test_kill_expires_with_the_reason_and_an_auto_tuf_task_runs_next(tmp_path):
         # the auto task: the lexical classifier's normal TUF; it ran once the robot was free
         assert peer.final_state("po-auto") == ev.COMPLETED, peer.final("po-auto").reason
         assert [s.index for s in peer.segments["po_drone"] if s.task_id == "po-auto"][:1] == [0]
+
+
+def test_per_task_overrun_field_kill_expires_and_a_bad_value_is_rejected(tmp_path):
+    """``Task.overrun`` overrides the planner's default (``continue`` here): a doomed task asking for
+    ``kill`` is EXPIRED with the reason; an unknown strategy is REJECTED naming the field; a doomed
+    task without the field (planner default ``continue``) still gets its plan, late."""
+    from timely_llm_ros.core import events as ev
+
+    params = {"robot_grace_period": 5.0, "segment_timeout_margin": 30.0}
+    with planner_graph(tmp_path, params, {"pt_drone": "done", "pt_drone2": "done"}, "pt_peer") as (peer, proc):
+        bad = make_task("pt-bad", "pt_drone2")
+        bad.overrun = "explode"
+        killed = make_task("pt-kill", "pt_drone", tuf=DOOMED)
+        killed.overrun = "kill"
+        late = make_task("pt-late", "pt_drone2", tuf=DOOMED)  # overrun "": the planner's continue
+        for msg in (bad, killed, late):
+            peer.task_pub.publish(msg)
+        for tid in ("pt-bad", "pt-kill", "pt-late"):
+            wait_for(lambda t=tid: peer.final_state(t) is not None, WAIT, f"{tid} to end", procs=(proc,))
+        assert peer.final_state("pt-bad") == ev.REJECTED
+        assert "overrun must be one of" in peer.final("pt-bad").reason and "explode" in peer.final("pt-bad").reason
+        assert peer.final_state("pt-kill") == ev.EXPIRED
+        assert peer.final("pt-kill").reason.startswith("overrun (kill):")
+        assert not [s for s in peer.segments.get("pt_drone", []) if s.task_id == "pt-kill"]
+        assert peer.final_state("pt-late") == ev.COMPLETED, peer.final("pt-late").reason

@@ -48,7 +48,7 @@ def samples() -> dict[str, tuple[type, list[Any]]]:
                  task_id="task-1", agent_id="drone_1", robot_type="drone", skill_set="tello_minispec",
                  instruction=f"Find the apple and land next to it. {UNICODE}", scene="apple; banana\nline 2",
                  tuf=_tufs()[1], max_tokens=4_294_967_295, task_class=f"urgent {UNICODE}",
-                 trace_id=4_294_967_295),
+                 trace_id=4_294_967_295, overrun="skip-next"),
             Task(header=Header(), task_id="", agent_id="arm_2", robot_type="arm", skill_set="robot_arm",
                  instruction="stack the blocks", scene="", tuf=_tufs()[0], max_tokens=0),
         ]),

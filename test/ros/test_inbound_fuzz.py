@@ -22,7 +22,8 @@ UINTS = [0, 1, 2**31, 2**32 - 1]
 FIELDS = {"task_id": STRINGS, "agent_id": STRINGS, "robot_type": STRINGS, "skill_set": STRINGS,
           "instruction": STRINGS, "scene": STRINGS, "task_class": STRINGS, "max_tokens": UINTS, "trace_id": UINTS,
           "tuf.ert": FLOATS, "tuf.alpha": FLOATS, "tuf.beta": FLOATS, "header.stamp.sec": [-(2**31), 0, 2**31 - 1],
-          "header.stamp.nanosec": UINTS, "header.frame_id": STRINGS}
+          "header.stamp.nanosec": UINTS, "header.frame_id": STRINGS,
+          "overrun": [*STRINGS, "kill", " skip-next ", "continue", "KILL"]}
 
 
 def _rand_task(rng: random.Random):

@@ -324,7 +324,7 @@ def test_reads_bags_written_by_rosbags_own_writer(tmp_path):
 
 
 def test_a_bag_recorded_with_an_older_task_definition_still_decodes(tmp_path, repo_root):
-    """Interfaces grow (Task gained task_class and trace_id): a bag recorded before that must still
+    """Interfaces grow (Task gained task_class, trace_id, overrun): a bag recorded before that must still
     give its tasks, decoded with the definition embedded in the bag, and say so."""
     old_dir = tmp_path / "old_msg"
     old_dir.mkdir()
@@ -332,7 +332,7 @@ def test_a_bag_recorded_with_an_older_task_definition_still_decodes(tmp_path, re
         text = (repo_root / "msg" / f"{name}.msg").read_text(encoding="utf-8")
         if name == "Task":
             text = "\n".join(line for line in text.splitlines()
-                             if not line.startswith(("string task_class", "uint32 trace_id")))
+                             if not line.startswith(("string task_class", "uint32 trace_id", "string overrun")))
         (old_dir / f"{name}.msg").write_text(text, encoding="utf-8")
     old = make_typestore(old_dir)
     assert old.hash_rihs01(ts.TASK) != ts.shared_typestore().hash_rihs01(ts.TASK)

@@ -44,3 +44,18 @@ def test_expired_tasks_in_bag_report_and_timeline(tmp_path, capsys):
     png = tmp_path / "timeline.png"
     assert main(["timeline", str(bag), "-o", str(png)], commands=COMMANDS) == 0
     assert png.stat().st_size > 0
+
+
+def test_per_task_overrun_is_recorded_in_the_bags_task_messages(tmp_path):
+    """A task's own strategy (``TaskSpec.overrun`` = ``Task.overrun``) expires it under the planner's
+    default ``continue`` and travels in the recorded ``Task``; the others record ``""`` (default)."""
+    from timely_llm_ros.lrtrace import typestore as ts
+    from timely_llm_ros.lrtrace.bagio import read_bag
+
+    tasks = resolve_workload("sample1").tasks[:3]
+    tasks[0] = dataclasses.replace(tasks[0], tuf=DOOMED, overrun="kill")
+    res = simulate(tasks, SimConfig())
+    assert [r.state for r in res.records if r.task_id == tasks[0].task_id] == [ev.EXPIRED]
+    bag = write_sim_bag(res, tasks, tmp_path / "bag")
+    recorded = {m.task_id: m.overrun for _topic, _t, m in read_bag(bag).by_type(ts.TASK)}
+    assert recorded == {tasks[0].task_id: "kill", tasks[1].task_id: "", tasks[2].task_id: ""}

@@ -219,7 +219,8 @@ def task_entry(spec: Any, arrival_wall: float) -> dict[str, Any]:
             # None: sent without a TUF; a restarted planner derives it again (planner option urgency)
             "tuf": None if spec.tuf is None else [spec.tuf.ert, spec.tuf.alpha, spec.tuf.beta],
             "max_tokens": spec.max_tokens,
-            "task_class": spec.task_class or "", "trace_id": spec.trace_id, "arrival": arrival_wall}
+            "task_class": spec.task_class or "", "trace_id": spec.trace_id, "arrival": arrival_wall,
+            "overrun": spec.overrun or ""}
 
 
 def task_from_entry(entry: dict[str, Any], arrival: float) -> Any:
@@ -233,4 +234,5 @@ def task_from_entry(entry: dict[str, Any], arrival: float) -> Any:
                     robot_type=str(entry["robot_type"]), skill_set=str(entry["skill_set"]),
                     instruction=str(entry["instruction"]), tuf=tuf, arrival=float(arrival),
                     scene=str(entry.get("scene") or ""), max_tokens=int(entry["max_tokens"]),
-                    task_class=str(entry.get("task_class") or ""), trace_id=int(trace) if trace else None)
+                    task_class=str(entry.get("task_class") or ""), trace_id=int(trace) if trace else None,
+                    overrun=str(entry.get("overrun") or ""))

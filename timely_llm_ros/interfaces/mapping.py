@@ -121,7 +121,8 @@ def task_from_msg(msg: Any, arrival: float, default_max_tokens: int = DEFAULT_MA
     text["task_class"] = text["task_class"].strip()
     spec = TaskSpec(**text, tuf=tuf, arrival=float(arrival),
                     max_tokens=int(msg.max_tokens) or int(default_max_tokens),
-                    trace_id=int(msg.trace_id) or None)
+                    trace_id=int(msg.trace_id) or None,
+                    overrun=msg.overrun.strip()[:32])  # validate() rejects unknown ones; no name is longer
     # without a TUF, the other fields are checked now; the planner derives the TUF (or rejects it)
     (spec if tuf is not None else dataclasses.replace(spec, tuf=NORMAL_TUF)).validate()
     return spec
@@ -241,7 +242,8 @@ class MessageAdapter:
         trace_id = trace_id if isinstance(trace_id, int) and 0 < trace_id <= UINT32_MAX else 0  # 0 = none
         text = {name: _text(getattr(spec, name, "")) for name in TASK_TEXT_FIELDS}
         return self.types.new("Task", header=header, tuf=self.tuf_to_msg(spec.tuf),
-                              max_tokens=_uint32(spec.max_tokens), trace_id=trace_id, **text)
+                              max_tokens=_uint32(spec.max_tokens), trace_id=trace_id,
+                              overrun=_text(getattr(spec, "overrun", "")), **text)
 
     task_from_msg = staticmethod(task_from_msg)
 
