@@ -94,7 +94,7 @@ class Run:
 
 
 def drive(engine: Engine, tasks: list[TaskSpec], policy: str, *, realtime: bool, seed: int = 0,
-          exec_mode: str = "sampled", network_latency: float = 0.008) -> Run:
+          exec_mode: str = "sampled", network_latency: float = 0.008, options: Any = None) -> Run:
     """Run ``tasks`` (arrivals relative to the start) through the planner on ``engine`` with
     simulated robots; wall time on a real engine (``realtime``), the engine's virtual clock else."""
     heap: list[tuple[float, int, int, Any]] = []
@@ -109,7 +109,7 @@ def drive(engine: Engine, tasks: list[TaskSpec], policy: str, *, realtime: bool,
     exec_model = load_exec_time_model()
     robot = RobotSim(exec_model, schedule, exec_mode=exec_mode, network_latency=network_latency, seed=seed)
     planner = PlannerCore(engine, policy, dispatch=robot.dispatch, exec_model=exec_model,
-                          network_latency=network_latency)
+                          network_latency=network_latency, options=options)  # options: PlannerOptions
     for spec in tasks:
         n += 1
         heap.append((t0 + spec.arrival, n, 0, dataclasses.replace(spec, arrival=t0 + spec.arrival)))
