@@ -71,6 +71,21 @@ def test_kv_offloading_backends_and_policies_exist_in_this_vllm():
     assert CacheConfig.kv_offloading_size is None  # GiB; offloading only when set
 
 
+def test_the_internals_the_kv_policy_and_token_budget_use_exist_in_this_vllm():
+    """engines/vllm_kv.py: BlockPool.touch / free_blocks / evict_blocks, the scheduler's per-step
+    budget attribute read in schedule(), the output processor's internal request ids."""
+    from vllm.v1.core.block_pool import BlockPool
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.engine.output_processor import OutputProcessor
+
+    for name in ("touch", "free_blocks", "evict_blocks"):
+        assert callable(getattr(BlockPool, name)), name
+    assert callable(KVCacheManager.get_blocks)
+    assert "self.max_num_scheduled_tokens" in inspect.getsource(Scheduler.schedule)
+    assert "external_req_ids" in inspect.getsource(OutputProcessor.__init__)
+
+
 def test_unknown_engine_args_are_a_type_error():
     with pytest.raises(TypeError):
         vllm.EngineArgs(**build_engine_args("m", engine_args={"no_such_argument": 1}))

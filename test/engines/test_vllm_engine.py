@@ -84,6 +84,23 @@ def test_continuation_grammar_still_rejects_text_outside_the_language():
         continuation_gbnf("body ::= \"x\"\n")
 
 
+def test_kv_hooks_do_nothing_on_a_vllm_without_the_internals_they_use():
+    """engines/vllm_kv.py reads vLLM 0.32 internals; elsewhere (another version's LLMEngine) it must
+    neither raise nor pretend: no pin, no uncached block, no per-step budget."""
+    from timely_llm_ros.engines import vllm_kv as kvk
+
+    class OtherLLMEngine:  # an engine whose core is out of process (no scheduler object here)
+        engine_core = object()
+
+    llm = OtherLLMEngine()
+    assert kvk.scheduler_of(llm) is None and kvk.pin(llm, "g1.1") is None
+    assert kvk.private_block_ids(llm, "g1.1", 10, 32) is None and kvk.forget_private(llm, None) == 0
+    kvk.unpin(llm, None)
+    budget = kvk.StepBudget(llm)
+    budget.apply(16)
+    assert not budget.available and budget.last is None
+
+
 # ------------------------------------------------------------------------ the real engine (vllm)
 def engine_options() -> dict:
     """The engine under test: small context, no compilation (start-up dominates on a CPU)."""
