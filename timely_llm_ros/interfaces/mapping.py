@@ -35,7 +35,8 @@ INT32_MAX = 2**31 - 1
 
 # String fields of msg/Task.msg that a TaskSpec carries under the same name, copied as they are both
 # ways (None -> ""). A new string field of Task.msg that TaskSpec also has: one entry here.
-TASK_TEXT_FIELDS = ("task_id", "agent_id", "robot_type", "skill_set", "instruction", "scene", "task_class")
+TASK_TEXT_FIELDS = ("task_id", "agent_id", "robot_type", "skill_set", "instruction", "scene", "task_class",
+                    "overrun")
 # Task fields that must not be blank on the way in (the planner cannot route or plan without them).
 TASK_REQUIRED_FIELDS = ("agent_id", "robot_type", "skill_set", "instruction")
 
@@ -119,10 +120,10 @@ def task_from_msg(msg: Any, arrival: float, default_max_tokens: int = DEFAULT_MA
             raise TaskRejected(f"{name} is empty")
     text = {name: getattr(msg, name) for name in TASK_TEXT_FIELDS}
     text["task_class"] = text["task_class"].strip()
+    text["overrun"] = text["overrun"].strip()[:32]  # validate() rejects unknown ones; no name is longer
     spec = TaskSpec(**text, tuf=tuf, arrival=float(arrival),
                     max_tokens=int(msg.max_tokens) or int(default_max_tokens),
-                    trace_id=int(msg.trace_id) or None,
-                    overrun=msg.overrun.strip()[:32])  # validate() rejects unknown ones; no name is longer
+                    trace_id=int(msg.trace_id) or None)
     # without a TUF, the other fields are checked now; the planner derives the TUF (or rejects it)
     (spec if tuf is not None else dataclasses.replace(spec, tuf=NORMAL_TUF)).validate()
     return spec
@@ -242,8 +243,7 @@ class MessageAdapter:
         trace_id = trace_id if isinstance(trace_id, int) and 0 < trace_id <= UINT32_MAX else 0  # 0 = none
         text = {name: _text(getattr(spec, name, "")) for name in TASK_TEXT_FIELDS}
         return self.types.new("Task", header=header, tuf=self.tuf_to_msg(spec.tuf),
-                              max_tokens=_uint32(spec.max_tokens), trace_id=trace_id,
-                              overrun=_text(getattr(spec, "overrun", "")), **text)
+                              max_tokens=_uint32(spec.max_tokens), trace_id=trace_id, **text)
 
     task_from_msg = staticmethod(task_from_msg)
 
