@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy only for the array form: the TUF itself imports with the standard library alone
+    import numpy as np
 
 # A task whose ERT is below this is "urgent", else "normal" (the paper's two classes, §7.1: urgent
 # requests need ~200 ms, normal ones tolerate ~1 s).
@@ -51,6 +53,8 @@ def utility(w: float, ert: float, alpha: float, beta: float) -> float:
 
 def utilities(w: np.ndarray, ert: np.ndarray, alpha: np.ndarray, beta: np.ndarray) -> np.ndarray:
     """:func:`utility` over arrays (the long-queue path of the PUD priority; equal for finite ``w``)."""
+    import numpy as np  # only the array path needs numpy (see the module imports)
+
     return np.minimum(alpha * (np.maximum(w, 0.0) - ert) + beta, beta)
 
 
