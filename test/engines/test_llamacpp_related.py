@@ -173,7 +173,8 @@ def test_planner_budget_replaces_the_fixed_chunk_and_the_hold_back(engine, refer
         # an urgent generation decodes; a less urgent prompt is still fed within the budget
         admit(engine, 11)
         engine.set_priority(11, 1.0)
-        engine.set_prefill_budget(None)
+        engine.set_prefill_budget(None)  # no planner limit: the engine's own rule (here: whole prompts)
+        assert engine.prefill_chunk is None and not engine._planner_budget
         engine.step()  # whole prompt of 11
         admit(engine, 12, OTHER)
         engine.set_priority(12, 10.0)
@@ -187,6 +188,25 @@ def test_planner_budget_replaces_the_fixed_chunk_and_the_hold_back(engine, refer
         engine._step_budget = None
         for gid in (10, 11, 12):
             engine.release(gid)
+
+
+def test_no_planner_limit_leaves_the_engines_own_chunks(engine):
+    """set_prefill_budget(None) (token_budget=slack when no decoding generation needs protecting)
+    keeps the engine's own ``prefill_chunk``: an urgent prompt arriving during a long prefill takes
+    over at the next chunk instead of waiting behind the whole prompt."""
+    saved = (engine.prefill_chunk, engine.prefill_fast_batch)
+    engine.prefill_chunk, engine.prefill_fast_batch = 5, None
+    try:
+        engine.set_prefill_budget(7)
+        engine.set_prefill_budget(None)
+        admit(engine, 20)
+        engine.step()
+        assert engine.last_step.tokens_by_gen == {20: 5}
+    finally:
+        engine.prefill_chunk, engine.prefill_fast_batch = saved
+        engine.set_prefill_budget(None)
+        engine._planner_budget = False
+        engine.release(20)
 
 
 def test_cost_profile_and_its_requirement():

@@ -197,20 +197,14 @@ def _table(types: MessageTypes, msg: str, names: tuple[str, ...]) -> tuple[dict[
 class MessageAdapter:
     """Every core value <-> message conversion, on the message classes of one back-end.
 
-    ``call_args`` says what ``SkillCall.args`` carries, the one field where the two adapters this
-    one replaced disagreed: ``"source"`` (the nodes), the exact source text of each argument as
-    msg/SkillCall.msg defines it (``say('hi')`` -> ``["'hi'"]``); ``"parsed"`` (simulator bags), the
-    parsed values as text (``["hi"]``), kept so that bags written without ROS stay byte-identical
-    to earlier ones. Calls without parentheses carry their parsed values either way.
+    ``SkillCall.args`` carries the exact source text of each argument, as msg/SkillCall.msg defines
+    it (``say('hi')`` -> ``["'hi'"]``), on both back-ends: a simulator bag and a recording of a real
+    fleet carry the same segments. Calls without parentheses (chatbot sentences) carry their parsed
+    values as text.
     """
 
-    CALL_ARGS = ("source", "parsed")
-
-    def __init__(self, types: MessageTypes, *, call_args: str = "source") -> None:
-        if call_args not in self.CALL_ARGS:
-            raise ValueError(f"call_args must be one of {self.CALL_ARGS}, not {call_args!r}")
+    def __init__(self, types: MessageTypes) -> None:
         self.types = types
-        self.call_args = call_args
         # name <-> uint8 code tables (core names equal the constant names of msg/*.msg)
         self.task_state_code, self.task_state_name = _table(types, "TaskStatus", ev.TASK_STATES)
         self.event_kind_code, self.event_kind_name = _table(types, "TraceEvent", ev.EVENT_KINDS)
@@ -249,10 +243,9 @@ class MessageAdapter:
 
     # ----------------------------------------------------------------------------------- segments
     def call_to_msg(self, call: Any) -> Any:
-        """One parsed skill call; ``args`` as :attr:`call_args` says. Calls without parentheses
-        (chatbot sentences) carry their parsed args as text."""
+        """One parsed skill call (``args``: see the class docstring)."""
         source = _text(getattr(call, "source", ""))
-        if self.call_args == "source" and "(" in source:
+        if "(" in source:
             args = split_call_args(source)
         else:
             args = [a if isinstance(a, str) else repr(a) for a in getattr(call, "args", ())]

@@ -113,8 +113,7 @@ def adapter(store: Any = None) -> MessageAdapter:
     store = shared_typestore() if store is None else store
     entry = _ADAPTERS.get(id(store))
     if entry is None or entry[0] is not store:
-        # call_args="parsed": what simulator bags have always carried in SkillCall.args (see MessageAdapter)
-        entry = _ADAPTERS[id(store)] = (store, MessageAdapter(BagTypes(store), call_args="parsed"))
+        entry = _ADAPTERS[id(store)] = (store, MessageAdapter(BagTypes(store)))
     return entry[1]
 
 
