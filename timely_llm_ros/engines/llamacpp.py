@@ -313,10 +313,8 @@ class LlamaCppEngine(KVMemory, Batching, Engine):
         """Prompt tokens of the next step. A number replaces ``prefill_chunk`` and the hold-back behind
         more urgent decoding generations for that step (the planner's budget already protects them).
         None means the planner sets no limit: the engine's own rule applies (``prefill_chunk`` chunks,
-        most urgent prompt first, hold-back) — not whole prompts. Measured why (``python -m
-        timely_llm_ros.bench.related_real``, 1.3k-token arm prompts with urgent drone tasks arriving
-        during their prefill): with None as "whole prompts" an urgent task waited behind a whole
-        arm prompt, its time to first segment doubled against the engine's own 16-token chunks."""
+        most urgent prompt first, hold-back) — not whole prompts, which made an urgent task that
+        arrives during a 1.3k-token arm prompt's prefill wait for all of it."""
         if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
             raise EngineError(f"prefill budget must be a positive integer or None, got {tokens!r}")
         self._planner_budget = tokens is not None
