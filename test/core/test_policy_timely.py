@@ -326,7 +326,7 @@ def test_least_removals_does_not_depend_on_the_hint():
     for answer in (0, 1, 5, 17, 40):
         calls = []
 
-        def feasible(r, a=answer):
+        def feasible(r, a=answer, calls=calls):
             calls.append(r)
             return r >= a
 

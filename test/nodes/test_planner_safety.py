@@ -275,7 +275,7 @@ def test_fuzz_every_field_of_every_inbound_message(graph):
     # every SegmentFeedback field at every extreme (states 0..255, the live task from other robots)
     assert set(SegmentFeedback.get_fields_and_field_types()) == {
         "task_id", "agent_id", "index", "state", "stamp", "duration", "detail"}
-    for i in range(400):
+    for _ in range(400):
         fb = SegmentFeedback(task_id=rng.choice(STRINGS + ["fz-live"]), agent_id=rng.choice(STRINGS + ["fz_ok"]),
                              index=rng.choice(UINTS), state=rng.randrange(256), duration=rng.choice(FLOATS),
                              detail=rng.choice(STRINGS + ["y" * 2_000_000]))

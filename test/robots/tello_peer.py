@@ -36,9 +36,8 @@ def main() -> int:
             elif "interrupt" in step:  # the planner ends the task while the segment runs
                 task, index, text, final, after = step["interrupt"]
                 box: list = []
-                worker = threading.Thread(
-                    target=lambda: box.append(runner.run(SegmentItem(task, index, text, final)))
-                )
+                item = SegmentItem(task, index, text, final)
+                worker = threading.Thread(target=lambda box=box, item=item: box.append(runner.run(item)))
                 worker.start()
                 time.sleep(after)
                 backend.interrupt(task, "the planner marked the task FAILED: test", halt=True)

@@ -358,8 +358,7 @@ def run(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {"scaling": [], "real": None}
     if not args.skip_sim:
         result["scaling"] = scaling(loads, reps, args.policy, args.profile, log=log)
-        print("Simulated replica scaling (policy %s, max batch 8 per replica, profile %s)" % (args.policy,
-                                                                                                args.profile))
+        print(f"Simulated replica scaling (policy {args.policy}, max batch 8 per replica, profile {args.profile})")
         print(scaling_table(result["scaling"]))
     if args.endpoints:
         result["real"] = real_vs_predicted(args.endpoints, args.workload, args.policy, args.real_profile,

@@ -41,7 +41,7 @@ def events_of(contents: Any) -> list[ev.TraceEvent]:
     """Every decodable ``/trace_events`` message (bad kind codes become a problem, not a crash)."""
     out = []
     bad = 0
-    for topic, _t_ns, msg in contents.by_type(ts.TRACE_EVENT):
+    for _topic, _t_ns, msg in contents.by_type(ts.TRACE_EVENT):
         try:
             out.append(event_from_msg(msg))
         except ValueError:

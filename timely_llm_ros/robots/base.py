@@ -74,7 +74,7 @@ class RobotBackend(ABC):
         self._interrupted_task = ""
         self._ctx_lock = threading.Lock()
 
-    def start(self) -> None:
+    def start(self) -> None:  # noqa: B027 (an optional hook: doing nothing is the default)
         """Connect to the robot (default: nothing to do)."""
 
     def unsupported(self, names: set[str]) -> str | None:
@@ -107,7 +107,7 @@ class RobotBackend(ABC):
         if halt:
             self.halt()
 
-    def halt(self) -> None:
+    def halt(self) -> None:  # noqa: B027 (an optional hook: doing nothing is the default)
         """Make the robot stop moving and hold position (default: nothing beyond ending the waits)."""
 
     def interrupted(self) -> bool:
@@ -123,14 +123,14 @@ class RobotBackend(ABC):
     def execute(self, call: Call, args: tuple) -> Any:
         """Perform one skill call; return its value or raise :class:`SkillFailure`."""
 
-    def idle(self) -> None:
+    def idle(self) -> None:  # noqa: B027 (an optional hook: doing nothing is the default)
         """Called periodically while no segment is executing (keep-alive hook)."""
 
     def stop(self) -> None:
         """Make every wait end now (from another thread, e.g. a signal handler)."""
         self.stop_event.set()
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (an optional hook: doing nothing is the default)
         """Release the robot (the real drone lands here)."""
 
     def take_notes(self) -> list[str]:
