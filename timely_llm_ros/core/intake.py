@@ -7,6 +7,12 @@ utility (NaN / negative ERT, alpha > 0, beta ≤ 0 — re-checked because a TUF 
 built around its own validation), an unknown skill set, a prompt that does not fit the engine's
 context, and (simulated engine) a missing reference plan.
 
+The ROS planner node's front door (:mod:`timely_llm_ros.nodes.planner`) runs the checks that must
+come before a task is queued for the planner thread from here too, so each check and its text has
+one home: :func:`load_task_skill_set` (also used by :meth:`Intake.prepare`), :func:`check_robot_type`,
+:func:`overload_reason` and :class:`TaskIds` (assigned ids, duplicates). Field limits and TUF ranges
+of a received message are in :mod:`.limits`.
+
 The prompt is the skill set's fixed prompt — tokenised once per skill set and passed to the engine
 as a shared prefix (paper §4.1: users pre-store the fixed part of requests on the server) — followed
 by the task's own text, tokenised separately and appended as ids.
@@ -19,12 +25,14 @@ engine: the rest of the reference plan, which must start with the seed).
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from timely_llm_ros.core.engine import Engine, EngineError
 from timely_llm_ros.core.skills import SkillParseError, SkillSet, load_skill_set
+from timely_llm_ros.core.limits import RecentIds, tuf_or_reject
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
-from timely_llm_ros.core.tuf import TUF, InvalidTUF
 
 
 @dataclass(slots=True)
@@ -55,14 +63,8 @@ class Intake:
         module docstring)."""
         spec.validate()
         tuf = spec.tuf
-        try:
-            TUF(tuf.ert, tuf.alpha, tuf.beta)
-        except InvalidTUF as exc:
-            raise TaskRejected(f"invalid TUF: {exc}") from None
-        try:
-            sset = load_skill_set(spec.skill_set)
-        except KeyError as exc:  # UnknownSkillSet: its message lists the available sets
-            raise TaskRejected(str(exc)) from None
+        tuf_or_reject(tuf.ert, tuf.alpha, tuf.beta)
+        sset = load_task_skill_set(spec.skill_set)
         try:
             full = sset.format_request(spec.instruction, spec.scene)
         except SkillParseError as exc:
@@ -86,3 +88,79 @@ class Intake:
                                    "reference plan")
             script = self.engine.tokenize(plan[len(seed):])
         return PreparedTask(sset, prompt, len(prefix), min(spec.max_tokens, limit - len(prompt)), script)
+
+
+def load_task_skill_set(name: str) -> SkillSet:
+    """The skill set a task names, or :class:`TaskRejected` with the reason (an unknown name: the
+    message lists the available sets; a broken file: the task cannot be planned)."""
+    try:
+        return load_skill_set(name)
+    except KeyError as exc:  # UnknownSkillSet: str() is its message (a plain KeyError would repr it)
+        raise TaskRejected(str(exc.args[0]) if exc.args else str(exc)) from None
+    except ValueError as exc:  # SkillSetError: a broken skill-set file
+        raise TaskRejected(f"skill set {name!r} cannot be loaded: {exc}") from None
+
+
+def check_robot_type(spec: TaskSpec, sset: SkillSet, agent_types: Mapping[str, str]) -> None:
+    """The task's robot type matches its skill set and, when ``agent_types`` names the agent, the
+    type that agent is known to be (a segment for the wrong robot would be unsafe)."""
+    if sset.robot_type != spec.robot_type:
+        raise TaskRejected(f"robot type mismatch: the task is for a {spec.robot_type!r} robot but skill "
+                           f"set {spec.skill_set!r} is for {sset.robot_type!r} robots")
+    expected = agent_types.get(spec.agent_id)
+    if expected is not None and expected != spec.robot_type:
+        raise TaskRejected(f"robot type mismatch: agent {spec.agent_id!r} is a {expected!r} robot, the "
+                           f"task asks for a {spec.robot_type!r} robot")
+
+
+def overload_reason(backlog: int, n_open: int, max_inbound: int, max_queued_tasks: int) -> str:
+    """Why a new task cannot be taken now ('' = it can), naming the queue state for the sender:
+    ``backlog`` tasks received but not yet taken by the planner thread, ``n_open`` open tasks."""
+    if backlog >= max_inbound:
+        return (f"overloaded: {backlog} tasks received but not yet taken by the planner (limit "
+                f"max_inbound = {max_inbound}), {n_open} open tasks")
+    if n_open >= max_queued_tasks:
+        return f"overloaded: {n_open} open tasks (limit max_queued_tasks = {max_queued_tasks})"
+    return ""
+
+
+class DuplicateTaskId(TaskRejected):
+    """A task id in use (or used recently). ``report_as`` is the id its rejection is reported under
+    (``<id>#dup<n>``), so the robot of the original task is not told its task was rejected."""
+
+    def __init__(self, task_id: str, report_as: str) -> None:
+        super().__init__(f"duplicate task_id {task_id!r}: that id is in use (or was used recently); "
+                         f"this rejection is reported as {report_as!r}")
+        self.report_as = report_as
+
+
+class TaskIds:
+    """The ids of tasks taken at the front door (bounded memory: :class:`RecentIds`)."""
+
+    def __init__(self, capacity: int) -> None:
+        self._seen = RecentIds(capacity)
+        self._assigned = itertools.count(1)
+        self._duplicates = itertools.count(1)
+
+    def __contains__(self, task_id: str) -> bool:
+        return task_id in self._seen
+
+    def claim(self, task_id: str, base: str) -> str:
+        """Take ``task_id`` (an empty one is assigned: ``<base>-<n>``, an id not seen recently) and
+        return it; raises :class:`DuplicateTaskId` for an id in use."""
+        if not task_id:
+            task_id = self._new(base)
+        elif task_id in self._seen:
+            raise DuplicateTaskId(task_id, f"{task_id}#dup{next(self._duplicates)}")
+        self._seen.add(task_id)
+        return task_id
+
+    def add(self, task_id: str) -> None:
+        """An id taken by other means (a task recovered from the journal)."""
+        self._seen.add(task_id)
+
+    def _new(self, base: str) -> str:
+        while True:
+            candidate = f"{base}-{next(self._assigned)}"
+            if candidate not in self._seen:
+                return candidate

@@ -80,12 +80,18 @@ def check_task_fields(f: TaskFields) -> None:
         check_tuf_range(f.ert, f.alpha, f.beta)
 
 
-def check_tuf_range(ert: float, alpha: float, beta: float) -> None:
-    """TUF numbers a planner can compute with: valid (Eq. 1) and every derived time finite."""
+def tuf_or_reject(ert: float, alpha: float, beta: float) -> TUF:
+    """The TUF of these numbers, or :class:`TaskRejected` "invalid TUF: <why>" (the one wording of a
+    TUF that is no TUF at all, for the ROS intake and :meth:`Intake.prepare` alike)."""
     try:
-        TUF(ert, alpha, beta)  # not a TUF at all: the familiar reasons (finite, alpha <= 0, beta > 0)
+        return TUF(ert, alpha, beta)
     except InvalidTUF as exc:
         raise TaskRejected(f"invalid TUF: {exc}") from None
+
+
+def check_tuf_range(ert: float, alpha: float, beta: float) -> None:
+    """TUF numbers a planner can compute with: valid (Eq. 1) and every derived time finite."""
+    tuf = tuf_or_reject(ert, alpha, beta)  # not a TUF at all (finite, alpha <= 0, beta > 0)
     if not 0.0 <= ert <= MAX_ERT_S:
         raise TaskRejected(f"invalid TUF: ERT must be within [0, {MAX_ERT_S:g}] s, got {ert!r}")
     if not -MAX_ABS_ALPHA <= alpha <= 0.0:
@@ -94,7 +100,7 @@ def check_tuf_range(ert: float, alpha: float, beta: float) -> None:
     if not 0.0 < beta <= MAX_BETA:
         raise TaskRejected(f"invalid TUF: beta must be within (0, {MAX_BETA:g}], got {beta!r}")
     if alpha < 0.0:
-        horizon = TUF(ert, alpha, beta).zero_time
+        horizon = tuf.zero_time
         if not horizon <= MAX_HORIZON_S:
             raise TaskRejected(f"invalid TUF: utility horizon ERT + beta/-alpha = {horizon:.3g} s exceeds "
                                f"{MAX_HORIZON_S:g} s (use alpha = 0 for a utility that never decays)")

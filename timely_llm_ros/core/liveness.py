@@ -13,7 +13,8 @@ timer runs:
   PROGRESS heartbeat at least every ``heartbeat_timeout`` seconds — a long motion that keeps
   reporting progress is alive however long it takes (the robot enforces its own motion limits).
 
-``limit(expected)`` is the planner's ``segment_timeout`` rule (fixed, or factor × expected + margin).
+``limit(expected)`` is the planner's ``segment_timeout`` rule (:func:`segment_limit`: fixed, or
+factor × expected + margin).
 Pure Python: the ROS planner node feeds it dispatches, feedback and the clock.
 """
 
@@ -23,6 +24,14 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+
+
+def segment_limit(expected: float, fixed: float, factor: float, margin: float) -> float:
+    """The planner's ``segment_timeout`` rule: ``fixed`` seconds when it is > 0, else
+    ``factor`` × the segment's expected execution time + ``margin`` (a long motion gets long)."""
+    if fixed > 0:
+        return fixed
+    return expected * factor + margin
 
 
 @dataclass

@@ -49,7 +49,6 @@ converted with one offset measured at start. Robot feedback stamps are used when
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import queue
@@ -66,14 +65,21 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from timely_llm_ros.msg import Segment, SegmentFeedback, Task, TaskStatus, TraceEvent
 
 from timely_llm_ros.core import events as ev
+from timely_llm_ros.core import handoff as ho
 from timely_llm_ros.core import limits
 from timely_llm_ros.core.agent_queue import AgentQueues
 from timely_llm_ros.core.generation import Dispatch, TaskRecord
 from timely_llm_ros.core.journal import Journal, JournalError, OpenTask, default_path, task_entry, task_from_entry
-from timely_llm_ros.core.liveness import SegmentTimers
+from timely_llm_ros.core.intake import (
+    DuplicateTaskId,
+    TaskIds,
+    check_robot_type,
+    load_task_skill_set,
+    overload_reason,
+)
+from timely_llm_ros.core.liveness import SegmentTimers, segment_limit
 from timely_llm_ros.core.planner import PlannerCore, ResumedSegment
 from timely_llm_ros.core.planner_options import PlannerOptions
-from timely_llm_ros.core.skills import load_skill_set
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
 from timely_llm_ros.engines.base import Engine, EngineError
 from timely_llm_ros.nodes.common import ParamError, declare_params, run_node
@@ -89,16 +95,6 @@ from timely_llm_ros.ros import convert, qos, topics
 from timely_llm_ros.ros.plan_task import PlanTaskServer
 
 RESTARTED = "planner restarted"
-
-
-@dataclass
-class _Waiting:
-    """A task (or a task recovered from the journal) waiting for its robot node to be discovered."""
-
-    spec: TaskSpec
-    deadline: float
-    recovered: OpenTask | None = None
-    earliest: float = -math.inf  # a recovered task's status waits for discovery at least until then
 
 
 @dataclass
@@ -132,14 +128,12 @@ class PlannerNode(LifecycleNode):
         self._agent_types = parse_agent_types(self.p["agent_types"])
         self.warn = limits.RateLimiter(self.p["warn_period"], time.monotonic)
         # executor thread state
-        self._seen_ids = limits.RecentIds(max(4 * self.p["finished_retention"], 10_000))
-        self._id_counter = itertools.count(1)
-        self._dup_counter = itertools.count(1)
-        self._waiting: list[_Waiting] = []
+        self.ids = TaskIds(max(4 * self.p["finished_retention"], 10_000))
+        self._waiting: list[ho.Waiting] = []
         self._pubs: dict[str, _AgentPub] = {}
-        # hand-off queues
-        self._inbound: queue.Queue = queue.Queue()
-        self._outbound: deque = deque()
+        # hand-off queues (typed items: core/handoff.py)
+        self._inbound: queue.Queue[ho.Inbound] = queue.Queue()
+        self._outbound: deque[ho.Outbound] = deque()
         self._lock = threading.Lock()  # guards the open-task bookkeeping below
         self._open: dict[str, str] = {}  # task id -> agent, accepted at intake and not terminal
         self._agent_open: dict[str, int] = {}
@@ -371,20 +365,20 @@ class PlannerNode(LifecycleNode):
             task_id = limits.clip(task_id, limits.MAX_TASK_ID)
             self._reject(task_id, agent, now, exc.reason, "limits")
             return task_id
-        if not task_id:
-            task_id = self._new_id(agent)
-        elif task_id in self._seen_ids:
-            dup = f"{task_id}#dup{next(self._dup_counter)}"
-            self._reject(dup, agent, now, f"duplicate task_id {task_id!r}: that id is in use (or was used "
-                         f"recently); this rejection is reported as {dup!r}", "duplicate")
-            return dup
-        self._seen_ids.add(task_id)
+        try:  # an empty id is assigned: <agent>-<n> (an agent id that cannot name a topic: task-<n>)
+            task_id = self.ids.claim(task_id, agent if topics.valid_agent_id(agent) else "task")
+        except DuplicateTaskId as exc:
+            self._reject(exc.report_as, agent, now, exc.reason, "duplicate")
+            return exc.report_as
         msg.task_id = task_id
         if not self._active:  # a managed planner that is not (or no longer) active: say so
             self._reject(task_id, agent, now, "the planner is not active (lifecycle): it accepts no tasks "
                          "until it is activated", "inactive")
             return task_id
-        overload = self._overload()
+        with self._lock:
+            n_open = len(self._open)
+        overload = overload_reason(self._inbound.qsize() + len(self._waiting), n_open, self.p["max_inbound"],
+                                   self.p["max_queued_tasks"])
         if overload:
             self._reject(task_id, agent, now, overload, "overloaded")
             return task_id
@@ -395,9 +389,9 @@ class PlannerNode(LifecycleNode):
             return task_id
         self._opened(spec.task_id, spec.agent_id)
         if not self.p["require_robot"] or self._robot_ready(spec.agent_id):
-            self._inbound.put(("task", spec, None))
+            self._inbound.put(ho.Submit(spec))
         else:
-            self._waiting.append(_Waiting(spec, now + self.p["robot_grace_period"]))
+            self._waiting.append(ho.Waiting(spec, now + self.p["robot_grace_period"]))
         return task_id
 
     def request_cancel(self, task_id: str, reason: str) -> str | None:
@@ -415,47 +409,16 @@ class PlannerNode(LifecycleNode):
                 now = self.clock_fn()
                 self._put_event(ev.TraceEvent(now, ev.ARRIVAL, task_id, agent))
                 self._put_event(ev.TraceEvent(now, ev.CANCEL, task_id, agent, -1, 0.0, reason))
-                self._put(("status", convert.status_to_msg(task_id, agent, ev.CANCELLED, self.ros_time(now),
-                                                           reason)))
-                self._put(("closed", task_id))
+                self._put(ho.Status(convert.status_to_msg(task_id, agent, ev.CANCELLED, self.ros_time(now),
+                                                          reason)))
+                self._put(ho.Closed(task_id))
                 return None
-        self._inbound.put(("cancel", task_id, reason))
+        self._inbound.put(ho.Cancel(task_id, reason))
         return None
-
-    def _overload(self) -> str:
-        """Why a new task cannot be taken now ('' = it can): the queue state, for the sender."""
-        backlog = self._inbound.qsize() + len(self._waiting)
-        with self._lock:
-            n_open = len(self._open)
-        if backlog >= self.p["max_inbound"]:
-            return (f"overloaded: {backlog} tasks received but not yet taken by the planner (limit "
-                    f"max_inbound = {self.p['max_inbound']}), {n_open} open tasks")
-        if n_open >= self.p["max_queued_tasks"]:
-            return f"overloaded: {n_open} open tasks (limit max_queued_tasks = {self.p['max_queued_tasks']})"
-        return ""
-
-    def _new_id(self, agent: str) -> str:
-        base = agent if topics.valid_agent_id(agent) else "task"
-        while True:
-            candidate = f"{base}-{next(self._id_counter)}"
-            if candidate not in self._seen_ids:
-                return candidate
 
     def _validate(self, msg: Task, now: float) -> TaskSpec:
         spec = convert.task_from_msg(msg, now, self.p["default_max_tokens"])
-        try:
-            sset = load_skill_set(spec.skill_set)
-        except KeyError as exc:
-            raise TaskRejected(str(exc.args[0]) if exc.args else str(exc)) from None
-        except ValueError as exc:  # a broken skill-set file: the task cannot be planned
-            raise TaskRejected(f"skill set {spec.skill_set!r} cannot be loaded: {exc}") from None
-        if sset.robot_type != spec.robot_type:
-            raise TaskRejected(f"robot type mismatch: the task is for a {spec.robot_type!r} robot but skill "
-                               f"set {spec.skill_set!r} is for {sset.robot_type!r} robots")
-        expected = self._agent_types.get(spec.agent_id)
-        if expected is not None and expected != spec.robot_type:
-            raise TaskRejected(f"robot type mismatch: agent {spec.agent_id!r} is a {expected!r} robot, the "
-                               f"task asks for a {spec.robot_type!r} robot")
+        check_robot_type(spec, load_task_skill_set(spec.skill_set), self._agent_types)
         self._find_plan(spec)
         self._segment_publisher(spec.agent_id)  # last: nothing else can reject it afterwards
         return spec
@@ -509,7 +472,7 @@ class PlannerNode(LifecycleNode):
             return
         now = self.clock_fn()
         ready: dict[tuple[str, bool], bool] = {}
-        still: list[_Waiting] = []
+        still: list[ho.Waiting] = []
         gone: set[str] = set()
         status_heard = self._status_readers_matched()
         for w in self._waiting:
@@ -519,11 +482,11 @@ class PlannerNode(LifecycleNode):
             if key not in ready:
                 ready[key] = not self.p["require_robot"] or self._robot_ready(agent, late)
             if w.recovered is not None and (ready[key] and status_heard and now >= w.earliest or late):
-                self._inbound.put(("recovered", w, "" if ready[key] else f"no robot node for agent {agent!r}"))
+                self._inbound.put(ho.Recovered(w, "" if ready[key] else f"no robot node for agent {agent!r}"))
             elif w.recovered is not None:
                 still.append(w)
             elif ready[key]:
-                self._inbound.put(("task", w.spec, None))
+                self._inbound.put(ho.Submit(w.spec))
             elif late:
                 self._closed_open(w.spec.task_id)
                 self._reject(w.spec.task_id, agent, now,
@@ -550,7 +513,7 @@ class PlannerNode(LifecycleNode):
         self._warn(f"reject:{kind}", f"task {task_id!r} from {agent!r} rejected: {reason}")
         self._put_event(ev.TraceEvent(t, ev.ARRIVAL, task_id, agent))
         self._put_event(ev.TraceEvent(t, ev.REJECT, task_id, agent, -1, 0.0, reason))
-        self._put(("status", convert.status_to_msg(task_id, agent, ev.REJECTED, self.ros_time(t), reason)))
+        self._put(ho.Status(convert.status_to_msg(task_id, agent, ev.REJECTED, self.ros_time(t), reason)))
 
     def _on_feedback(self, msg: SegmentFeedback) -> None:
         if self.core is None:  # unconfigured: no task can be open
@@ -568,7 +531,7 @@ class PlannerNode(LifecycleNode):
             t_robot = self.planner_time(fb.t)
             if abs(t_robot - now) <= self.p["feedback_clock_tolerance"]:
                 t = min(t_robot, now)  # never in the future of the planner's own clock
-        self._inbound.put(("feedback", fb, t))
+        self._inbound.put(ho.FeedbackIn(fb, t))
 
     def _dds_lost(self, kind: str, info: Any) -> None:
         """DDS dropped samples before we took them (reader queue overflow): never silently."""
@@ -621,13 +584,13 @@ class PlannerNode(LifecycleNode):
                        f"(tasks beyond max_inbound = {self.p['max_inbound']} are rejected as overloaded)")
 
     # ------------------------------------------------------------------ executor thread: output
-    def _put(self, item: tuple) -> None:
+    def _put(self, item: ho.Outbound) -> None:
         self._outbound.append(item)
         self._wake.trigger()
 
     def _put_event(self, e: ev.TraceEvent) -> None:
-        self._put(("event", convert.event_to_msg(ev.TraceEvent(self.ros_time(e.t), e.kind, e.task_id,
-                                                               e.agent_id, e.seg, e.value, e.detail))))
+        self._put(ho.Event(convert.event_to_msg(ev.TraceEvent(self.ros_time(e.t), e.kind, e.task_id,
+                                                              e.agent_id, e.seg, e.value, e.detail))))
 
     def _drain_outbound(self) -> None:
         while True:
@@ -635,23 +598,23 @@ class PlannerNode(LifecycleNode):
                 item = self._outbound.popleft()
             except IndexError:
                 return
-            kind = item[0]
-            if kind == "status":
-                self._status_pub.publish(item[1])
-                if self.plan_task is not None:
-                    self.plan_task.on_status(item[1])
-            elif kind == "event":
-                self._event_pub.publish(item[1])
-            elif kind == "closed":
-                self._closed_open(item[1])
-            else:  # ("segment", agent, msg)
-                try:
-                    self._segment_publisher(item[1]).publish(item[2])
-                except TaskRejected as exc:  # cannot happen: created at intake; say so, never crash
-                    self.get_logger().error(f"segment of task {item[2].task_id!r} not sent: {exc.reason}")
-                    continue
-                if self.plan_task is not None:
-                    self.plan_task.on_segment(item[2])
+            match item:
+                case ho.Status(msg):
+                    self._status_pub.publish(msg)
+                    if self.plan_task is not None:
+                        self.plan_task.on_status(msg)
+                case ho.Event(msg):
+                    self._event_pub.publish(msg)
+                case ho.Closed(task_id):
+                    self._closed_open(task_id)
+                case ho.SegmentOut(agent, msg):
+                    try:
+                        self._segment_publisher(agent).publish(msg)
+                    except TaskRejected as exc:  # cannot happen: created at intake; say so, never crash
+                        self.get_logger().error(f"segment of task {msg.task_id!r} not sent: {exc.reason}")
+                        continue
+                    if self.plan_task is not None:
+                        self.plan_task.on_segment(msg)
 
     # ------------------------------------------------------------------ crash recovery
     def _recover(self, tasks: list[OpenTask]) -> None:
@@ -669,7 +632,7 @@ class PlannerNode(LifecycleNode):
                     self.journal.ended(open_task.task_id, ev.FAILED, RESTARTED)
                 continue
             self.stats["recovered"] += 1
-            self._seen_ids.add(spec.task_id)
+            self.ids.add(spec.task_id)
             self._opened(spec.task_id, spec.agent_id)
             try:
                 self._segment_publisher(spec.agent_id)
@@ -678,12 +641,12 @@ class PlannerNode(LifecycleNode):
             # announced once its robot and every status reader are discovered, but not before the
             # grace period: a restarted planner does not know who else listens (recorder, senders)
             grace = self.p["robot_grace_period"]
-            self._waiting.append(_Waiting(spec, now + max(2.0 * grace, 5.0), open_task, now + grace))
+            self._waiting.append(ho.Waiting(spec, now + max(2.0 * grace, 5.0), open_task, now + grace))
         if tasks:
             self.get_logger().warning(f"journal: {len(tasks)} task(s) were open when the planner stopped; "
                                       f"on_restart = {self.p['on_restart']}")
 
-    def _recovered(self, w: _Waiting, problem: str) -> None:
+    def _recovered(self, w: ho.Waiting, problem: str) -> None:
         """Planner thread: resume a recovered task (re-plan the rest) or end it FAILED with a reason."""
         spec, open_task = w.spec, w.recovered
         assert open_task is not None
@@ -701,10 +664,10 @@ class PlannerNode(LifecycleNode):
                 reason = f"{RESTARTED}; cannot resume: {exc.reason}"
         t = self.clock_fn()
         self._event(ev.TraceEvent(t, ev.FAIL, spec.task_id, spec.agent_id, -1, 0.0, reason))
-        self._put(("status", convert.status_to_msg(spec.task_id, spec.agent_id, ev.FAILED, self.ros_time(t),
-                                                   reason)))
+        self._put(ho.Status(convert.status_to_msg(spec.task_id, spec.agent_id, ev.FAILED, self.ros_time(t),
+                                                  reason)))
         self._journal("ended", spec.task_id, ev.FAILED, reason)
-        self._put(("closed", spec.task_id))
+        self._put(ho.Closed(spec.task_id))
 
     # ------------------------------------------------------------------ planner thread
     def _run(self) -> None:
@@ -729,14 +692,15 @@ class PlannerNode(LifecycleNode):
         except queue.Empty:
             return
         while True:
-            if item[0] == "task":
-                self._submit(item[1], item[2])
-            elif item[0] == "feedback":
-                self._feedback(item[1], item[2])
-            elif item[0] == "recovered":
-                self._recovered(item[1], item[2])
-            elif item[0] == "cancel":
-                self._cancel(item[1], item[2])
+            match item:
+                case ho.Submit(spec, resume):
+                    self._submit(spec, resume)
+                case ho.FeedbackIn(fb, t):
+                    self._feedback(fb, t)
+                case ho.Recovered(waiting, problem):
+                    self._recovered(waiting, problem)
+                case ho.Cancel(task_id, reason):
+                    self._cancel(task_id, reason)
             try:
                 item = self._inbound.get_nowait()
             except queue.Empty:
@@ -793,9 +757,9 @@ class PlannerNode(LifecycleNode):
             self.get_logger().info(f"cancel of task {task_id!r} came too late: {why}")
 
     def segment_timeout(self, expected: float) -> float:
-        if self.p["segment_timeout"] > 0:
-            return self.p["segment_timeout"]
-        return expected * self.p["segment_timeout_factor"] + self.p["segment_timeout_margin"]
+        """The segment watchdog's limit (:func:`segment_limit`), from the parameters as they are now."""
+        return segment_limit(expected, self.p["segment_timeout"], self.p["segment_timeout_factor"],
+                             self.p["segment_timeout_margin"])
 
     def _check_timeouts(self) -> None:
         now = self.clock_fn()
@@ -824,7 +788,7 @@ class PlannerNode(LifecycleNode):
             self.stats["segments"] += 1
             self.seg_timers.dispatched(d.agent_id, d.task_id, d.seg, d.t, d.expected_exec)
             self._journal("segment", d.task_id, d.seg, d.text, d.min_exec, d.expected_exec)
-        self._put(("segment", d.agent_id, msg))
+        self._put(ho.SegmentOut(d.agent_id, msg))
 
     def _event(self, e: ev.TraceEvent) -> None:
         self._put_event(e)
@@ -836,8 +800,8 @@ class PlannerNode(LifecycleNode):
         response = rec.response_time if rec is not None else math.nan
         utility = rec.utility if rec is not None else math.nan
         now = self.clock_fn()
-        self._put(("status", convert.status_to_msg(task_id, agent, state, self.ros_time(now),
-                                                   limits.clip(reason), response, utility)))
+        self._put(ho.Status(convert.status_to_msg(task_id, agent, state, self.ros_time(now),
+                                                  limits.clip(reason), response, utility)))
         if state == ev.ACCEPTED and spec is not None:
             self._journal("accepted", task_id, task_entry(spec, self.ros_time(spec.arrival)))
         elif state in ev.TERMINAL_STATES:
@@ -845,7 +809,7 @@ class PlannerNode(LifecycleNode):
             self.seg_timers.forget_task(agent, task_id, now)
             self._records.pop(task_id, None)
             self._specs.pop(task_id, None)
-            self._put(("closed", task_id))
+            self._put(ho.Closed(task_id))
             if state == ev.REJECTED:
                 self.stats["rejected"] += 1
 
@@ -874,11 +838,11 @@ class PlannerNode(LifecycleNode):
                     item = self._inbound.get_nowait()
                 except queue.Empty:
                     break
-                if item[0] == "task":
-                    self._closed_open(item[1].task_id)
-                    self._reject(item[1].task_id, item[1].agent_id, now, reason, "shutdown")
-                elif item[0] == "recovered":
-                    self._recovered(item[1], reason)
+                if isinstance(item, ho.Submit):
+                    self._closed_open(item.spec.task_id)
+                    self._reject(item.spec.task_id, item.spec.agent_id, now, reason, "shutdown")
+                elif isinstance(item, ho.Recovered):
+                    self._recovered(item.waiting, reason)
         for w in self._waiting:
             if w.recovered is not None:
                 self._recovered(w, reason)
@@ -892,8 +856,8 @@ class PlannerNode(LifecycleNode):
             self._open.clear()
             self._agent_open.clear()
         for task_id, agent in stuck.items():
-            self._put(("status", convert.status_to_msg(task_id, agent, ev.FAILED, self.ros_time(now),
-                                                       f"{reason} (planner thread did not stop)")))
+            self._put(ho.Status(convert.status_to_msg(task_id, agent, ev.FAILED, self.ros_time(now),
+                                                      f"{reason} (planner thread did not stop)")))
         self._drain_outbound()
         # reliable topics: give subscribers (recorder, robots) a moment to acknowledge the final
         # statuses before the process exits and takes the DDS history with it

@@ -21,26 +21,25 @@ at shutdown and every ``refit_interval`` seconds: skills with at least ``min_sam
 get a ``samples`` model of the measured values — or, for argument-dependent models (``poly``,
 ``argument``) measured at ≥ 2 distinct argument values, a least-squares line in the argument — and
 every other skill keeps its configured model.
+
+The node only wires ROS: measuring, fitting, writing the files and answering an estimate are pure
+Python in :mod:`timely_llm_ros.core.exectime_fit`.
 """
 
 from __future__ import annotations
 
-import math
-import os
-import re
 import time
-from collections import defaultdict, deque
-from dataclasses import dataclass, field
+from collections import deque
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rclpy.node import Node
 from timely_llm_ros.msg import Segment, SegmentFeedback, Task
 from timely_llm_ros.srv import EstimateExecTime
 
 from timely_llm_ros.core.exectime import ExecTimeError, load_exec_time_model
-from timely_llm_ros.core.paths import config_path
+from timely_llm_ros.core.exectime_fit import Measurements, estimate_segment
+from timely_llm_ros.core.exectime_fit import fit_line as fit_line  # re-exported (moved to core)
 from timely_llm_ros.core.skills import SkillParseError, available_skill_sets, load_skill_set
 from timely_llm_ros.nodes.common import Param, declare_params, run_node
 from timely_llm_ros.ros import convert, qos, topics
@@ -49,6 +48,7 @@ MAX_SEGMENTS_REMEMBERED = 100_000  # (task, index) -> calls; oldest forgotten fi
 # DDS orders messages per topic only: a DONE may overtake its Segment or Task. Such feedback waits
 # this long for them before it is counted as unknown.
 PARK_S = 10.0
+REFIT_HEADER = "# Refitted by the timely_llm_ros time-model node from measured SegmentFeedback.\n"
 
 
 def _pairs_check(value: list[str]) -> str | None:
@@ -72,48 +72,6 @@ PARAMS = (
 )
 
 
-@dataclass
-class SkillStats:
-    """Measured durations of one skill (single-call segments), with the call's numeric argument."""
-
-    durations: list[float] = field(default_factory=list)
-    args: list[float | None] = field(default_factory=list)
-
-    def add(self, duration: float, arg: float | None) -> None:
-        self.durations.append(duration)
-        self.args.append(arg)
-
-    def summary(self) -> dict[str, float]:
-        d = self.durations
-        mean = math.fsum(d) / len(d)
-        var = math.fsum((x - mean) ** 2 for x in d) / len(d)
-        return {"n": len(d), "mean": mean, "std": math.sqrt(var), "min": min(d), "max": max(d)}
-
-
-def _first_number(args: list[str]) -> float | None:
-    for a in args:
-        try:
-            v = float(a)
-        except ValueError:
-            continue
-        if math.isfinite(v):
-            return v
-    return None
-
-
-def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
-    """Least-squares ``y = a·x + b``; None with fewer than two distinct x."""
-    if len(set(xs)) < 2:
-        return None
-    n = len(xs)
-    mx = math.fsum(xs) / n
-    my = math.fsum(ys) / n
-    sxx = math.fsum((x - mx) ** 2 for x in xs)
-    sxy = math.fsum((x - mx) * (y - my) for x, y in zip(xs, ys))
-    a = sxy / sxx
-    return a, my - a * mx
-
-
 class TimeModelNode(Node):
     """See the module docstring."""
 
@@ -122,8 +80,7 @@ class TimeModelNode(Node):
         self.p = declare_params(self, PARAMS, on_change=self._param_changed)
         self.model = load_exec_time_model()
         self._defaults = self._default_sets(self.p["default_skill_sets"])
-        self.stats: dict[str, dict[str, SkillStats]] = defaultdict(lambda: defaultdict(SkillStats))
-        self.ratios: dict[str, list[float]] = defaultdict(list)  # robot type -> measured / expected
+        self.measurements = Measurements()
         self.counters = {"feedback": 0, "measured": 0, "multi_call": 0, "unknown_segment": 0, "requests": 0}
         self._task_type: dict[str, str] = {}
         self._agent_type: dict[str, str] = {}
@@ -170,24 +127,7 @@ class TimeModelNode(Node):
     # ------------------------------------------------------------------ service
     def estimate(self, robot_type: str, skill_set: str, text: str) -> tuple[float, float, float]:
         """(minimum, expected, maximum) or ValueError/KeyError with the reason."""
-        if not robot_type.strip():
-            raise ValueError("robot_type is empty")
-        if robot_type not in self.model.robot_types():
-            raise ValueError(f"no execution-time model for robot type {robot_type!r}; available: "
-                             f"{', '.join(self.model.robot_types())}")
-        name = skill_set.strip() or self._defaults.get(robot_type)
-        if not name:
-            raise ValueError(f"no skill set for robot type {robot_type!r}; name one in skill_set")
-        sset = load_skill_set(name)
-        if sset.robot_type != robot_type:
-            raise ValueError(f"skill set {name!r} is for {sset.robot_type!r} robots, not {robot_type!r}")
-        if not text.strip():
-            raise ValueError("segment_text is empty")
-        calls = sset.parse(text)
-        if not calls:
-            raise ValueError("segment_text holds no skill call")
-        est = self.model.estimate(robot_type, calls)
-        return est.minimum, est.expected, est.maximum
+        return estimate_segment(self.model, self._defaults, robot_type, skill_set, text)
 
     def _serve(self, request: EstimateExecTime.Request, response: EstimateExecTime.Response):
         self.counters["requests"] += 1
@@ -265,64 +205,20 @@ class TimeModelNode(Node):
     def record(self, robot_type: str, calls: list[tuple[str, list[str]]], duration: float,
                expected: float) -> None:
         """One measured segment (also the unit-test entry point)."""
-        if expected > 0:
-            self.ratios[robot_type].append(duration / expected)
-        if len(calls) != 1:
-            self.counters["multi_call"] += 1
-            return
-        name, args = calls[0]
-        self.stats[robot_type][name].add(duration, _first_number(args))
-        self.counters["measured"] += 1
+        measured = self.measurements.record(robot_type, calls, duration, expected)
+        self.counters["measured" if measured else "multi_call"] += 1
 
     # ------------------------------------------------------------------ refit
     def refitted(self, robot_type: str) -> dict[str, Any]:
         """The model file content for ``robot_type`` with measured skills refitted."""
-        path = config_path("exec_time", f"{robot_type}.yaml")
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {
-            "robot_type": robot_type, "skills": {}}
-        skills = dict(data.get("skills") or {})
-        notes = {}
-        for name, st in sorted(self.stats.get(robot_type, {}).items()):
-            if len(st.durations) < self.p["min_samples"]:
-                continue
-            old = skills.get(name) or {}
-            line = None
-            if old.get("model") in ("poly", "argument"):
-                pts = [(a, d) for a, d in zip(st.args, st.durations) if a is not None]
-                line = fit_line([a for a, _ in pts], [d for _, d in pts]) if pts else None
-            if line is not None and line[0] >= 0 and line[1] >= 0:
-                skills[name] = {"model": "poly", "coef": [round(line[0], 6), round(line[1], 6)],
-                                "arg_range": list(old["arg_range"])}
-            else:
-                skills[name] = {"model": "samples", "samples": [round(d, 6) for d in st.durations]}
-            notes[name] = st.summary()
-        return {"robot_type": robot_type, "skills": skills, "refit": {
-            "measured": notes, "segment_ratio_measured_over_expected": self._ratio(robot_type)}}
-
-    def _ratio(self, robot_type: str) -> dict[str, float] | None:
-        r = self.ratios.get(robot_type)
-        if not r:
-            return None
-        return {"n": len(r), "mean": math.fsum(r) / len(r)}
+        return self.measurements.refitted(robot_type, self.p["min_samples"])
 
     def write_refit(self) -> list[Path]:
         """Write ``<refit_output>/<robot_type>.yaml`` for every measured robot type; returns the files."""
         out_dir = self.p["refit_output"].strip()
         if not out_dir:
             return []
-        directory = Path(out_dir)
-        directory.mkdir(parents=True, exist_ok=True)
-        written = []
-        for rtype in sorted(set(self.stats) | set(self.ratios)):
-            if not re.fullmatch(r"[A-Za-z0-9_-]+", rtype):
-                continue  # a robot type from the wire must not become a path outside the directory
-            target = directory / f"{rtype}.yaml"
-            tmp = target.with_suffix(".yaml.tmp")
-            tmp.write_text("# Refitted by the timely_llm_ros time-model node from measured SegmentFeedback.\n"
-                           + yaml.safe_dump(self.refitted(rtype), sort_keys=False), encoding="utf-8")
-            os.replace(tmp, target)  # a reader never sees a half-written model
-            written.append(target)
-        return written
+        return self.measurements.write(Path(out_dir), self.p["min_samples"], REFIT_HEADER)
 
     def _periodic_refit(self) -> None:
         try:

@@ -1,0 +1,59 @@
+"""Typed hand-off items between the planner node's threads (core/handoff.py): frozen, named fields,
+and a receiver that dispatches on the type sees every kind."""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+
+import pytest
+
+from timely_llm_ros.core import handoff as ho
+from timely_llm_ros.core.task import TaskSpec
+from timely_llm_ros.core.tuf import NORMAL_TUF
+
+
+def spec(task_id: str = "t1") -> TaskSpec:
+    return TaskSpec(task_id, "d1", "drone", "tello_minispec", "take off", NORMAL_TUF)
+
+
+def test_items_are_frozen_and_name_their_fields():
+    item = ho.Cancel("t1", "operator")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        item.reason = "other"  # type: ignore[misc]
+    assert ho.Submit(spec()).resume is None  # a new task; a resumed one carries its sent segments
+    assert [f.name for f in dataclasses.fields(ho.SegmentOut)] == ["agent", "msg"]
+
+
+def _dispatch(item: ho.Inbound) -> str:
+    match item:
+        case ho.Submit(s, resume):
+            return f"submit {s.task_id} {resume}"
+        case ho.FeedbackIn(fb, t):
+            return f"feedback {fb} at {t}"
+        case ho.Recovered(waiting, problem):
+            return f"recovered {waiting.spec.task_id} {problem!r}"
+        case ho.Cancel(task_id, reason):
+            return f"cancel {task_id} {reason}"
+    return "unknown"
+
+
+def test_a_queue_of_items_dispatches_on_type_in_fifo_order():
+    q: queue.Queue[ho.Inbound] = queue.Queue()
+    w = ho.Waiting(spec("r1"), deadline=5.0)
+    for item in (ho.Submit(spec()), ho.FeedbackIn("fb", 1.5), ho.Recovered(w, ""), ho.Cancel("t1", "stop")):
+        q.put(item)
+    got = [_dispatch(q.get_nowait()) for _ in range(4)]
+    assert got == ["submit t1 None", "feedback fb at 1.5", "recovered r1 ''", "cancel t1 stop"]
+
+
+def test_outbound_kinds_are_distinct_types():
+    kinds = {type(i) for i in (ho.Status("m"), ho.Event("m"), ho.Closed("t"), ho.SegmentOut("d1", "m"))}
+    assert len(kinds) == 4
+    assert ho.Status("m") != ho.Event("m")  # same payload, different kind: never confused
+    assert ho.Closed("t") == ho.Closed("t")
+
+
+def test_a_waiting_task_has_no_earliest_time_unless_recovered():
+    w = ho.Waiting(spec(), deadline=3.0)
+    assert w.recovered is None and w.earliest == float("-inf")

@@ -1,0 +1,108 @@
+"""Typed items the planner node's two threads hand each other through queues.
+
+Why typed: a string-tagged tuple (``("task", spec, None)``) says nothing about its fields, a typo in
+the tag is a silently ignored item, and a reader must find every ``put`` to learn what ``item[2]``
+is. One small frozen dataclass per kind names the fields, and the receiver dispatches on the type
+(``match`` / ``isinstance``), so a checker sees every kind and its fields.
+
+Two directions (see :mod:`timely_llm_ros.nodes.planner`, "Threads"):
+
+* inbound, executor thread → planner thread (which owns the core and the engine): :data:`Inbound`;
+* outbound, planner thread → executor thread (which owns the publishers): :data:`Outbound`.
+
+Pure Python: the outbound items carry ready-made ROS messages as opaque values (``Any``), so this
+module needs no ROS import; the node converts before it queues.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from timely_llm_ros.core.journal import OpenTask
+from timely_llm_ros.core.planner import ResumedSegment
+from timely_llm_ros.core.task import TaskSpec
+
+
+@dataclass
+class Waiting:
+    """A task (or a task recovered from the journal) waiting for its robot node to be discovered.
+
+    Mutable on purpose: it lives in the executor thread's waiting list, not in a queue (a
+    :class:`Recovered` item refers to it once it leaves that list)."""
+
+    spec: TaskSpec
+    deadline: float  # planner clock: after it the task is rejected (or, recovered, resolved anyway)
+    recovered: OpenTask | None = None
+    earliest: float = -math.inf  # a recovered task's status waits for discovery at least until then
+
+
+# ------------------------------------------------------------------ inbound (to the planner thread)
+@dataclass(frozen=True, slots=True)
+class Submit:
+    """A validated task for :meth:`PlannerCore.submit` (``resume``: segments sent before a restart)."""
+
+    spec: TaskSpec
+    resume: list[ResumedSegment] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackIn:
+    """Robot feedback (the adapter's converted message) received at ``t`` (planner clock)."""
+
+    feedback: Any
+    t: float
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """A task recovered from the journal whose wait is over: resume it, or end it with ``problem``
+    (empty: nothing stands in the way)."""
+
+    waiting: Waiting
+    problem: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Cancel an open task with ``reason`` (FIFO after whatever of it was queued before)."""
+
+    task_id: str
+    reason: str
+
+
+Inbound = Submit | FeedbackIn | Recovered | Cancel
+
+
+# ------------------------------------------------------------------ outbound (to the executor thread)
+@dataclass(frozen=True, slots=True)
+class Status:
+    """A ``TaskStatus`` message to publish (and to hand to the plan_task action server)."""
+
+    msg: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A ``TraceEvent`` message to publish."""
+
+    msg: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Closed:
+    """The task reached a terminal state: the executor's open-task bookkeeping forgets it."""
+
+    task_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentOut:
+    """A ``Segment`` message for the robot ``agent`` (sent on its one segment publisher)."""
+
+    agent: str
+    msg: Any
+
+
+Outbound = Status | Event | Closed | SegmentOut
