@@ -73,3 +73,19 @@ def test_one_wording_for_a_tuf_that_is_no_tuf():
         limits.tuf_or_reject(1.0, -2.0, 0.0)
     with pytest.raises(TaskRejected, match=r"^invalid TUF: beta must be > 0"):
         limits.check_tuf_range(1.0, -2.0, 0.0)  # the range check says it the same way
+
+
+def test_a_refusal_keeps_the_reason_and_names_its_kind_and_id():
+    from timely_llm_ros.core.intake import Refused, refusal
+
+    with pytest.raises(Refused) as err:
+        with refusal("limits", "t1"):
+            limits.check_task_fields(limits.TaskFields("t1", "a" * 65, "drone", "s", "i", "", "", 0, 0, 0, 0))
+    assert (err.value.kind, err.value.report_as) == ("limits", "t1")
+    assert err.value.reason == "agent_id is 65 characters long; the limit is 64"
+    with pytest.raises(Refused) as err:  # a Refused inside keeps its own kind and id
+        with refusal("invalid", "t1"):
+            ids = TaskIds(4)
+            ids.claim("x", "d1")
+            ids.claim("x", "d1")
+    assert (err.value.kind, err.value.report_as) == ("duplicate", "x#dup1")

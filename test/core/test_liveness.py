@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from timely_llm_ros.core.liveness import SegmentTimers, segment_limit
+from timely_llm_ros.core.liveness import SegmentTimers, feedback_time, segment_limit
 
 
 def test_segment_limit_is_fixed_when_set_else_factor_times_expected_plus_margin():
@@ -79,3 +79,10 @@ def test_feedback_for_an_unknown_segment_changes_nothing(feedback):
     getattr(w, feedback)("d1", "other", 0, 0.5)
     getattr(w, feedback)("nobody", "t1", 0, 0.5)
     assert [e.task_id for e in w.expired(3.5)] == ["t1"]
+
+
+def test_feedback_time_trusts_the_robot_stamp_only_within_the_tolerance():
+    assert feedback_time(100.0, 99.5, 1.0) == 99.5  # the robot's own stamp
+    assert feedback_time(100.0, 100.4, 1.0) == 100.0  # never later than the planner's reading
+    assert feedback_time(100.0, 98.0, 1.0) == 100.0  # skewed clock: the receipt time
+    assert feedback_time(100.0, float("nan"), 1.0) == 100.0  # no stamp

@@ -11,7 +11,9 @@ The ROS planner node's front door (:mod:`timely_llm_ros.nodes.planner`) runs the
 come before a task is queued for the planner thread from here too, so each check and its text has
 one home: :func:`load_task_skill_set` (also used by :meth:`Intake.prepare`), :func:`check_robot_type`,
 :func:`overload_reason` and :class:`TaskIds` (assigned ids, duplicates). Field limits and TUF ranges
-of a received message are in :mod:`.limits`.
+of a received message are in :mod:`.limits`. A front-door rejection is a :class:`Refused` (a
+:class:`TaskRejected` with the kind of check and the id its status is reported under), so the node
+maps every one of them to its status and events in one place.
 
 The prompt is the skill set's fixed prompt — tokenised once per skill set and passed to the engine
 as a shared prefix (paper §4.1: users pre-store the fixed part of requests on the server) — followed
@@ -26,7 +28,8 @@ engine: the rest of the reference plan, which must start with the seed).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from timely_llm_ros.core.engine import Engine, EngineError
@@ -124,14 +127,38 @@ def overload_reason(backlog: int, n_open: int, max_inbound: int, max_queued_task
     return ""
 
 
-class DuplicateTaskId(TaskRejected):
-    """A task id in use (or used recently). ``report_as`` is the id its rejection is reported under
-    (``<id>#dup<n>``), so the robot of the original task is not told its task was rejected."""
+NOT_ACTIVE = "the planner is not active (lifecycle): it accepts no tasks until it is activated"
+
+
+class Refused(TaskRejected):
+    """A task refused at the front door: ``kind`` names the check (``limits``, ``duplicate``,
+    ``inactive``, ``overloaded``, ``invalid``; the key of the rate-limited warning), ``report_as`` the
+    task id its REJECTED status and events carry."""
+
+    def __init__(self, reason: str, kind: str, report_as: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+        self.report_as = report_as
+
+
+@contextmanager
+def refusal(kind: str, report_as: str) -> Iterator[None]:
+    """Turn a :class:`TaskRejected` raised inside into a :class:`Refused` of ``kind``."""
+    try:
+        yield
+    except Refused:
+        raise
+    except TaskRejected as exc:
+        raise Refused(exc.reason, kind, report_as) from None
+
+
+class DuplicateTaskId(Refused):
+    """A task id in use (or used recently). It is reported as ``<id>#dup<n>``, so the robot of the
+    original task is not told its task was rejected."""
 
     def __init__(self, task_id: str, report_as: str) -> None:
         super().__init__(f"duplicate task_id {task_id!r}: that id is in use (or was used recently); "
-                         f"this rejection is reported as {report_as!r}")
-        self.report_as = report_as
+                         f"this rejection is reported as {report_as!r}", "duplicate", report_as)
 
 
 class TaskIds:

@@ -34,6 +34,16 @@ def segment_limit(expected: float, fixed: float, factor: float, margin: float) -
     return expected * factor + margin
 
 
+def feedback_time(now: float, robot_t: float, tolerance: float) -> float:
+    """When a robot's feedback happened, on the planner's clock: the robot's own stamp ``robot_t``
+    (already converted to the planner's clock; NaN when the message has none) when it lies within
+    ``tolerance`` seconds of ``now`` — never later than ``now`` — else the receipt time ``now`` (a
+    robot whose clock is skewed must not move a segment's times)."""
+    if abs(robot_t - now) <= tolerance:  # False for NaN
+        return min(robot_t, now)
+    return now
+
+
 @dataclass
 class _Watch:
     task_id: str

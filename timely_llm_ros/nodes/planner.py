@@ -71,13 +71,16 @@ from timely_llm_ros.core.agent_queue import AgentQueues
 from timely_llm_ros.core.generation import Dispatch, TaskRecord
 from timely_llm_ros.core.journal import Journal, JournalError, OpenTask, default_path, task_entry, task_from_entry
 from timely_llm_ros.core.intake import (
-    DuplicateTaskId,
+    NOT_ACTIVE,
+    Refused,
     TaskIds,
     check_robot_type,
     load_task_skill_set,
     overload_reason,
+    refusal,
 )
-from timely_llm_ros.core.liveness import SegmentTimers, segment_limit
+from timely_llm_ros.core.liveness import SegmentTimers, feedback_time, segment_limit
+from timely_llm_ros.core.open_tasks import OpenTasks
 from timely_llm_ros.core.planner import PlannerCore, ResumedSegment
 from timely_llm_ros.core.planner_options import PlannerOptions
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
@@ -134,9 +137,7 @@ class PlannerNode(LifecycleNode):
         # hand-off queues (typed items: core/handoff.py)
         self._inbound: queue.Queue[ho.Inbound] = queue.Queue()
         self._outbound: deque[ho.Outbound] = deque()
-        self._lock = threading.Lock()  # guards the open-task bookkeeping below
-        self._open: dict[str, str] = {}  # task id -> agent, accepted at intake and not terminal
-        self._agent_open: dict[str, int] = {}
+        self.open_tasks = OpenTasks()  # accepted at intake and not terminal (executor's view, locked)
         # planner thread state (open tasks only: pruned when terminal)
         self._records: dict[str, TaskRecord] = {}
         self._specs: dict[str, TaskSpec] = {}
@@ -215,8 +216,7 @@ class PlannerNode(LifecycleNode):
         """Stop accepting tasks (new ones are REJECTED with the reason); in-flight tasks finish or are
         cancelled (parameter ``on_deactivate``)."""
         self._active = False
-        with self._lock:
-            open_ids = list(self._open)
+        open_ids = self.open_tasks.ids()
         if self.p["on_deactivate"] == "cancel":
             for task_id in open_ids:
                 self.request_cancel(task_id, "planner deactivated")
@@ -345,9 +345,7 @@ class PlannerNode(LifecycleNode):
         so robots get its scene, the recorder records it and the rqt timeline shows its TUF exactly as
         for a topic task; this node skips its own copy when it comes back."""
         task_id = self._intake(msg)
-        with self._lock:
-            accepted = task_id in self._open
-        if accepted:
+        if task_id in self.open_tasks:
             self._echoes.add(task_id)
             self._task_pub.publish(msg)  # msg.task_id is the (possibly assigned) id
         return task_id
@@ -358,49 +356,42 @@ class PlannerNode(LifecycleNode):
         now = self.clock_fn()
         self.stats["received"] += 1
         agent = limits.clip(msg.agent_id, limits.MAX_AGENT_ID)
-        task_id = msg.task_id.strip()
-        try:  # ids and sizes first: the rejection below must be able to name the task
-            limits.check_task_fields(convert.task_fields(msg))
-        except TaskRejected as exc:
-            task_id = limits.clip(task_id, limits.MAX_TASK_ID)
-            self._reject(task_id, agent, now, exc.reason, "limits")
-            return task_id
-        try:  # an empty id is assigned: <agent>-<n> (an agent id that cannot name a topic: task-<n>)
-            task_id = self.ids.claim(task_id, agent if topics.valid_agent_id(agent) else "task")
-        except DuplicateTaskId as exc:
-            self._reject(exc.report_as, agent, now, exc.reason, "duplicate")
-            return exc.report_as
-        msg.task_id = task_id
-        if not self._active:  # a managed planner that is not (or no longer) active: say so
-            self._reject(task_id, agent, now, "the planner is not active (lifecycle): it accepts no tasks "
-                         "until it is activated", "inactive")
-            return task_id
-        with self._lock:
-            n_open = len(self._open)
-        overload = overload_reason(self._inbound.qsize() + len(self._waiting), n_open, self.p["max_inbound"],
-                                   self.p["max_queued_tasks"])
-        if overload:
-            self._reject(task_id, agent, now, overload, "overloaded")
-            return task_id
         try:
-            spec = self._validate(msg, now)
-        except TaskRejected as exc:
-            self._reject(task_id, agent, now, exc.reason, "invalid")
-            return task_id
-        self._opened(spec.task_id, spec.agent_id)
+            spec = self._admit(msg, agent, now)
+        except Refused as exc:  # every front-door rejection, mapped to its status and events here
+            self._reject(exc.report_as, agent, now, exc.reason, exc.kind)
+            return exc.report_as
+        self.open_tasks.opened(spec.task_id, spec.agent_id)
         if not self.p["require_robot"] or self._robot_ready(spec.agent_id):
             self._inbound.put(ho.Submit(spec))
         else:
             self._waiting.append(ho.Waiting(spec, now + self.p["robot_grace_period"]))
-        return task_id
+        return spec.task_id
+
+    def _admit(self, msg: Task, agent: str, now: float) -> TaskSpec:
+        """The front door's checks in order (raises :class:`Refused`); sets ``msg.task_id`` to the
+        id taken (an empty one is assigned: ``<agent>-<n>``, or ``task-<n>`` for an agent id that
+        cannot name a topic)."""
+        task_id = msg.task_id.strip()
+        # ids and sizes first: the rejection must be able to name the task
+        with refusal("limits", limits.clip(task_id, limits.MAX_TASK_ID)):
+            limits.check_task_fields(convert.task_fields(msg))
+        msg.task_id = task_id = self.ids.claim(task_id, agent if topics.valid_agent_id(agent) else "task")
+        if not self._active:  # a managed planner that is not (or no longer) active: say so
+            raise Refused(NOT_ACTIVE, "inactive", task_id)
+        overload = overload_reason(self._inbound.qsize() + len(self._waiting), len(self.open_tasks),
+                                   self.p["max_inbound"], self.p["max_queued_tasks"])
+        if overload:
+            raise Refused(overload, "overloaded", task_id)
+        with refusal("invalid", task_id):
+            return self._validate(msg, now)
 
     def request_cancel(self, task_id: str, reason: str) -> str | None:
         """Executor thread: cancel an open task (None = under way, else why not). A task still waiting
         for its robot node ends here; any other open task is cancelled by the planner thread
         (:meth:`PlannerCore.cancel`: generation stopped, slot and KV freed) after whatever of it is
         queued before (FIFO)."""
-        with self._lock:
-            agent = self._open.get(task_id)
+        agent = self.open_tasks.agent_of(task_id)
         if agent is None:
             return "no open task with this id (unknown, or already ended)"
         for w in self._waiting:
@@ -488,7 +479,7 @@ class PlannerNode(LifecycleNode):
             elif ready[key]:
                 self._inbound.put(ho.Submit(w.spec))
             elif late:
-                self._closed_open(w.spec.task_id)
+                self.open_tasks.closed(w.spec.task_id)
                 self._reject(w.spec.task_id, agent, now,
                              f"no robot node for agent {agent!r}: nothing subscribes to "
                              f"{self.resolve_topic_name(topics.segment_topic(agent))} (waited "
@@ -526,12 +517,8 @@ class PlannerNode(LifecycleNode):
             self.stats["feedback_ignored"] += 1
             self._warn("feedback:malformed", f"feedback for task {limits.clip(msg.task_id, 80)!r} ignored: {exc}")
             return
-        t = now
-        if fb.t > 0:
-            t_robot = self.planner_time(fb.t)
-            if abs(t_robot - now) <= self.p["feedback_clock_tolerance"]:
-                t = min(t_robot, now)  # never in the future of the planner's own clock
-        self._inbound.put(ho.FeedbackIn(fb, t))
+        robot_t = self.planner_time(fb.t) if fb.t > 0 else math.nan
+        self._inbound.put(ho.FeedbackIn(fb, feedback_time(now, robot_t, self.p["feedback_clock_tolerance"])))
 
     def _dds_lost(self, kind: str, info: Any) -> None:
         """DDS dropped samples before we took them (reader queue overflow): never silently."""
@@ -541,26 +528,9 @@ class PlannerNode(LifecycleNode):
         self.get_logger().error(f"DDS lost {n} {kind} message(s) before the planner could take them "
                                 f"(reader queue depth {depth}; {self.stats[f'dds_lost_{kind}']} in total)")
 
-    # ------------------------------------------------------------------ executor thread: bookkeeping
-    def _opened(self, task_id: str, agent: str) -> None:
-        with self._lock:
-            self._open[task_id] = agent
-            self._agent_open[agent] = self._agent_open.get(agent, 0) + 1
-
-    def _closed_open(self, task_id: str) -> None:
-        with self._lock:
-            agent = self._open.pop(task_id, None)
-            if agent is None:
-                return
-            n = self._agent_open.get(agent, 0) - 1
-            if n > 0:
-                self._agent_open[agent] = n
-            else:
-                self._agent_open.pop(agent, None)
-
+    # ------------------------------------------------------------------ executor thread: publishers
     def _drop_idle_publisher(self, agent: str) -> None:
-        with self._lock:
-            busy = agent in self._agent_open
+        busy = agent in self.open_tasks.busy_agents()
         entry = self._pubs.get(agent)
         if entry is not None and not busy and not any(w.spec.agent_id == agent for w in self._waiting):
             del self._pubs[agent]
@@ -569,8 +539,7 @@ class PlannerNode(LifecycleNode):
     def _housekeeping(self) -> None:
         """Remove the segment publishers of robots without open tasks for ``publisher_idle_timeout``."""
         now = self.clock_fn()
-        with self._lock:
-            busy = set(self._agent_open)
+        busy = self.open_tasks.busy_agents()
         for agent, entry in list(self._pubs.items()):
             if agent in busy:
                 entry.idle_since = math.nan
@@ -606,7 +575,7 @@ class PlannerNode(LifecycleNode):
                 case ho.Event(msg):
                     self._event_pub.publish(msg)
                 case ho.Closed(task_id):
-                    self._closed_open(task_id)
+                    self.open_tasks.closed(task_id)
                 case ho.SegmentOut(agent, msg):
                     try:
                         self._segment_publisher(agent).publish(msg)
@@ -633,7 +602,7 @@ class PlannerNode(LifecycleNode):
                 continue
             self.stats["recovered"] += 1
             self.ids.add(spec.task_id)
-            self._opened(spec.task_id, spec.agent_id)
+            self.open_tasks.opened(spec.task_id, spec.agent_id)
             try:
                 self._segment_publisher(spec.agent_id)
             except TaskRejected:
@@ -839,7 +808,7 @@ class PlannerNode(LifecycleNode):
                 except queue.Empty:
                     break
                 if isinstance(item, ho.Submit):
-                    self._closed_open(item.spec.task_id)
+                    self.open_tasks.closed(item.spec.task_id)
                     self._reject(item.spec.task_id, item.spec.agent_id, now, reason, "shutdown")
                 elif isinstance(item, ho.Recovered):
                     self._recovered(item.waiting, reason)
@@ -847,14 +816,11 @@ class PlannerNode(LifecycleNode):
             if w.recovered is not None:
                 self._recovered(w, reason)
             else:
-                self._closed_open(w.spec.task_id)
+                self.open_tasks.closed(w.spec.task_id)
                 self._reject(w.spec.task_id, w.spec.agent_id, now, reason, "shutdown")
         self._waiting = []
         self._drain_outbound()
-        with self._lock:  # the planner thread is stuck in the engine: answer from the bookkeeping
-            stuck = dict(self._open)
-            self._open.clear()
-            self._agent_open.clear()
+        stuck = self.open_tasks.take_all()  # the planner thread is stuck in the engine: answer from the book
         for task_id, agent in stuck.items():
             self._put(ho.Status(convert.status_to_msg(task_id, agent, ev.FAILED, self.ros_time(now),
                                                       f"{reason} (planner thread did not stop)")))
