@@ -15,9 +15,12 @@ publisher per robot, so the order on the topic is the dispatch order); ``/segmen
 Threads: the ROS executor thread only converts, validates and queues; the planner thread owns the
 core, the engine (which blocks for a whole decoding iteration), the segment timers and the journal,
 and hands messages back through a queue and a guard condition, so no callback ever waits for the
-engine and nothing in the core is touched by two threads.
+engine and nothing in the core is touched by two threads. Both queues carry typed items
+(:mod:`~timely_llm_ros.core.handoff`), dispatched on their type.
 
-Validation (each failure → ``TaskStatus`` REJECTED with the reason, plus ARRIVAL + REJECT events):
+Validation (each failure → ``TaskStatus`` REJECTED with the reason, plus ARRIVAL + REJECT events; the
+checks themselves are in core — :mod:`~timely_llm_ros.core.limits`, :mod:`~timely_llm_ros.core.intake`
+— and raise :class:`~timely_llm_ros.core.intake.Refused`, mapped to the status in one place):
 field limits (:mod:`~timely_llm_ros.core.limits`: id and text lengths, TUF ranges keeping every derived
 time finite), malformed fields or TUF, unknown skill set, robot type that does not match the skill set
 (or the ``agent_types`` table), an agent id that cannot name a topic (or a topic the middleware
