@@ -86,3 +86,18 @@ def test_feedback_time_trusts_the_robot_stamp_only_within_the_tolerance():
     assert feedback_time(100.0, 100.4, 1.0) == 100.0  # never later than the planner's reading
     assert feedback_time(100.0, 98.0, 1.0) == 100.0  # skewed clock: the receipt time
     assert feedback_time(100.0, float("nan"), 1.0) == 100.0  # no stamp
+
+
+def test_a_resumed_task_watches_only_what_its_robot_still_holds_from_the_resume():
+    from timely_llm_ros.core.generation import Segment
+
+    nan = float("nan")
+    done = Segment(0, "mf(100);", dispatch=50.0, exec_start=1.0, exec_end=3.0, expected_exec=2.0)
+    running = Segment(1, "tc(90);", dispatch=50.0, exec_start=4.0, exec_end=nan, expected_exec=1.0)
+    w = timers()
+    w.resumed("d1", "t1", [done, running])
+    assert w.pending("d1") == 1  # the DONE one is not waited for
+    # started, counted from the resume (50.0), limit 1 × 2 + 1 = 3 s: alive until 53.0
+    assert w.expired(53.0) == []
+    (exp,) = w.expired(53.5)
+    assert exp.seg == 1 and "did not finish it within 3.0 s of its start" in exp.reason

@@ -16,6 +16,7 @@ module needs no ROS import; the node converts before it queues.
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,15 @@ from typing import Any
 from timely_llm_ros.core.journal import OpenTask
 from timely_llm_ros.core.planner import ResumedSegment
 from timely_llm_ros.core.task import TaskSpec
+
+
+class WaitOutcome(enum.Enum):
+    """What becomes of a waiting task at one look at the ROS graph."""
+
+    WAIT = "wait"  # keep waiting
+    SUBMIT = "submit"  # its robot is there: hand it to the planner thread
+    RESOLVE = "resolve"  # a recovered task: resume it or end it (a Recovered item)
+    GIVE_UP = "give up"  # no robot node within the grace period: reject it
 
 
 @dataclass
@@ -36,6 +46,20 @@ class Waiting:
     deadline: float  # planner clock: after it the task is rejected (or, recovered, resolved anyway)
     recovered: OpenTask | None = None
     earliest: float = -math.inf  # a recovered task's status waits for discovery at least until then
+
+    def outcome(self, robot_ready: bool, status_heard: bool, now: float) -> WaitOutcome:
+        """``robot_ready``: its robot node is discovered (and matched); ``status_heard``: every
+        ``/task_status`` reader is matched. A new task goes as soon as its robot is there, and is
+        given up at the deadline. A recovered task's one final status must reach every reader, so it
+        waits for them too, and at least until ``earliest``; at the deadline it is resolved anyway."""
+        late = now >= self.deadline
+        if self.recovered is not None:
+            if robot_ready and status_heard and now >= self.earliest or late:
+                return WaitOutcome.RESOLVE
+            return WaitOutcome.WAIT
+        if robot_ready:
+            return WaitOutcome.SUBMIT
+        return WaitOutcome.GIVE_UP if late else WaitOutcome.WAIT
 
 
 # ------------------------------------------------------------------ inbound (to the planner thread)

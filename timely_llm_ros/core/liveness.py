@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from timely_llm_ros.core.generation import Segment
 
 
 def segment_limit(expected: float, fixed: float, factor: float, margin: float) -> float:
@@ -76,6 +78,18 @@ class SegmentTimers:
         pending = self._agents.setdefault(agent, OrderedDict())
         pending[(task_id, seg)] = _Watch(task_id, seg, expected)
         self._refresh(agent, t)
+
+    def resumed(self, agent: str, task_id: str, segments: Sequence[Segment]) -> None:
+        """A task resumed after a planner restart: its segments that the robot still holds (not DONE)
+        are watched again from their ``dispatch`` (the core sets it to the time of the resume), and a
+        started one counts as started then: the restart gives each a fresh limit, not a false timeout
+        for the time the planner was down."""
+        for i, seg in enumerate(segments):
+            if math.isfinite(seg.exec_end):
+                continue
+            self.dispatched(agent, task_id, i, seg.dispatch, seg.expected_exec)
+            if math.isfinite(seg.exec_start):
+                self.started(agent, task_id, i, seg.dispatch)
 
     def started(self, agent: str, task_id: str, seg: int, t: float) -> None:
         w = self._get(agent, task_id, seg)

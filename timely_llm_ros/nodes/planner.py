@@ -475,13 +475,12 @@ class PlannerNode(LifecycleNode):
             key = (agent, late)
             if key not in ready:
                 ready[key] = not self.p["require_robot"] or self._robot_ready(agent, late)
-            if w.recovered is not None and (ready[key] and status_heard and now >= w.earliest or late):
+            outcome = w.outcome(ready[key], status_heard, now)
+            if outcome is ho.WaitOutcome.RESOLVE:
                 self._inbound.put(ho.Recovered(w, "" if ready[key] else f"no robot node for agent {agent!r}"))
-            elif w.recovered is not None:
-                still.append(w)
-            elif ready[key]:
+            elif outcome is ho.WaitOutcome.SUBMIT:
                 self._inbound.put(ho.Submit(w.spec))
-            elif late:
+            elif outcome is ho.WaitOutcome.GIVE_UP:
                 self.open_tasks.closed(w.spec.task_id)
                 self._reject(w.spec.task_id, agent, now,
                              f"no robot node for agent {agent!r}: nothing subscribes to "
@@ -686,16 +685,15 @@ class PlannerNode(LifecycleNode):
         except TaskRejected:
             return  # the core published REJECT + REJECTED (on_state / sink), _state() closed it
         self._records[spec.task_id] = rec
-        for i, seg in enumerate(rec.segments if resume else ()):  # journaled again under the new accept
+        if not resume:
+            return
+        for i, seg in enumerate(rec.segments):  # journaled again under the new accept
             self._journal("segment", spec.task_id, i, seg.text, seg.min_exec, seg.expected_exec)
             if math.isfinite(seg.exec_start):
                 self._journal("started", spec.task_id, i, self.ros_time(seg.exec_start))
             if math.isfinite(seg.exec_end):
                 self._journal("done", spec.task_id, i, self.ros_time(seg.exec_end))
-            else:  # still with the robot: its DONE (or a timeout) decides
-                self.seg_timers.dispatched(spec.agent_id, spec.task_id, i, seg.dispatch, seg.expected_exec)
-                if math.isfinite(seg.exec_start):
-                    self.seg_timers.started(spec.agent_id, spec.task_id, i, seg.dispatch)
+        self.seg_timers.resumed(spec.agent_id, spec.task_id, rec.segments)
         if resume:
             self.get_logger().info(f"task {spec.task_id!r} resumed after the restart: {len(resume)} segment(s) "
                                    "were sent before; re-planning the rest")
