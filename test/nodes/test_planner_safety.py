@@ -231,7 +231,7 @@ def fuzz_tasks(rng: random.Random, n_random: int):
     from timely_llm_ros.msg import Task
 
     fields = {name: STRINGS for name in ("task_id", "agent_id", "robot_type", "skill_set", "instruction",
-                                         "scene", "task_class")}
+                                         "scene", "task_class", "overrun")}
     fields.update({"tuf.ert": FLOATS, "tuf.alpha": FLOATS, "tuf.beta": FLOATS, "max_tokens": UINTS,
                    "trace_id": UINTS, "header.stamp.sec": [-(2**31), 2**31 - 1, 0],
                    "header.stamp.nanosec": UINTS, "header.frame_id": STRINGS})
