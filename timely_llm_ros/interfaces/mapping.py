@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core import limits
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
-from timely_llm_ros.core.tuf import NORMAL_TUF, TUF, InvalidTUF
+from timely_llm_ros.core.tuf import NORMAL_TUF, TUF
 
 DEFAULT_MAX_TOKENS = 256  # Task.max_tokens == 0 means "the planner's default"
 UINT32_MAX = 2**32 - 1
@@ -90,10 +90,7 @@ def is_auto_tuf(msg: Any) -> bool:
 
 def tuf_from_msg(msg: Any) -> TUF:
     """Raises :class:`TaskRejected` for numbers that are no valid TUF (NaN, alpha > 0, beta <= 0...)."""
-    try:
-        return TUF(ert=float(msg.ert), alpha=float(msg.alpha), beta=float(msg.beta))
-    except InvalidTUF as exc:
-        raise TaskRejected(f"invalid TUF: {exc}") from None
+    return limits.tuf_or_reject(float(msg.ert), float(msg.alpha), float(msg.beta))
 
 
 def task_fields(msg: Any) -> limits.TaskFields:

@@ -72,6 +72,7 @@ from timely_llm_ros.core import handoff as ho
 from timely_llm_ros.core import limits
 from timely_llm_ros.core.agent_queue import AgentQueues
 from timely_llm_ros.core.generation import Dispatch, TaskRecord
+from timely_llm_ros.core.kv_policy import KVPolicyError
 from timely_llm_ros.core.journal import Journal, JournalError, OpenTask, default_path, task_entry, task_from_entry
 from timely_llm_ros.core.intake import (
     NOT_ACTIVE,
@@ -96,7 +97,7 @@ from timely_llm_ros.nodes.planner_params import (
     planner_options,
     quote_mapping_args,
 )
-from timely_llm_ros.nodes.sim_support import PlanTable, RealtimeSimEngine
+from timely_llm_ros.nodes.sim_support import PlanTable, RealtimeSimEngine, sim_engine_kwargs
 from timely_llm_ros.ros import convert, qos, topics
 from timely_llm_ros.ros.plan_task import PlanTaskServer
 
@@ -256,7 +257,13 @@ class PlannerNode(LifecycleNode):
         name = self.p["engine"]
         if name == "sim":
             try:
-                return RealtimeSimEngine(self.p["profile"], clock=time.monotonic, stop=self._stop)
+                kwargs = sim_engine_kwargs(engine_options(name, self.p["engine_options"], self._parameter_overrides))
+            except ValueError as exc:
+                raise ParamError(f"parameter 'engine_options': {exc}") from None
+            try:
+                return RealtimeSimEngine(self.p["profile"], clock=time.monotonic, stop=self._stop, **kwargs)
+            except KVPolicyError as exc:
+                raise ParamError(f"parameter 'engine_options': {exc}") from None
             except (KeyError, ValueError, OSError) as exc:
                 raise ParamError(f"parameter 'profile': {exc}") from None
         try:

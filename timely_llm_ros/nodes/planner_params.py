@@ -122,7 +122,8 @@ def _journal_check(value: str) -> str | None:
 PARAMS = (
     Param("engine", "sim", "LLM engine: sim (simulated engine in real time), llamacpp, vllm or openai",
           choices=ENGINES, read_only=True),
-    Param("engine_options", "", "options for the llamacpp/vllm/openai engine, as a YAML/JSON mapping string "
+    Param("engine_options", "", "options for the engine (sim: kv_policy, eviction, reload, chunked_prefill; "
+          "llamacpp/vllm/openai: their constructor options), as a YAML/JSON mapping string "
           "(-p engine_options:=\"{model_path: /m.gguf}\") or a nested mapping in a parameter file; passed to "
           "timely_llm_ros.engines.registry.create_engine over the planner's defaults (llamacpp "
           "{prefill_chunk: 16, prefill_fast_batch: 64}; null turns one off)", read_only=True, check=_check_by(parse_mapping)),

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from timely_llm_ros.core.skills import SkillParseError, SkillSet, load_skill_set
+from timely_llm_ros.core.kv_policy import KVOptions
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.engines.base import TokenOut
 from timely_llm_ros.engines.sim import SimEngine
@@ -43,15 +44,37 @@ from timely_llm_ros.engines.sim import SimEngine
 CATALOG = "catalog"
 
 
+# engine_options the simulated engine takes (the names the llama.cpp engine uses for the same switches)
+SIM_ENGINE_OPTIONS = ("kv_policy", "eviction", "reload", "chunked_prefill")
+
+
+def sim_engine_kwargs(options: dict) -> dict:
+    """``engine_options`` of ``engine:=sim`` as :class:`RealtimeSimEngine` keywords; ValueError naming
+    an option it does not take (never silently ignored). Values are checked by the engine."""
+    unknown = sorted(set(options) - set(SIM_ENGINE_OPTIONS))
+    if unknown:
+        raise ValueError(f"the sim engine has no option(s) {unknown}; accepted: {', '.join(SIM_ENGINE_OPTIONS)}")
+    kv = {("policy" if k == "kv_policy" else k): v for k, v in options.items() if k != "chunked_prefill"}
+    out: dict = {"kv_options": kv}
+    if "chunked_prefill" in options:
+        if not isinstance(options["chunked_prefill"], bool):
+            raise ValueError(f"chunked_prefill must be true or false, got {options['chunked_prefill']!r}")
+        out["chunked_prefill"] = options["chunked_prefill"]
+    return out
+
+
 class RealtimeSimEngine(SimEngine):
     """SimEngine whose steps take their modelled duration in wall time (see module docstring)."""
 
     def __init__(self, profile: str = "llama3-8b-fp16-rtx4090", *, clock: Callable[[], float] = time.time,
-                 stop: threading.Event | None = None, max_sleep: float = 5.0) -> None:
+                 stop: threading.Event | None = None, max_sleep: float = 5.0, kv_options: dict | None = None,
+                 chunked_prefill: bool = False) -> None:
         self._clock = clock
         self._stop = stop or threading.Event()
         self._max_sleep = float(max_sleep)
-        super().__init__(profile, start_time=clock())
+        super().__init__(profile, start_time=clock(), chunked_prefill=chunked_prefill)
+        if kv_options:  # over the profile's eviction order (the engine's default KV options)
+            self.kv = KVOptions(**{"eviction": self.kv.eviction, **kv_options})
         self.info.name = f"sim-realtime:{self.profile.name}"
         self.late_s = 0.0  # total time steps returned after their modelled end (host too slow)
 
