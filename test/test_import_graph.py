@@ -27,10 +27,16 @@ CYCLES_ALLOWED: frozenset[tuple[str, ...]] = frozenset()
 
 def violations(graph: dict[str, set[str]]) -> list[str]:
     """Every problem of ``graph`` that the allowlists do not cover, one line each."""
-    out = [f"core imports outside core: {a} -> {b}" for a, b in ig.outside_imports(graph, "core")
-           if (a, b) not in CORE_OUTSIDE_ALLOWED]
-    out += [f"upward import (layers {ig.LAYERS}): {a} -> {b}" for a, b in ig.upward_imports(graph)
-            if ig.layer_of(a) != "core"]
+    out = [
+        f"core imports outside core: {a} -> {b}"
+        for a, b in ig.outside_imports(graph, "core")
+        if (a, b) not in CORE_OUTSIDE_ALLOWED
+    ]
+    out += [
+        f"upward import (layers {ig.LAYERS}): {a} -> {b}"
+        for a, b in ig.upward_imports(graph)
+        if ig.layer_of(a) != "core"
+    ]
     out += [f"import cycle: {' <-> '.join(c)}" for c in ig.cycles(graph) if c not in CYCLES_ALLOWED]
     return out
 
@@ -51,15 +57,16 @@ def test_layers_point_down_and_no_new_cycles(graph: dict[str, set[str]]) -> None
     problems = violations(graph)
     assert not problems, (
         "imports that break the layering (docs/architecture.md; `python tools/import_graph.py` "
-        "draws them):\n  " + "\n  ".join(problems))
+        "draws them):\n  " + "\n  ".join(problems)
+    )
 
 
 def test_allowlists_only_hold_what_still_exists(graph: dict[str, set[str]]) -> None:
     stale_edges = CORE_OUTSIDE_ALLOWED - set(ig.outside_imports(graph, "core"))
     stale_cycles = CYCLES_ALLOWED - set(ig.cycles(graph))
     assert not stale_edges and not stale_cycles, (
-        f"fixed, so delete from the allowlists in {Path(__file__).name}: "
-        f"{sorted(stale_edges | stale_cycles)}")
+        f"fixed, so delete from the allowlists in {Path(__file__).name}: {sorted(stale_edges | stale_cycles)}"
+    )
 
 
 def _package(tmp_path: Path, files: dict[str, str]) -> dict[str, set[str]]:
@@ -73,16 +80,19 @@ def _package(tmp_path: Path, files: dict[str, str]) -> dict[str, set[str]]:
 
 
 def test_a_new_core_to_engines_import_fails(graph: dict[str, set[str]], tmp_path: Path) -> None:
-    synthetic = _package(tmp_path, {
-        "__init__.py": "",
-        "core/__init__.py": "",
-        "core/newthing.py": "def f():\n    from ..engines import sim\n    return sim\n",  # lazy + relative
-        "core/other.py": "import timely_llm_ros.engines.base\n",
-        "core/typed.py": "from timely_llm_ros.msg import Task\n",  # generated interfaces are not core
-        "engines/__init__.py": "",
-        "engines/base.py": "",
-        "engines/sim.py": "",
-    })
+    synthetic = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "core/__init__.py": "",
+            "core/newthing.py": "def f():\n    from ..engines import sim\n    return sim\n",  # lazy + relative
+            "core/other.py": "import timely_llm_ros.engines.base\n",
+            "core/typed.py": "from timely_llm_ros.msg import Task\n",  # generated interfaces are not core
+            "engines/__init__.py": "",
+            "engines/base.py": "",
+            "engines/sim.py": "",
+        },
+    )
     problems = violations({**synthetic, **graph})  # the real package plus the new modules
     assert f"core imports outside core: {P}core.newthing -> {P}engines.sim" in problems
     assert f"core imports outside core: {P}core.other -> {P}engines.base" in problems
@@ -90,16 +100,19 @@ def test_a_new_core_to_engines_import_fails(graph: dict[str, set[str]], tmp_path
 
 
 def test_a_new_cycle_and_an_upward_import_fail(graph: dict[str, set[str]], tmp_path: Path) -> None:
-    synthetic = _package(tmp_path, {
-        "__init__.py": "",
-        "lrtrace/__init__.py": "",
-        "lrtrace/x.py": "from timely_llm_ros.lrtrace import y\n",
-        "lrtrace/y.py": "def g():\n    from . import x\n    return x\n",
-        "engines/__init__.py": "",
-        "engines/up.py": "from timely_llm_ros.nodes.planner import main\n",
-        "nodes/__init__.py": "",
-        "nodes/planner.py": "",
-    })
+    synthetic = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "lrtrace/__init__.py": "",
+            "lrtrace/x.py": "from timely_llm_ros.lrtrace import y\n",
+            "lrtrace/y.py": "def g():\n    from . import x\n    return x\n",
+            "engines/__init__.py": "",
+            "engines/up.py": "from timely_llm_ros.nodes.planner import main\n",
+            "nodes/__init__.py": "",
+            "nodes/planner.py": "",
+        },
+    )
     problems = violations({**synthetic, **graph})
     assert f"import cycle: {P}lrtrace.x <-> {P}lrtrace.y" in problems
     assert any(p.endswith(f"{P}engines.up -> {P}nodes.planner") for p in problems)

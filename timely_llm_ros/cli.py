@@ -22,23 +22,40 @@ PROG = "timely-llm"
 
 # name -> (module path, one-line help). Add a subcommand by adding a line here.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("timely_llm_ros.demo",
-             "the main job: a ROS 2 fleet planned by the embedded LLM, live progress, summary, timeline"),
+    "demo": (
+        "timely_llm_ros.demo",
+        "the main job: a ROS 2 fleet planned by the embedded LLM, live progress, summary, timeline",
+    ),
     "bench": ("timely_llm_ros.bench.cli", "run the scheduling benchmarks on the simulator"),
     "profile": ("timely_llm_ros.bench.profile_cli", "measure an LLM engine's speed and fit its profile"),
-    "realbench": ("timely_llm_ros.bench.realbench",
-                  "policies side by side on a real engine (llamacpp, vllm) vs the simulator's prediction"),
-    "bench-replicas": ("timely_llm_ros.bench.replicas",
-                       "replica scaling on the simulator; a real multi-server run next to its prediction"),
-    "fleet": ("timely_llm_ros.fleet",
-              "start a fleet's node graph (planner, robots, time model, recorder, workload) from one YAML"),
-    "timeline": ("timely_llm_ros.viz.timeline", "plot a recorded run's timeline from a bag (PNG, SVG or HTML)"),
+    "realbench": (
+        "timely_llm_ros.bench.realbench",
+        "policies side by side on a real engine (llamacpp, vllm) vs the simulator's prediction",
+    ),
+    "bench-replicas": (
+        "timely_llm_ros.bench.replicas",
+        "replica scaling on the simulator; a real multi-server run next to its prediction",
+    ),
+    "fleet": (
+        "timely_llm_ros.fleet",
+        "start a fleet's node graph (planner, robots, time model, recorder, workload) from one YAML",
+    ),
+    "timeline": (
+        "timely_llm_ros.viz.timeline",
+        "plot a recorded run's timeline from a bag (PNG, SVG or HTML)",
+    ),
     "report": ("timely_llm_ros.viz.report", "metrics tables and bar charts of a recorded run (bag)"),
     "record": ("timely_llm_ros.nodes.recorder", "record an LRTrace bag (rosbag2, MCAP) from a running fleet"),
     "replay": ("timely_llm_ros.nodes.replay", "republish a recorded bag's topics with the original timing"),
-    "skills": ("timely_llm_ros.skills_cli", "check a skill-set file (schema, grammar, examples, mappings); list skill sets"),
+    "skills": (
+        "timely_llm_ros.skills_cli",
+        "check a skill-set file (schema, grammar, examples, mappings); list skill sets",
+    ),
     "tello-emulator": ("timely_llm_ros.robots.tello_emulator", "run a Tello SDK emulator over UDP for tests"),
-    "rqt-timeline": ("timely_llm_ros.viz.standalone", "live timeline window (ROS 2 /trace_events, or --bag replay)"),
+    "rqt-timeline": (
+        "timely_llm_ros.viz.standalone",
+        "live timeline window (ROS 2 /trace_events, or --bag replay)",
+    ),
 }
 
 
@@ -54,17 +71,25 @@ def load_command(name: str, commands: dict[str, tuple[str, str]] | None = None) 
         module = importlib.import_module(module_path)
     except ModuleNotFoundError as exc:
         if exc.name and (module_path == exc.name or module_path.startswith(exc.name + ".")):
-            raise CommandUnavailable(f"subcommand '{name}' is not available: module {module_path} "
-                                     "does not exist in this installation") from exc
-        raise CommandUnavailable(f"subcommand '{name}' is not available: importing {module_path} "
-                                 f"needs the missing module '{exc.name}'") from exc
+            raise CommandUnavailable(
+                f"subcommand '{name}' is not available: module {module_path} "
+                "does not exist in this installation"
+            ) from exc
+        raise CommandUnavailable(
+            f"subcommand '{name}' is not available: importing {module_path} "
+            f"needs the missing module '{exc.name}'"
+        ) from exc
     except Exception as exc:  # any import-time failure of that one module
-        raise CommandUnavailable(f"subcommand '{name}' is not available: importing {module_path} "
-                                 f"failed with {type(exc).__name__}: {exc}") from exc
+        raise CommandUnavailable(
+            f"subcommand '{name}' is not available: importing {module_path} "
+            f"failed with {type(exc).__name__}: {exc}"
+        ) from exc
     missing = [fn for fn in ("add_arguments", "run") if not callable(getattr(module, fn, None))]
     if missing:
-        raise CommandUnavailable(f"subcommand '{name}' is broken: {module_path} does not define "
-                                 + " and ".join(f"{fn}()" for fn in missing))
+        raise CommandUnavailable(
+            f"subcommand '{name}' is broken: {module_path} does not define "
+            + " and ".join(f"{fn}()" for fn in missing)
+        )
     return module
 
 

@@ -67,27 +67,49 @@ class Progress:
             busy = sorted(t for t, s in self.states.items() if s in ("GENERATING", "SUSPENDED"))
             urgent = [t for t in self.responses if t in urgent_ert]
             on_time = sum(self.responses[t][0] <= urgent_ert[t] for t in urgent)
-        return (f"tasks seen {n:2d}  finished {done:2d} (completed {ok})  urgent answered {len(urgent)}, "
-                f"on time {on_time}  planning now: {', '.join(busy) or '-'}")
+        return (
+            f"tasks seen {n:2d}  finished {done:2d} (completed {ok})  urgent answered {len(urgent)}, "
+            f"on time {on_time}  planning now: {', '.join(busy) or '-'}"
+        )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--engine", choices=sorted(DEFAULT_SCALE), default="llamacpp",
-                        help="planner engine: llamacpp (real embedded model, default), vllm (real vLLM: "
-                        "run from the vLLM environment, make vllm) or sim (simulated Llama-3-8B/RTX 4090 "
-                        "timing)")
+    parser.add_argument(
+        "--engine",
+        choices=sorted(DEFAULT_SCALE),
+        default="llamacpp",
+        help="planner engine: llamacpp (real embedded model, default), vllm (real vLLM: "
+        "run from the vLLM environment, make vllm) or sim (simulated Llama-3-8B/RTX 4090 "
+        "timing)",
+    )
     parser.add_argument("--policy", default="timely", help="scheduling policy (default: timely)")
-    parser.add_argument("--fleet", type=Path, default=None, help="fleet YAML (default config/demo_fleet.yaml)")
-    parser.add_argument("--workload", default=None,
-                        help="workload (default config/workloads/demo.yaml; presets and files work too)")
-    parser.add_argument("--tuf-scale", type=float, default=None,
-                        help="multiply ERTs and zero-utility times (default 8 on llamacpp, 1 on sim)")
-    parser.add_argument("--out", type=Path, default=Path("results/demo"),
-                        help="output directory: bag, report, timeline (default results/demo)")
+    parser.add_argument(
+        "--fleet", type=Path, default=None, help="fleet YAML (default config/demo_fleet.yaml)"
+    )
+    parser.add_argument(
+        "--workload",
+        default=None,
+        help="workload (default config/workloads/demo.yaml; presets and files work too)",
+    )
+    parser.add_argument(
+        "--tuf-scale",
+        type=float,
+        default=None,
+        help="multiply ERTs and zero-utility times (default 8 on llamacpp, 1 on sim)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("results/demo"),
+        help="output directory: bag, report, timeline (default results/demo)",
+    )
     parser.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")
-    parser.add_argument("--compare", action="store_true",
-                        help="run the workload twice on the same engine, with --policy and with the vllm "
-                        "baseline (FCFS, unsegmented), and print both side by side")
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="run the workload twice on the same engine, with --policy and with the vllm "
+        "baseline (FCFS, unsegmented), and print both side by side",
+    )
 
 
 def _prepare_config(args: argparse.Namespace, bag: Path) -> dict:
@@ -132,8 +154,10 @@ def _start_monitor(progress: Progress):
     from timely_llm_ros.msg import TaskStatus
     from timely_llm_ros.ros import topics
 
-    names = {getattr(TaskStatus, n): n for n in ("ACCEPTED", "REJECTED", "QUEUED", "GENERATING",
-                                                  "SUSPENDED", *TERMINAL)}
+    names = {
+        getattr(TaskStatus, n): n
+        for n in ("ACCEPTED", "REJECTED", "QUEUED", "GENERATING", "SUSPENDED", *TERMINAL)
+    }
     rclpy.init(args=None)
     node = rclpy.create_node("demo_monitor")
 
@@ -168,8 +192,10 @@ def _preflight(engine: str) -> str | None:
         from timely_llm_ros.engines.vllm import default_model
 
         if importlib.util.find_spec("vllm") is None:
-            return ("vLLM is not installed in this Python; run `make demo-vllm`, or `make vllm` and then "
-                    ".venv-vllm/bin/timely-llm demo --engine vllm")
+            return (
+                "vLLM is not installed in this Python; run `make demo-vllm`, or `make vllm` and then "
+                ".venv-vllm/bin/timely-llm demo --engine vllm"
+            )
         try:
             default_model()
         except EngineError as exc:
@@ -180,7 +206,9 @@ def _preflight(engine: str) -> str | None:
     try:
         import llama_cpp  # noqa: F401
     except ImportError as exc:
-        return f"llama-cpp-python is not installed ({exc}); run `make demo` (it installs it) or use --engine sim"
+        return (
+            f"llama-cpp-python is not installed ({exc}); run `make demo` (it installs it) or use --engine sim"
+        )
     from timely_llm_ros.engines.llamacpp_native import default_model_path
 
     try:
@@ -199,8 +227,10 @@ def _run_fleet(cfg: dict, progress: Progress, urgent: dict[str, float], timeout:
     env = localhost_env(dict(os.environ))
     env["PYTHONUNBUFFERED"] = "1"
     stop_requested: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, _f: stop_requested.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {
+        sig: signal.signal(sig, lambda signum, _f: stop_requested.append(signum))
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
     status = 0
     t0 = time.monotonic()
     last = ""
@@ -297,9 +327,12 @@ def _run_one(args: argparse.Namespace, results: list | None) -> int:
     except (OSError, ValueError) as exc:
         print(f"timely-llm demo: error: {exc}", file=sys.stderr)
         return 2
-    print(f"[demo] engine {args.engine}, policy {args.policy}, TUF scale x{args.tuf_scale:g} "
-          f"(urgent ERT {0.2 * args.tuf_scale:g} s, normal ERT {1.0 * args.tuf_scale:g} s); DDS on loopback, "
-          f"ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID', '0')}", flush=True)
+    print(
+        f"[demo] engine {args.engine}, policy {args.policy}, TUF scale x{args.tuf_scale:g} "
+        f"(urgent ERT {0.2 * args.tuf_scale:g} s, normal ERT {1.0 * args.tuf_scale:g} s); DDS on loopback, "
+        f"ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID', '0')}",
+        flush=True,
+    )
     progress = Progress()
     stop_monitor = _start_monitor(progress)
     try:

@@ -87,8 +87,15 @@ class NodeSpec:
         return self.arguments[0] if self.role == "robot" and self.arguments else self.module
 
     def command(self, params_file: Path, python: str = sys.executable) -> list[str]:
-        cmd = [python, "-m", f"{PACKAGE}.nodes.{self.module}", *self.arguments, "--ros-args",
-               "-r", f"__node:={self.name}"]
+        cmd = [
+            python,
+            "-m",
+            f"{PACKAGE}.nodes.{self.module}",
+            *self.arguments,
+            "--ros-args",
+            "-r",
+            f"__node:={self.name}",
+        ]
         if self.namespace:
             cmd += ["-r", f"__ns:=/{self.namespace}"]
         return cmd + ["--params-file", str(params_file)]
@@ -211,24 +218,30 @@ def fleet_nodes(cfg: dict[str, Any], namespace: str = "/") -> list[NodeSpec]:
         r = _mapping(r, f"{src}: robots[{i}]")
         agent, rtype = r.get("agent"), r.get("type")
         if not isinstance(agent, str) or not valid_agent_id(agent):
-            raise FleetError(f"{src}: robots[{i}].agent must be a ROS name token (letters, digits, '_'), "
-                             f"got {agent!r}")
+            raise FleetError(
+                f"{src}: robots[{i}].agent must be a ROS name token (letters, digits, '_'), got {agent!r}"
+            )
         if agent in seen:
             raise FleetError(f"{src}: robots[{i}]: agent {agent!r} appears twice")
         seen.add(agent)
         if not isinstance(rtype, str) or not (rtype in registered_types() or ":" in rtype):
-            raise FleetError(f"{src}: robots[{i}].type must be a robot type ({', '.join(sorted(registered_types()))}, "
-                             f"or module:attr of a RobotType), got {rtype!r}")
-        params = {**_mapping(defaults.get(rtype), f"{src}: robot_defaults.{rtype}"),
-                  **_mapping(r.get("parameters"), f"{src}: robots[{i}].parameters")}
+            raise FleetError(
+                f"{src}: robots[{i}].type must be a robot type ({', '.join(sorted(registered_types()))}, "
+                f"or module:attr of a RobotType), got {rtype!r}"
+            )
+        params = {
+            **_mapping(defaults.get(rtype), f"{src}: robot_defaults.{rtype}"),
+            **_mapping(r.get("parameters"), f"{src}: robots[{i}].parameters"),
+        }
         params.setdefault("agent_id", agent)
         try:
             tname = _type_name(rtype)
         except ValueError as exc:
             raise FleetError(f"{src}: robots[{i}].type: {exc}") from None
         type_names.append(tname)
-        robots.append(NodeSpec("robot", ROBOT_MODULE, str(r.get("name") or tname), in_fleet(agent), params,
-                               [rtype]))
+        robots.append(
+            NodeSpec("robot", ROBOT_MODULE, str(r.get("name") or tname), in_fleet(agent), params, [rtype])
+        )
     agents = [n.params["agent_id"] for n in robots]
     agent_types = [f"{a}:{t}" for a, t in zip(agents, type_names)]
 
@@ -252,8 +265,10 @@ def fleet_nodes(cfg: dict[str, Any], namespace: str = "/") -> list[NodeSpec]:
             workload["workload"] = str(candidate)
         workload.setdefault("agents", agent_types)
         # observers that must see the first task (/tasks is volatile): the workload waits for them
-        workload.setdefault("wait_for_nodes", [join(fleet_ns, role) for role in ("recorder", "timemodel")
-                                               if parts[role] is not None])
+        workload.setdefault(
+            "wait_for_nodes",
+            [join(fleet_ns, role) for role in ("recorder", "timemodel") if parts[role] is not None],
+        )
         workload.setdefault("planner_node", join(fleet_ns, "planner"))
     planner = parts["planner"]
     planner.setdefault("agent_types", agent_types)
@@ -325,8 +340,16 @@ class Fleet:
         """configure + activate every managed node (the planner), as fleet.launch.py does; runs
         timely_llm_ros.ros.lifecycle_client with the fleet's environment (its DDS settings)."""
         for node in self.managed:
-            cmd = [sys.executable, "-m", f"{PACKAGE}.ros.lifecycle_client", label(node), "configure", "activate",
-                   "--timeout", str(timeout)]
+            cmd = [
+                sys.executable,
+                "-m",
+                f"{PACKAGE}.ros.lifecycle_client",
+                label(node),
+                "configure",
+                "activate",
+                "--timeout",
+                str(timeout),
+            ]
             client = subprocess.Popen(cmd, env={**self.env, **node.env}, stderr=subprocess.PIPE, text=True)
             while client.poll() is None:  # a node dying meanwhile ends the wait
                 ended = self.first_exit()
@@ -335,10 +358,14 @@ class Fleet:
                     client.wait()
                     if ended is None:
                         return "interrupted"
-                    return f"{label(ended[0])} exited with status {ended[1]} while {label(node)} was configured"
+                    return (
+                        f"{label(ended[0])} exited with status {ended[1]} while {label(node)} was configured"
+                    )
                 time.sleep(0.2)
             if client.returncode != 0:
-                return (client.stderr.read() if client.stderr else "").strip() or f"{label(node)}: lifecycle failed"
+                return (
+                    client.stderr.read() if client.stderr else ""
+                ).strip() or f"{label(node)}: lifecycle failed"
         return None
 
     def first_exit(self) -> tuple[NodeSpec, int] | None:
@@ -355,8 +382,9 @@ class Fleet:
                 try:
                     proc.wait(timeout=timeout)
                 except subprocess.TimeoutExpired:
-                    print(f"[fleet] {label(node)} did not stop within {timeout:.0f} s: killing it",
-                          flush=True)
+                    print(
+                        f"[fleet] {label(node)} did not stop within {timeout:.0f} s: killing it", flush=True
+                    )
                     _signal_group(proc, signal.SIGKILL)
                     proc.wait()
             else:  # its children (if any) go too
@@ -376,18 +404,36 @@ def label(node: NodeSpec) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="fleet YAML (see config/fleet.yaml)")
-    parser.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0 = run "
-                        "until interrupted or the workload is done)")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=0.0,
+        help="stop after this many seconds (0 = run until interrupted or the workload is done)",
+    )
     parser.add_argument("--localhost", action="store_true", help="keep DDS on loopback (tests, demos)")
-    parser.add_argument("--namespace", default="/", help="fleet namespace, e.g. fleet_a: every topic, "
-                        "service and action of the fleet lives under it (robots in <namespace>/<agent>), so "
-                        "several fleets can share one ROS domain")
-    parser.add_argument("--stop-timeout", type=float, default=15.0, help="seconds each node gets to exit "
-                        "after SIGINT before it is killed")
-    parser.add_argument("--start-timeout", type=float, default=600.0, help="seconds the planner may take for "
-                        "each lifecycle transition (configure loads and warms up the engine)")
-    parser.add_argument("--dry-run", action="store_true", help="print the commands and parameters, start "
-                        "nothing")
+    parser.add_argument(
+        "--namespace",
+        default="/",
+        help="fleet namespace, e.g. fleet_a: every topic, "
+        "service and action of the fleet lives under it (robots in <namespace>/<agent>), so "
+        "several fleets can share one ROS domain",
+    )
+    parser.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=15.0,
+        help="seconds each node gets to exit after SIGINT before it is killed",
+    )
+    parser.add_argument(
+        "--start-timeout",
+        type=float,
+        default=600.0,
+        help="seconds the planner may take for "
+        "each lifecycle transition (configure loads and warms up the engine)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the commands and parameters, start nothing"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -408,8 +454,10 @@ def run(args: argparse.Namespace) -> int:
             print("    " + yaml.safe_dump(node.params, default_flow_style=True, sort_keys=False).strip())
         return 0
     stop = []
-    previous = {sig: signal.signal(sig, lambda signum, _f: stop.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {
+        sig: signal.signal(sig, lambda signum, _f: stop.append(signum))
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
     status = 0
     with tempfile.TemporaryDirectory(prefix="timely-fleet-") as tmp:
         fleet = Fleet(nodes, env, Path(tmp))
@@ -427,8 +475,9 @@ def run(args: argparse.Namespace) -> int:
                     if node.role == "workload" and rc == 0:
                         print("[fleet] workload finished: stopping the fleet", flush=True)
                     else:
-                        print(f"[fleet] {label(node)} exited with status {rc}: stopping the fleet",
-                              flush=True)
+                        print(
+                            f"[fleet] {label(node)} exited with status {rc}: stopping the fleet", flush=True
+                        )
                         status = 1 if rc == 0 else rc
                     break
                 if deadline is not None and time.monotonic() >= deadline:

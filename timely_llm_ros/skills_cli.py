@@ -26,8 +26,13 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config-path", action="append", default=[], metavar="DIR",
-                        help="config directory searched before the shipped one (repeatable)")
+    parser.add_argument(
+        "--config-path",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="config directory searched before the shipped one (repeatable)",
+    )
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     check = sub.add_parser("check", help="validate a skill-set file, print its grammar, parse its examples")
     check.add_argument("file", help="skill-set YAML file")
@@ -47,11 +52,17 @@ def _check(path: Path, show_grammar: bool, out) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if path.stem != sset.name:
-        print(f"error: {path}: field 'name' is {sset.name!r} but the file is {path.name}: the planner and "
-              f"the robots look skill sets up by file name", file=sys.stderr)
+        print(
+            f"error: {path}: field 'name' is {sset.name!r} but the file is {path.name}: the planner and "
+            f"the robots look skill sets up by file name",
+            file=sys.stderr,
+        )
         return 1
-    print(f"{path}: skill set {sset.name!r} for {sset.robot_type!r} robots, language {sset.language}, "
-          f"{len(sset.skills)} skills", file=out)
+    print(
+        f"{path}: skill set {sset.name!r} for {sset.robot_type!r} robots, language {sset.language}, "
+        f"{len(sset.skills)} skills",
+        file=out,
+    )
     print("\nskills (as the prompt lists them):\n" + skill_list_text(sset.skills), file=out)
     if show_grammar:
         try:
@@ -75,9 +86,12 @@ def _check(path: Path, show_grammar: bool, out) -> int:
     missing = sorted(sset.skill_names() - known)
     if missing:
         problems += 1
-        print(f"error: no execution-time model for skill(s) {', '.join(missing)} of robot type "
-              f"{sset.robot_type!r}: the planner cannot estimate these plans; add exec_time/"
-              f"{sset.robot_type}.yaml to a config directory", file=sys.stderr)
+        print(
+            f"error: no execution-time model for skill(s) {', '.join(missing)} of robot type "
+            f"{sset.robot_type!r}: the planner cannot estimate these plans; add exec_time/"
+            f"{sset.robot_type}.yaml to a config directory",
+            file=sys.stderr,
+        )
     else:
         print(f"\nexecution-time model: every skill of robot type {sset.robot_type!r} is covered", file=out)
     for backend in sorted(sset.backends):

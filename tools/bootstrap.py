@@ -113,8 +113,9 @@ def run_logged(
         out.write("$ " + shlex.join(cmd) + "\n")
         out.flush()
         try:
-            rc = subprocess.call(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 env=env, cwd=cwd)
+            rc = subprocess.call(
+                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd
+            )
         except OSError as exc:
             raise BootstrapError(step, f"cannot run {cmd[0]!r} ({exc.strerror})", hint) from exc
     if rc != 0:
@@ -169,8 +170,9 @@ class Bootstrap:
         return digest(self.key_pip(), "patch-v1")
 
     def key_configure(self) -> str:
-        return digest(self.key_patch(), str(ROOT), self.cmake, self.generator, self.cc, self.cxx,
-                      ROOT / "package.xml")
+        return digest(
+            self.key_patch(), str(ROOT), self.cmake, self.generator, self.cc, self.cxx, ROOT / "package.xml"
+        )
 
     def site_packages(self) -> Path:
         return self.venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
@@ -188,43 +190,73 @@ class Bootstrap:
         step = "preflight"
         if not (MIN_PYTHON <= sys.version_info[:2] <= MAX_PYTHON):
             raise BootstrapError(
-                step, f"Python {platform.python_version()} ({sys.executable}) is not supported",
-                "use CPython 3.10-3.13 (Debian 12's python3 is 3.11): make PYTHON=python3.11 ...")
+                step,
+                f"Python {platform.python_version()} ({sys.executable}) is not supported",
+                "use CPython 3.10-3.13 (Debian 12's python3 is 3.11): make PYTHON=python3.11 ...",
+            )
         if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
             raise BootstrapError(
-                step, f"{platform.system()} {platform.machine()} is not supported",
+                step,
+                f"{platform.system()} {platform.machine()} is not supported",
                 "the ROS 2 wheels on PyPI exist only for x86_64 Linux; on other platforms install a "
-                "ROS 2 distro and use colcon (README, 'With a ROS 2 distro')")
+                "ROS 2 distro and use colcon (README, 'With a ROS 2 distro')",
+            )
         if not self.py.exists():
             try:
                 import ensurepip  # noqa: F401  (Debian splits it into python3-venv)
                 import venv  # noqa: F401
             except ImportError as exc:
-                raise BootstrapError(step, f"the Python venv module is missing ({exc})",
-                                     "install it: sudo apt-get install python3-venv") from exc
+                raise BootstrapError(
+                    step,
+                    f"the Python venv module is missing ({exc})",
+                    "install it: sudo apt-get install python3-venv",
+                ) from exc
         self.cc = self._find_compiler("CC", "gcc", "C")
         self.cxx = self._find_compiler("CXX", "g++", "C++")
         with tempfile.TemporaryDirectory(prefix="timely-preflight-") as tmp:
-            self._try_compile(self.cc, "c", "int main(void) { return 0; }\n", Path(tmp), [],
-                              "the C compiler cannot build a program", "sudo apt-get install build-essential")
+            self._try_compile(
+                self.cc,
+                "c",
+                "int main(void) { return 0; }\n",
+                Path(tmp),
+                [],
+                "the C compiler cannot build a program",
+                "sudo apt-get install build-essential",
+            )
             cxx_probe = "#include <string>\nint main() { return (int)std::string().size(); }\n"
-            self._try_compile(self.cxx, "c++", cxx_probe, Path(tmp), [],
-                              "the C++ compiler cannot build a program",
-                              "sudo apt-get install build-essential")
+            self._try_compile(
+                self.cxx,
+                "c++",
+                cxx_probe,
+                Path(tmp),
+                [],
+                "the C++ compiler cannot build a program",
+                "sudo apt-get install build-essential",
+            )
             include = sysconfig.get_paths()["include"]
-            self._try_compile(self.cc, "c", "#include <Python.h>\nint main(void) { return 0; }\n", Path(tmp),
-                              [f"-I{include}"], f"Python headers not usable (looked in {include})",
-                              "install them: sudo apt-get install python3-dev")
+            self._try_compile(
+                self.cc,
+                "c",
+                "#include <Python.h>\nint main(void) { return 0; }\n",
+                Path(tmp),
+                [f"-I{include}"],
+                f"Python headers not usable (looked in {include})",
+                "install them: sudo apt-get install python3-dev",
+            )
         self.cmake, self.pip_cmake = self._find_cmake()
         if shutil.which("make") is None:
             if shutil.which("ninja") is None:
                 raise BootstrapError(step, "neither make nor ninja found", "sudo apt-get install make")
             self.generator = "Ninja"
         if os.environ.get("ROS_DISTRO"):
-            say(f"note: ROS_DISTRO={os.environ['ROS_DISTRO']} is sourced in this shell; this set-up "
-                "ignores it and uses the PyPI wheels in the venv (for the distro, use colcon: see README)")
-        say(f"preflight: ok (Python {platform.python_version()}, {self.cc}, {self.cxx}, "
-            f"cmake {'from PyPI' if self.pip_cmake else self.cmake})")
+            say(
+                f"note: ROS_DISTRO={os.environ['ROS_DISTRO']} is sourced in this shell; this set-up "
+                "ignores it and uses the PyPI wheels in the venv (for the distro, use colcon: see README)"
+            )
+        say(
+            f"preflight: ok (Python {platform.python_version()}, {self.cc}, {self.cxx}, "
+            f"cmake {'from PyPI' if self.pip_cmake else self.cmake})"
+        )
 
     def _find_compiler(self, var: str, default: str, language: str) -> str:
         name = shlex.split(os.environ.get(var) or default)[0]
@@ -233,16 +265,19 @@ class Bootstrap:
             raise BootstrapError(
                 "preflight",
                 f"no {language} compiler: '{name}' not found (from ${var} or default '{default}')",
-                "install one: sudo apt-get install build-essential (or set CC/CXX to your compilers)")
+                "install one: sudo apt-get install build-essential (or set CC/CXX to your compilers)",
+            )
         return path
 
-    def _try_compile(self, compiler: str, lang: str, source: str, tmp: Path, flags: list[str],
-                     what: str, hint: str) -> None:
+    def _try_compile(
+        self, compiler: str, lang: str, source: str, tmp: Path, flags: list[str], what: str, hint: str
+    ) -> None:
         src = tmp / ("probe.c" if lang == "c" else "probe.cpp")
         src.write_text(source)
         log = self.logs / "preflight.log"
-        run_logged("preflight", [compiler, *flags, str(src), "-o", str(tmp / "probe")], log,
-                   f"{hint} ({what})")
+        run_logged(
+            "preflight", [compiler, *flags, str(src), "-o", str(tmp / "probe")], log, f"{hint} ({what})"
+        )
 
     def _find_cmake(self) -> tuple[str, bool]:
         venv_cmake = self.venv / "bin" / "cmake"
@@ -278,43 +313,62 @@ class Bootstrap:
 
     # -- steps -------------------------------------------------------------------------------
     def do_venv(self) -> None:
-        run_logged("venv", [sys.executable, "-m", "venv", str(self.venv)], self.logs / "venv.log",
-                   "creating the virtual environment failed; on Debian: sudo apt-get install python3-venv, "
-                   f"then remove {self.venv} and run make again")
+        run_logged(
+            "venv",
+            [sys.executable, "-m", "venv", str(self.venv)],
+            self.logs / "venv.log",
+            "creating the virtual environment failed; on Debian: sudo apt-get install python3-venv, "
+            f"then remove {self.venv} and run make again",
+        )
 
     def do_pip(self) -> None:
         cmd = [str(self.py), "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
         for name in REQUIREMENTS + ([CMAKE_REQUIREMENTS] if self.pip_cmake else []):
             cmd += ["-r", str(TOOLS / name)]
         cmd += ["-c", str(TOOLS / CONSTRAINTS)]
-        say("pip: installing pinned ROS 2 kilted wheels and project packages (first run: a few minutes; "
-            "llama-cpp-python compiles llama.cpp once, about 10 min on 2 cores, then pip's cache has it)")
-        hint = ("a pinned package could not be downloaded or installed. Check that PyPI is reachable "
-                "(proxy: HTTPS_PROXY, mirror: PIP_INDEX_URL) and that this is x86_64 Linux with CPython "
-                "3.10-3.13, then run the same make command again (finished steps are skipped)")
+        say(
+            "pip: installing pinned ROS 2 kilted wheels and project packages (first run: a few minutes; "
+            "llama-cpp-python compiles llama.cpp once, about 10 min on 2 cores, then pip's cache has it)"
+        )
+        hint = (
+            "a pinned package could not be downloaded or installed. Check that PyPI is reachable "
+            "(proxy: HTTPS_PROXY, mirror: PIP_INDEX_URL) and that this is x86_64 Linux with CPython "
+            "3.10-3.13, then run the same make command again (finished steps are skipped)"
+        )
         # GGML_NATIVE=OFF: a portable llama.cpp build (the wheel lands in pip's cache and may be reused
         # on another CPU of the same machine kind).
-        env = {**os.environ, "PIP_NO_INPUT": "1",
-               "CMAKE_ARGS": os.environ.get("CMAKE_ARGS", "-DGGML_NATIVE=OFF")}
+        env = {
+            **os.environ,
+            "PIP_NO_INPUT": "1",
+            "CMAKE_ARGS": os.environ.get("CMAKE_ARGS", "-DGGML_NATIVE=OFF"),
+        }
         run_logged("pip", cmd, self.logs / "pip.log", hint, env=env)
         nodeps = cmd[:6] + ["--no-deps", "-r", str(TOOLS / NODEPS_REQUIREMENTS)]
         run_logged("pip", nodeps, self.logs / "pip-nodeps.log", hint, env=env)
 
     def do_patch(self) -> None:
-        query = ("import json, numpy, sysconfig; "
-                 "print(json.dumps([sysconfig.get_paths()['include'], numpy.get_include()]))")
+        query = (
+            "import json, numpy, sysconfig; "
+            "print(json.dumps([sysconfig.get_paths()['include'], numpy.get_include()]))"
+        )
         try:
-            out = subprocess.run([str(self.py), "-c", query],
-                                 capture_output=True, text=True, check=True).stdout
+            out = subprocess.run(
+                [str(self.py), "-c", query], capture_output=True, text=True, check=True
+            ).stdout
         except subprocess.CalledProcessError as exc:
             raise BootstrapError(
-                "patch", "cannot ask the venv's Python for its include paths",
-                f"the venv looks broken: remove {self.venv} and run make again\n{exc.stderr}") from exc
+                "patch",
+                "cannot ask the venv's Python for its include paths",
+                f"the venv looks broken: remove {self.venv} and run make again\n{exc.stderr}",
+            ) from exc
         py_include, numpy_include = json.loads(out.strip().splitlines()[-1])
         for path in (py_include, numpy_include):
             if not Path(path).is_dir():
-                raise BootstrapError("patch", f"include directory {path} does not exist",
-                                     "install the Python headers: sudo apt-get install python3-dev")
+                raise BootstrapError(
+                    "patch",
+                    f"include directory {path} does not exist",
+                    "install the Python headers: sudo apt-get install python3-dev",
+                )
         changed = 0
         for cmake_file in (self.venv / "share").rglob("*.cmake"):
             text = cmake_file.read_text(errors="surrogateescape")
@@ -332,22 +386,47 @@ class Bootstrap:
             # Inputs changed (new wheels, moved checkout, other compiler): start from a clean cache.
             shutil.rmtree(self.build_dir)
         cmd = [
-            self.cmake, "-S", str(ROOT), "-B", str(self.build_dir), "-G", self.generator,
-            f"-DCMAKE_PREFIX_PATH={self.venv}", f"-DCMAKE_INSTALL_PREFIX={self.venv}",
-            f"-DPython3_EXECUTABLE={self.py}", "-DPython3_FIND_VIRTUALENV=ONLY", "-DBUILD_TESTING=OFF",
+            self.cmake,
+            "-S",
+            str(ROOT),
+            "-B",
+            str(self.build_dir),
+            "-G",
+            self.generator,
+            f"-DCMAKE_PREFIX_PATH={self.venv}",
+            f"-DCMAKE_INSTALL_PREFIX={self.venv}",
+            f"-DPython3_EXECUTABLE={self.py}",
+            "-DPython3_FIND_VIRTUALENV=ONLY",
+            "-DBUILD_TESTING=OFF",
         ]
-        run_logged("configure", cmd, self.logs / "configure.log",
-                   "cmake could not configure the interface build; the log tail above names the problem "
-                   f"(full log: {self.logs / 'configure.log'}). After fixing it run make again.",
-                   env=self.env())
+        run_logged(
+            "configure",
+            cmd,
+            self.logs / "configure.log",
+            "cmake could not configure the interface build; the log tail above names the problem "
+            f"(full log: {self.logs / 'configure.log'}). After fixing it run make again.",
+            env=self.env(),
+        )
 
     def do_build(self) -> None:
-        hint = (f"building or installing the interfaces failed (full log: {self.logs / 'build.log'}); "
-                "a .msg/.srv syntax error shows above. Fix it and run make again.")
-        run_logged("build", [self.cmake, "--build", str(self.build_dir), "--parallel", str(self.jobs)],
-                   self.logs / "build.log", hint, env=self.env())
-        run_logged("build", [self.cmake, "--install", str(self.build_dir)], self.logs / "install.log",
-                   hint.replace("build.log", "install.log"), env=self.env())
+        hint = (
+            f"building or installing the interfaces failed (full log: {self.logs / 'build.log'}); "
+            "a .msg/.srv syntax error shows above. Fix it and run make again."
+        )
+        run_logged(
+            "build",
+            [self.cmake, "--build", str(self.build_dir), "--parallel", str(self.jobs)],
+            self.logs / "build.log",
+            hint,
+            env=self.env(),
+        )
+        run_logged(
+            "build",
+            [self.cmake, "--install", str(self.build_dir)],
+            self.logs / "install.log",
+            hint.replace("build.log", "install.log"),
+            env=self.env(),
+        )
         removed = self.prune_stale_modules()
         if removed:
             say(f"build: removed {len(removed)} installed module(s) deleted from the source tree")
@@ -363,12 +442,23 @@ class Bootstrap:
             return
         started = time.monotonic()
         say("llama-server: building llama.cpp's server from the llama-cpp-python sources (once, a few min)")
-        run_logged("llama-server", [str(self.py), str(TOOLS / "build_llama_server.py"), "--venv", str(self.venv),
-                                    "--work", str(self.build_dir.parent / "llama_server"),
-                                    "--jobs", str(self.jobs)],
-                   self.logs / "llama-server.log",
-                   f"building llama-server failed (full log: {self.logs / 'llama-server.log'}); the engine: "
-                   "openai tests need it. Run make again after fixing the cause.", env=self.env())
+        run_logged(
+            "llama-server",
+            [
+                str(self.py),
+                str(TOOLS / "build_llama_server.py"),
+                "--venv",
+                str(self.venv),
+                "--work",
+                str(self.build_dir.parent / "llama_server"),
+                "--jobs",
+                str(self.jobs),
+            ],
+            self.logs / "llama-server.log",
+            f"building llama-server failed (full log: {self.logs / 'llama-server.log'}); the engine: "
+            "openai tests need it. Run make again after fixing the cause.",
+            env=self.env(),
+        )
         self.stamps.record("llama-server", key)
         say(f"llama-server: done in {time.monotonic() - started:.1f} s")
 
@@ -394,10 +484,15 @@ class Bootstrap:
             "# workspace's install/setup.bash then sources it again by itself.",
             f'_timely_venv="{self.venv}"',
         ]
-        for var, value in (("AMENT_PREFIX_PATH", "$_timely_venv"), ("CMAKE_PREFIX_PATH", "$_timely_venv"),
-                           ("PATH", "$_timely_venv/bin")):
-            lines.append(f'case ":${{{var}:-}}:" in *":{value}:"*) ;; '
-                         f'*) export {var}="{value}${{{var}:+:${var}}}" ;; esac')
+        for var, value in (
+            ("AMENT_PREFIX_PATH", "$_timely_venv"),
+            ("CMAKE_PREFIX_PATH", "$_timely_venv"),
+            ("PATH", "$_timely_venv/bin"),
+        ):
+            lines.append(
+                f'case ":${{{var}:-}}:" in *":{value}:"*) ;; '
+                f'*) export {var}="{value}${{{var}:+:${var}}}" ;; esac'
+            )
         lines += ['export VIRTUAL_ENV="$_timely_venv"', "unset _timely_venv", ""]
         content = "\n".join(lines)
         for name in ("local_setup.bash", "local_setup.sh"):
@@ -470,8 +565,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="report the steps that would run; exit 1 if any")
     parser.add_argument("--no-build", action="store_true", help="skip the incremental cmake build + install")
     args = parser.parse_args(argv)
-    boot = Bootstrap(args.venv.absolute(), args.stamps.absolute(), args.build_dir.absolute(),
-                     max(1, args.jobs))
+    boot = Bootstrap(
+        args.venv.absolute(), args.stamps.absolute(), args.build_dir.absolute(), max(1, args.jobs)
+    )
     try:
         boot.preflight()
         if args.check:

@@ -42,15 +42,19 @@ def venv_python(venv: Path) -> Path:
 
 def installed_version(venv: Path) -> str:
     code = "import importlib.metadata as m; print(m.version('llama-cpp-python'))"
-    return subprocess.run([str(venv_python(venv)), "-c", code], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run(
+        [str(venv_python(venv)), "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def lib_prefix(venv: Path) -> Path:
     """Where the wheel put libllama-common.so & co: <site-packages>/lib."""
     code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    site = Path(subprocess.run([str(venv_python(venv)), "-c", code], capture_output=True, text=True,
-                               check=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(venv_python(venv)), "-c", code], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
     return site
 
 
@@ -64,15 +68,42 @@ def fetch_sources(venv: Path, version: str, work: Path) -> Path:
     archive = dl / f"llama_cpp_python-{version}.tar.gz"
     if not archive.exists():
         say(f"pip download llama-cpp-python=={version} (sdist)")
-        subprocess.run([str(venv_python(venv)), "-m", "pip", "download", "--disable-pip-version-check",
-                        "--no-input", "--no-deps", "--no-binary", ":all:", "-d", str(dl),
-                        f"llama-cpp-python=={version}"], check=True)
+        subprocess.run(
+            [
+                str(venv_python(venv)),
+                "-m",
+                "pip",
+                "download",
+                "--disable-pip-version-check",
+                "--no-input",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "-d",
+                str(dl),
+                f"llama-cpp-python=={version}",
+            ],
+            check=True,
+        )
     prefix = f"llama_cpp_python-{version}/vendor/llama.cpp/"
-    keep = ("include/", "ggml/include/", "common/", "vendor/", "tools/server/", "tools/ui/", "tools/mtmd/",
-            "cmake/", "scripts/", "LICENSE")
+    keep = (
+        "include/",
+        "ggml/include/",
+        "common/",
+        "vendor/",
+        "tools/server/",
+        "tools/ui/",
+        "tools/mtmd/",
+        "cmake/",
+        "scripts/",
+        "LICENSE",
+    )
     with tarfile.open(archive) as tar:
-        members = [m for m in tar.getmembers()
-                   if m.name.startswith(prefix) and m.name[len(prefix):].startswith(keep)]
+        members = [
+            m
+            for m in tar.getmembers()
+            if m.name.startswith(prefix) and m.name[len(prefix) :].startswith(keep)
+        ]
         tar.extractall(work, members=members, filter="data")
     return src
 
@@ -83,15 +114,29 @@ def build(venv: Path, work: Path, jobs: int) -> Path:
     src = fetch_sources(venv, version, work)
     prefix = lib_prefix(venv)
     if not (prefix / "lib" / "libllama-common.so").exists():
-        raise SystemExit(f"{prefix}/lib/libllama-common.so is missing: is llama-cpp-python=={version} "
-                         "installed in the venv (make bootstrap)?")
+        raise SystemExit(
+            f"{prefix}/lib/libllama-common.so is missing: is llama-cpp-python=={version} "
+            "installed in the venv (make bootstrap)?"
+        )
     bdir = work / "build"
     cmake = shutil.which("cmake", path=f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}") or "cmake"
-    subprocess.run([cmake, "-S", str(CMAKE_DIR), "-B", str(bdir), f"-DLLAMA_SRC={src}",
-                    f"-DLLAMA_PREFIX={prefix}", "-DCMAKE_BUILD_TYPE=Release"], check=True)
+    subprocess.run(
+        [
+            cmake,
+            "-S",
+            str(CMAKE_DIR),
+            "-B",
+            str(bdir),
+            f"-DLLAMA_SRC={src}",
+            f"-DLLAMA_PREFIX={prefix}",
+            "-DCMAKE_BUILD_TYPE=Release",
+        ],
+        check=True,
+    )
     say(f"compiling the server of llama.cpp (llama-cpp-python {version}) with {jobs} job(s)")
-    subprocess.run([cmake, "--build", str(bdir), "--target", "llama-server", "--parallel", str(jobs)],
-                   check=True)
+    subprocess.run(
+        [cmake, "--build", str(bdir), "--target", "llama-server", "--parallel", str(jobs)], check=True
+    )
     binary = bdir / "bin" / "llama-server"
     if not binary.exists():
         found = list(bdir.rglob("llama-server"))

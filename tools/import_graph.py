@@ -135,8 +135,9 @@ def upward_imports(graph: Mapping[str, set[str]]) -> list[tuple[str, str]]:
 
 def outside_imports(graph: Mapping[str, set[str]], layer: str = "core") -> list[tuple[str, str]]:
     """Edges from ``layer`` to any module outside it (for ``core``: every forbidden edge)."""
-    return sorted((s, d) for s, ts in graph.items() if layer_of(s) == layer
-                  for d in ts if layer_of(d) != layer)
+    return sorted(
+        (s, d) for s, ts in graph.items() if layer_of(s) == layer for d in ts if layer_of(d) != layer
+    )
 
 
 def cycles(graph: Mapping[str, set[str]]) -> list[tuple[str, ...]]:

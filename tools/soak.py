@@ -101,8 +101,14 @@ class Managed:
         with open(self.out / "logs" / f"{self.role}.log", "a", encoding="utf-8") as log:
             log.write(f"\n===== {self.role} generation {self.generation} =====\n")
             log.flush()
-            self.proc = subprocess.Popen(self.spec.command(pfile), env=self.env, stdout=log, cwd=self.out,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.spec.command(pfile),
+                env=self.env,
+                stdout=log,
+                cwd=self.out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -136,8 +142,12 @@ class Soak:
         # ROS logs and the planner's journal (under ROS_HOME) belong to this run: a restarted planner
         # recovers this run's tasks and no other's; nodes run in the report directory
         self.env["ROS_HOME"] = str(out / "ros_home")
-        os.environ.update({k: self.env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE",
-                                                   "FASTDDS_DEFAULT_PROFILES_FILE", "ROS_DOMAIN_ID")})
+        os.environ.update(
+            {
+                k: self.env[k]
+                for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "FASTDDS_DEFAULT_PROFILES_FILE", "ROS_DOMAIN_ID")
+            }
+        )
         self.agents = {f"drone_{i + 1}": "drone" for i in range(args.drones)}
         self.agents.update({f"arm_{i + 1}": "arm" for i in range(args.arms)})
         self.procs = self._graph()
@@ -154,8 +164,12 @@ class Soak:
 
     def _graph(self) -> dict[str, Managed]:
         a = self.args
-        planner = {"engine": a.engine, "policy": "timely", "robot_grace_period": 5.0,
-                   "segment_timeout_margin": 10.0}
+        planner = {
+            "engine": a.engine,
+            "policy": "timely",
+            "robot_grace_period": 5.0,
+            "segment_timeout_margin": 10.0,
+        }
         for item in a.planner_param:
             key, _, value = item.partition("=")
             planner[key.strip()] = yaml.safe_load(value)
@@ -176,7 +190,9 @@ class Soak:
     def log(self, event: str, **kw) -> None:
         entry = {"t": round(self.client.now(), 3), "event": event, **kw}
         self.events.append(entry)
-        print(f"[soak {entry['t']:8.1f} s] {event} " + " ".join(f"{k}={v}" for k, v in kw.items()), flush=True)
+        print(
+            f"[soak {entry['t']:8.1f} s] {event} " + " ".join(f"{k}={v}" for k, v in kw.items()), flush=True
+        )
 
     def ready(self, role: str, timeout: float, stale: set[tuple] = frozenset()) -> bool:
         ok = self.client.wait(lambda: self.client.up(role, stale), timeout)
@@ -314,8 +330,11 @@ class Soak:
 
     def report(self, start_failed: str) -> int:
         a = self.args
-        kills = [e["t"] for e in self.events if e["event"] in ("kill", "unexpected-exit")
-                 and e["target"] == "planner"]
+        kills = [
+            e["t"]
+            for e in self.events
+            if e["event"] in ("kill", "unexpected-exit") and e["target"] == "planner"
+        ]
         with self.client.lock:
             summary = self.ledger.summary(kills)
         self.client.close()
@@ -332,15 +351,19 @@ class Soak:
         }
         write_json(self.out / "soak.json", report)
         if self.rss.samples:
-            title = (f"soak: {summary['published']} tasks, lost {summary['lost']}"
-                     + (f", burst {a.burst}" if a.burst else f", {a.rate:g}/s for {a.minutes:g} min"))
+            title = f"soak: {summary['published']} tasks, lost {summary['lost']}" + (
+                f", burst {a.burst}" if a.burst else f", {a.rate:g}/s for {a.minutes:g} min"
+            )
             write_png(self.out / "rss.png", self.rss, self.events, title)
         print("\n" + table(summary, rss, self.events), flush=True)
         print(f"\nreport: {self.out / 'soak.json'}  {self.out / 'rss.png'}  logs: {self.out / 'logs'}")
         unanswered = summary["unanswered_while_down"] if a.retry_after > 0 else 0
         failed = bool(summary["lost"] or unanswered or self.unexpected or start_failed)
-        print("SOAK FAILED" if failed else "SOAK PASSED", "(lost tasks, unexpected exits or start failure "
-              "make it fail)" if failed else "", flush=True)
+        print(
+            "SOAK FAILED" if failed else "SOAK PASSED",
+            "(lost tasks, unexpected exits or start failure make it fail)" if failed else "",
+            flush=True,
+        )
         return 1 if failed else 0
 
 
@@ -350,24 +373,44 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--minutes", type=float, default=10.0, help="how long to publish")
     p.add_argument("--burst", type=int, default=0, help="publish this many tasks at once instead (no kills)")
     p.add_argument("--engine", choices=("sim", "llamacpp"), default="sim", help="planner engine")
-    p.add_argument("--planner-param", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra planner parameter (YAML value), e.g. engine_options={n_threads: 2}")
+    p.add_argument(
+        "--planner-param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra planner parameter (YAML value), e.g. engine_options={n_threads: 2}",
+    )
     p.add_argument("--drones", type=int, default=3)
     p.add_argument("--arms", type=int, default=1)
-    p.add_argument("--robot-time-scale", type=float, default=0.1,
-                   help="robots' sim time scale (0.1: motions take a tenth of the modelled time)")
+    p.add_argument(
+        "--robot-time-scale",
+        type=float,
+        default=0.1,
+        help="robots' sim time scale (0.1: motions take a tenth of the modelled time)",
+    )
     p.add_argument("--kill-every", type=float, default=60.0, help="mean seconds between kill -9 (0: none)")
-    p.add_argument("--kill-targets", type=lambda v: [t.strip() for t in v.split(",") if t.strip()],
-                   default=["planner", "robot", "recorder"],
-                   help="comma-separated: what may be killed (planner, robot, recorder)")
+    p.add_argument(
+        "--kill-targets",
+        type=lambda v: [t.strip() for t in v.split(",") if t.strip()],
+        default=["planner", "robot", "recorder"],
+        help="comma-separated: what may be killed (planner, robot, recorder)",
+    )
     p.add_argument("--restart-delay", type=float, default=3.0, help="seconds a killed process stays down")
-    p.add_argument("--retry-after", type=float, default=20.0,
-                   help="re-publish a task with no status at all after this many seconds (0: never)")
+    p.add_argument(
+        "--retry-after",
+        type=float,
+        default=20.0,
+        help="re-publish a task with no status at all after this many seconds (0: never)",
+    )
     p.add_argument("--max-retries", type=int, default=5, help="re-publications per task at most")
     p.add_argument("--drain", type=float, default=180.0, help="seconds to wait for the last final statuses")
     p.add_argument("--sample-period", type=float, default=5.0, help="seconds between RSS samples")
-    p.add_argument("--warmup-fraction", type=float, default=0.2,
-                   help="memory growth is measured after this fraction of each process's lifetime")
+    p.add_argument(
+        "--warmup-fraction",
+        type=float,
+        default=0.2,
+        help="memory growth is measured after this fraction of each process's lifetime",
+    )
     p.add_argument("--ready-timeout", type=float, default=120.0, help="seconds a (re)started node may take")
     p.add_argument("--stop-timeout", type=float, default=30.0, help="seconds a node gets after SIGINT")
     p.add_argument("--seed", type=int, default=1)

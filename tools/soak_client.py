@@ -18,17 +18,30 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
 from soak_report import Ledger
-from timely_llm_ros.msg import Task, TaskStatus
 
 from timely_llm_ros.core.task import TaskSpec
+from timely_llm_ros.msg import Task, TaskStatus
 from timely_llm_ros.ros import convert, topics
 from timely_llm_ros.workload.tasks import load_catalog
 
-_STATES = ("ACCEPTED", "REJECTED", "QUEUED", "GENERATING", "SUSPENDED", "COMPLETED", "FAILED", "EXPIRED",
-           "EXECUTING", "CANCELLED")  # the last two only where the message has them
+_STATES = (
+    "ACCEPTED",
+    "REJECTED",
+    "QUEUED",
+    "GENERATING",
+    "SUSPENDED",
+    "COMPLETED",
+    "FAILED",
+    "EXPIRED",
+    "EXECUTING",
+    "CANCELLED",
+)  # the last two only where the message has them
 STATE_NAMES = {getattr(TaskStatus, n): n for n in _STATES if hasattr(TaskStatus, n)}
-_KEEP_ALL = QoSProfile(history=HistoryPolicy.KEEP_ALL, reliability=ReliabilityPolicy.RELIABLE,
-                       durability=DurabilityPolicy.VOLATILE)
+_KEEP_ALL = QoSProfile(
+    history=HistoryPolicy.KEEP_ALL,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.VOLATILE,
+)
 
 
 class TaskFactory:
@@ -117,8 +130,10 @@ class SoakClient:
     # -- graph
     def _subscribers(self, topic: str) -> list[tuple[str, str, tuple]]:
         """(namespace, node name, endpoint GID) of every subscription of ``topic`` in the graph."""
-        return [(i.node_namespace, i.node_name, tuple(i.endpoint_gid))
-                for i in self.node.get_subscriptions_info_by_topic(topic)]
+        return [
+            (i.node_namespace, i.node_name, tuple(i.endpoint_gid))
+            for i in self.node.get_subscriptions_info_by_topic(topic)
+        ]
 
     def endpoints(self, role: str) -> set[tuple]:
         """GIDs of the subscriptions that show ``role`` (planner, recorder or an agent) is up.
@@ -129,7 +144,9 @@ class SoakClient:
         if role == "planner":
             return {g for ns, name, g in self._subscribers(topics.TASKS) if (ns, name) == ("/", "planner")}
         if role == "recorder":
-            return {g for ns, name, g in self._subscribers(topics.TASK_STATUS) if (ns, name) == ("/", "recorder")}
+            return {
+                g for ns, name, g in self._subscribers(topics.TASK_STATUS) if (ns, name) == ("/", "recorder")
+            }
         return {g for ns, _, g in self._subscribers(f"/{role}/{topics.SKILL_SEGMENTS}") if ns == f"/{role}"}
 
     def up(self, role: str, stale: set[tuple] = frozenset()) -> bool:

@@ -63,8 +63,14 @@ class Ledger:
 
     def due_retries(self, now: float, after: float, max_retries: int) -> list[str]:
         """Tasks that got no status at all within ``after`` seconds of their latest publication."""
-        return [tid for tid, task in self.tasks.items() if not task.states and not task.final
-                and task.retries < max_retries and now - task.last_sent >= after]
+        return [
+            tid
+            for tid, task in self.tasks.items()
+            if not task.states
+            and not task.final
+            and task.retries < max_retries
+            and now - task.last_sent >= after
+        ]
 
     def retried(self, task_id: str, t: float) -> None:
         task = self.tasks[task_id]
@@ -95,8 +101,11 @@ class Ledger:
         crash = {tid for tid, task in lost.items() if any(k >= task.t for k in planner_kills)}
         down = [task for task in self.tasks.values() if not task.planner_up]
         latencies = sorted(task.final_t - task.t for task in self.tasks.values() if task.final)
-        reasons = Counter(_reason_kind(task.reason) for task in self.tasks.values()
-                          if task.final in ("FAILED", "REJECTED", "EXPIRED"))
+        reasons = Counter(
+            _reason_kind(task.reason)
+            for task in self.tasks.values()
+            if task.final in ("FAILED", "REJECTED", "EXPIRED")
+        )
         return {
             "published": len(self.tasks),
             "final": sum(finals.values()),
@@ -106,8 +115,15 @@ class Ledger:
             "lost_never_seen": sum(1 for task in lost.values() if not task.states),
             "lost_open_at_a_planner_kill": len(crash),
             "lost_with_the_planner_running": len(lost) - len(crash),
-            "lost_tasks": {tid: {"agent": task.agent, "published_s": round(task.t, 2), "states": task.states,
-                                 "open_at_a_planner_kill": tid in crash} for tid, task in list(lost.items())[:50]},
+            "lost_tasks": {
+                tid: {
+                    "agent": task.agent,
+                    "published_s": round(task.t, 2),
+                    "states": task.states,
+                    "open_at_a_planner_kill": tid in crash,
+                }
+                for tid, task in list(lost.items())[:50]
+            },
             "published_while_planner_down": len(down),
             "answered_while_down": sum(1 for task in down if task.final),
             "unanswered_while_down": sum(1 for task in down if not task.final),
@@ -130,8 +146,10 @@ def _reason_kind(reason: str) -> str:
 def _quantiles(xs: list[float]) -> dict[str, float]:
     if not xs:
         return {}
+
     def q(p: float) -> float:
         return round(xs[min(len(xs) - 1, int(p * len(xs)))], 3)
+
     return {"p50": q(0.5), "p95": q(0.95), "max": round(xs[-1], 3)}
 
 
@@ -156,8 +174,10 @@ class RssLog:
         for role in self.roles():
             mine = [s for s in self.samples if s[1] == role]
             last_gen = max(s[2] for s in mine)
-            spans = {g: (max(s[0] for s in mine if s[2] == g) - min(s[0] for s in mine if s[2] == g), g)
-                     for g in {s[2] for s in mine}}
+            spans = {
+                g: (max(s[0] for s in mine if s[2] == g) - min(s[0] for s in mine if s[2] == g), g)
+                for g in {s[2] for s in mine}
+            }
             longest = max(spans, key=lambda g: spans[g])
             gen = [s for s in mine if s[2] == longest]
             start = gen[0][0] + warmup_fraction * (gen[-1][0] - gen[0][0])
@@ -208,12 +228,16 @@ def table(summary: dict[str, Any], rss: dict[str, dict[str, float]], events: lis
     if kills:
         lines.append("kill -9: " + ", ".join(f"{k} x{v}" for k, v in sorted(kills.items())))
     lines.append("")
-    lines.append(f"{'process':<14}{'restarts':>9}{'start MiB':>11}{'end MiB':>9}{'max MiB':>9}"
-                 f"{'growth MiB':>12}{'window s':>10}{'KiB/task':>10}")
+    lines.append(
+        f"{'process':<14}{'restarts':>9}{'start MiB':>11}{'end MiB':>9}{'max MiB':>9}"
+        f"{'growth MiB':>12}{'window s':>10}{'KiB/task':>10}"
+    )
     for role, r in rss.items():
-        lines.append(f"{role:<14}{r['restarts']:>9}{r['start_mib']:>11.1f}{r['end_mib']:>9.1f}"
-                     f"{r['max_mib']:>9.1f}{r['growth_after_warmup_mib']:>12.1f}"
-                     f"{r['growth_window_s']:>10.0f}{r['kib_per_task']:>10.2f}")
+        lines.append(
+            f"{role:<14}{r['restarts']:>9}{r['start_mib']:>11.1f}{r['end_mib']:>9.1f}"
+            f"{r['max_mib']:>9.1f}{r['growth_after_warmup_mib']:>12.1f}"
+            f"{r['growth_window_s']:>10.0f}{r['kib_per_task']:>10.2f}"
+        )
     return "\n".join(lines)
 
 

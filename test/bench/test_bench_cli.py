@@ -224,8 +224,19 @@ def test_bag_option_writes_one_bag_per_run_that_the_report_scores_alike(tmp_path
     from timely_llm_ros.viz.report import build
 
     bags = tmp_path / "bags"
-    rc, _out, err = _run(capsys, "--workload", TINY, "--policies", "timely,vllm", "--out", str(tmp_path),
-                         "--no-figures", "--quiet", "--bag", str(bags))
+    rc, _out, err = _run(
+        capsys,
+        "--workload",
+        TINY,
+        "--policies",
+        "timely,vllm",
+        "--out",
+        str(tmp_path),
+        "--no-figures",
+        "--quiet",
+        "--bag",
+        str(bags),
+    )
     assert rc == 0, err
     assert sorted(p.name for p in bags.iterdir()) == ["tiny_timely", "tiny_vllm"]
     results = json.loads((tmp_path / "results.json").read_text())
@@ -237,6 +248,17 @@ def test_bag_option_writes_one_bag_per_run_that_the_report_scores_alike(tmp_path
             # bag stamps are whole nanoseconds: numbers agree to ~1e-9 s, not bit for bit
             assert got.classes[cls]["pct_beta"] == pytest.approx(metrics["pct_beta"], rel=1e-6, abs=1e-6)
             assert got.classes[cls]["response_mean"] == pytest.approx(metrics["response_mean"], abs=1e-6)
-    rc, _out, err = _run(capsys, "--workload", TINY, "--policies", "timely", "--out", str(tmp_path),
-                         "--no-figures", "--quiet", "--bag", str(bags))
+    rc, _out, err = _run(
+        capsys,
+        "--workload",
+        TINY,
+        "--policies",
+        "timely",
+        "--out",
+        str(tmp_path),
+        "--no-figures",
+        "--quiet",
+        "--bag",
+        str(bags),
+    )
     assert rc == 2 and "never overwritten" in err  # a rerun refuses to overwrite, with the reason

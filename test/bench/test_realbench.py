@@ -10,8 +10,12 @@ from timely_llm_ros.bench import realbench
 
 
 def test_simulated_engine_is_predicted_exactly(tmp_path, capsys):
-    assert realbench.main(["--engine", "sim", "--tasks", "5", "--policies", "timely,vllm",
-                           "--out", str(tmp_path)]) == 0
+    assert (
+        realbench.main(
+            ["--engine", "sim", "--tasks", "5", "--policies", "timely,vllm", "--out", str(tmp_path)]
+        )
+        == 0
+    )
     out = json.loads((tmp_path / "realbench.json").read_text())
     assert out["tuf_scale"] >= 1 and [r["policy"] for r in out["results"]] == ["timely", "vllm"]
     for res in out["results"]:

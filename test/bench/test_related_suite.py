@@ -47,7 +47,10 @@ def test_mix_adds_fltrnn_tasks_within_wid2s_span():
 def test_small_suite_writes_table_json_and_figure(tmp_path, capsys):
     assert related.run_suite(tmp_path, specs=["wid1"], variants=["overrun=kill"], note=lambda m: None) == 0
     doc = json.loads((tmp_path / "related.json").read_text())
-    assert {(r["workload"], r["variant"]) for r in doc["runs"]} == {("wid1", "base"), ("wid1", "overrun=kill")}
+    assert {(r["workload"], r["variant"]) for r in doc["runs"]} == {
+        ("wid1", "base"),
+        ("wid1", "overrun=kill"),
+    }
     assert "overrun=kill" in doc["decisions"] and (tmp_path / "related.png").stat().st_size > 0
     text = (tmp_path / "related.txt").read_text()
     assert "overrun=kill" in text and "# decisions" in text

@@ -38,12 +38,15 @@ def test_paper_suite_asks_for_every_figure_and_the_overhead() -> None:
     assert wanted == ["5", "6", "7", "8", "9"]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (("--max-batch", "0"), "--max-batch"),
-    (("--sweep", "rate"), "--sweep"),
-    (("--sweep", "traces=1,2"), "traces cannot be swept"),
-    (("-p", " , "), "no policy given"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (("--max-batch", "0"), "--max-batch"),
+        (("--sweep", "rate"), "--sweep"),
+        (("--sweep", "traces=1,2"), "traces cannot be swept"),
+        (("-p", " , "), "no policy given"),
+    ],
+)
 def test_bad_values_are_named(argv: tuple[str, ...], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         _plan(*argv)

@@ -7,9 +7,9 @@ import pytest
 from timely_llm_ros.bench import scenario_table as st
 from timely_llm_ros.bench.bounds import alone_response_times, class_bounds
 from timely_llm_ros.bench.scenarios import policy_for
-from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.core.tuf import NORMAL_TUF, TUF, URGENT_TUF
+from timely_llm_ros.sim.simulator import SimConfig, simulate
 
 
 def cls(pct, clamped=None, n=10):
@@ -28,7 +28,9 @@ BOUNDS = {"w": {"urgent": {"pct_beta": 100.0}, "normal": {"pct_beta": 100.0}}}
 
 def rows():
     entries = [("overload", "w", 4), ("low", "w", None)]
-    return st.summary_rows(entries, lambda s, p: RUNS.get((s, p)), BOUNDS.__getitem__, lambda s: 3, policy_for)
+    return st.summary_rows(
+        entries, lambda s, p: RUNS.get((s, p)), BOUNDS.__getitem__, lambda s: 3, policy_for
+    )
 
 
 def test_summary_rows_hand_computed():
@@ -42,7 +44,9 @@ def test_summary_rows_hand_computed():
     assert over_n["delta"] == pytest.approx(-1.5) and "goal" not in over_n
     # low load: edf 97.5 leaves a bound/edf of 100/97.5 < 1.3: the goal is impossible, measured
     assert low_u["goal"] == "impossible" and low_u["delta"] == pytest.approx(-0.5)
-    assert [r["workload"] for r in st.trailing(rows())] == ["w"] and st.trailing(rows())[0]["class"] == "normal"
+    assert [r["workload"] for r in st.trailing(rows())] == ["w"] and st.trailing(rows())[0][
+        "class"
+    ] == "normal"
 
 
 def test_render_has_the_columns_and_the_verdict():
@@ -55,9 +59,17 @@ def test_render_has_the_columns_and_the_verdict():
 
 
 def task(i, arrival, tuf, plan="mb(100);tc(90);"):
-    return TaskSpec(task_id=str(i), agent_id=str(i), robot_type="drone", skill_set="tello_minispec",
-                    instruction="x", tuf=tuf, arrival=arrival, reference_plan=plan,
-                    exec_times=[("mb", 2.5), ("tc", 2.3)])
+    return TaskSpec(
+        task_id=str(i),
+        agent_id=str(i),
+        robot_type="drone",
+        skill_set="tello_minispec",
+        instruction="x",
+        tuf=tuf,
+        arrival=arrival,
+        reference_plan=plan,
+        exec_times=[("mb", 2.5), ("tc", 2.3)],
+    )
 
 
 def test_alone_bound_is_the_response_of_a_lone_task_and_bounds_every_policy():

@@ -51,10 +51,26 @@ def test_groups_resolve_to_task_lists():
 
 def tiny():
     mk = dict(robot_type="drone", skill_set="tello_minispec", instruction="x")
-    return [TaskSpec(task_id="n", agent_id="n", tuf=NORMAL_TUF, arrival=0.0, reference_plan="mu(50);",
-                     exec_times=[("mu", 1.0)], **mk),
-            TaskSpec(task_id="u", agent_id="u", tuf=URGENT_TUF, arrival=0.01, reference_plan="mb(100);",
-                     exec_times=[("mb", 1.0)], **mk)]
+    return [
+        TaskSpec(
+            task_id="n",
+            agent_id="n",
+            tuf=NORMAL_TUF,
+            arrival=0.0,
+            reference_plan="mu(50);",
+            exec_times=[("mu", 1.0)],
+            **mk,
+        ),
+        TaskSpec(
+            task_id="u",
+            agent_id="u",
+            tuf=URGENT_TUF,
+            arrival=0.01,
+            reference_plan="mb(100);",
+            exec_times=[("mb", 1.0)],
+            **mk,
+        ),
+    ]
 
 
 def test_run_applies_the_suffix_and_returns_class_metrics():
@@ -65,8 +81,16 @@ def test_run_applies_the_suffix_and_returns_class_metrics():
     assert set(out) == {"normal", "urgent", "all"}
     assert out["urgent"]["n"] == 1 and one["urgent"]["n"] == 1
     assert out["urgent"]["response_max"] < one["urgent"]["response_max"]
-    for key in ("utility_mean", "utility_mean_clamped", "pct_beta", "n_nonpositive", "response_p50",
-                "response_p99", "response_max", "waiting_mean"):
+    for key in (
+        "utility_mean",
+        "utility_mean_clamped",
+        "pct_beta",
+        "n_nonpositive",
+        "response_p50",
+        "response_p99",
+        "response_max",
+        "waiting_mean",
+    ):
         assert key in out["normal"]
 
 
@@ -74,9 +98,18 @@ def test_loadsweep_plot_and_ablation_summary(tmp_path):
     rows = []
     for rate, vals in ((0.1, (100.0, 99.0)), (0.5, (80.0, 60.0))):
         for pol in ("timely", "edf-seg"):
-            rows.append({"rate": rate, "cap": None, "policy": pol, "scenario": f"r{rate}",
-                         "classes": {"urgent": {"pct_beta_clamped": vals[0], "pct_beta": vals[0] - 50},
-                                     "normal": {"pct_beta_clamped": vals[1], "pct_beta": vals[1] - 50}}})
+            rows.append(
+                {
+                    "rate": rate,
+                    "cap": None,
+                    "policy": pol,
+                    "scenario": f"r{rate}",
+                    "classes": {
+                        "urgent": {"pct_beta_clamped": vals[0], "pct_beta": vals[0] - 50},
+                        "normal": {"pct_beta_clamped": vals[1], "pct_beta": vals[1] - 50},
+                    },
+                }
+            )
     png = loadsweep.plot(rows, tmp_path / "sweep.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = ablation.summary(rows)
@@ -86,8 +119,10 @@ def test_loadsweep_plot_and_ablation_summary(tmp_path):
 
 
 def test_loadsweep_cli_on_one_light_rate(tmp_path):
-    assert loadsweep.main(["--out", str(tmp_path), "--rates", "0.05", "--policies", "timely,edf-seg",
-                           "--quiet"]) == 0
+    assert (
+        loadsweep.main(["--out", str(tmp_path), "--rates", "0.05", "--policies", "timely,edf-seg", "--quiet"])
+        == 0
+    )
     data = json.loads((tmp_path / "loadsweep.json").read_text())
     assert [r["policy"] for r in data["rows"]] == ["timely", "edf-seg"]
     assert (tmp_path / "loadsweep.png").stat().st_size > 0

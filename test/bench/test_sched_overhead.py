@@ -15,11 +15,17 @@ from timely_llm_ros.core.ua_index import Entry
 
 def test_cli_writes_the_table_json_and_figure(tmp_path, capsys):
     out = tmp_path / "so.json"
-    assert so.main(["--out", str(out), "--sizes", "1", "8", "--repeats", "3", "--policies", "timely",
-                    "edf-seg"]) == 0
+    assert (
+        so.main(["--out", str(out), "--sizes", "1", "8", "--repeats", "3", "--policies", "timely", "edf-seg"])
+        == 0
+    )
     rows = json.loads(out.read_text())["rows"]
-    assert [(r["policy"], r["queued"]) for r in rows] == [("timely", 1), ("timely", 8), ("edf-seg", 1),
-                                                          ("edf-seg", 8)]
+    assert [(r["policy"], r["queued"]) for r in rows] == [
+        ("timely", 1),
+        ("timely", 8),
+        ("edf-seg", 1),
+        ("edf-seg", 8),
+    ]
     assert all(r["repeats"] == 3 and r["cpu_median_ms"] >= 0.0 for r in rows)
     assert out.with_suffix(".png").stat().st_size > 0
     assert "cpu median" in capsys.readouterr().out

@@ -17,8 +17,15 @@ def gen(arrival=0.0, tuf=NORMAL_TUF, k=0, ref=None, seg_tokens=0, mem=100, sset=
     """A generation of a fresh task; ``k > 0`` makes it a suspended one whose reference time is ``ref``."""
     s = load_skill_set(sset)
     i = next(_ids)
-    spec = TaskSpec(task_id=f"t{i}", agent_id="a", robot_type=s.robot_type, skill_set=s.name, instruction="x",
-                    tuf=tuf, arrival=arrival)
+    spec = TaskSpec(
+        task_id=f"t{i}",
+        agent_id="a",
+        robot_type=s.robot_type,
+        skill_set=s.name,
+        instruction="x",
+        tuf=tuf,
+        arrival=arrival,
+    )
     g = Generation(i, spec, TaskRecord.from_spec(spec), s, NET)
     if k:
         g.k, g.ert_k, g.ref = k, 0.0, ref

@@ -7,8 +7,8 @@ import pytest
 
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.agent_queue import ACTIVE, AHEAD, WAITING, AgentQueueFull, AgentQueues
-from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.core.task import TaskRejected
+from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.workload.tasks import load_catalog
 
 
@@ -61,12 +61,20 @@ def test_a_flood_for_one_robot_never_interleaves(lookahead):
     tasks = flood()
     res = simulate(tasks, SimConfig(policy="timely", exec_mode="min", lookahead=lookahead))
     recs = {r.task_id: r for r in res.records}
-    assert all(r.state == ev.COMPLETED for r in recs.values()), [(r.task_id, r.state, r.reason)
-                                                                  for r in recs.values()]
+    assert all(r.state == ev.COMPLETED for r in recs.values()), [
+        (r.task_id, r.state, r.reason) for r in recs.values()
+    ]
     for agent in ("d1", "d2"):
         # robot side: every action of task B starts after the last action of the task before it
-        spans = sorted(((s.exec_start, s.exec_end, r.task_id) for r in recs.values() if r.agent_id == agent
-                        for s in r.segments), key=lambda x: x[0])
+        spans = sorted(
+            (
+                (s.exec_start, s.exec_end, r.task_id)
+                for r in recs.values()
+                if r.agent_id == agent
+                for s in r.segments
+            ),
+            key=lambda x: x[0],
+        )
         order = [tid for _, _, tid in spans]
         blocks = [tid for i, tid in enumerate(order) if i == 0 or order[i - 1] != tid]
         assert len(blocks) == len(set(blocks)), f"{agent}: tasks interleaved on the robot: {blocks}"
@@ -82,7 +90,9 @@ def test_a_flood_for_one_robot_never_interleaves(lookahead):
             assert first_dispatch[b] >= ends[a] - 1e-12, f"{b} dispatched before {a} ended"
     # response time counts from the task's own arrival, not from when its robot became free
     for r in recs.values():
-        start = next(e for e in res.events if e.task_id == r.task_id and e.kind == ev.EXEC_START and e.seg == 0)
+        start = next(
+            e for e in res.events if e.task_id == r.task_id and e.kind == ev.EXEC_START and e.seg == 0
+        )
         assert r.response_time == pytest.approx(r.segments[0].exec_start - r.arrival)
         assert start.value == pytest.approx(r.response_time)
         assert r.utility == pytest.approx(r.tuf(r.response_time))
@@ -145,4 +155,8 @@ def test_executing_state_and_terminal_release_of_a_held_task():
     assert p.feedback("f0", 0, ev.STARTED, p.clock()) is None
     assert ("f0", ev.EXECUTING) in states or p._tasks["f0"].gen_id in p._running  # noqa: SLF001
     p.feedback("f0", 0, ev.FEEDBACK_FAILED, p.clock(), "motor stalled")
-    assert sent[-1].task_id == "f1" and sent[-1].seg == 0 and not math.isnan(p._tasks["f1"].record.segments[0].dispatch)  # noqa: SLF001,E501
+    assert (
+        sent[-1].task_id == "f1"
+        and sent[-1].seg == 0
+        and not math.isnan(p._tasks["f1"].record.segments[0].dispatch)
+    )  # noqa: SLF001,E501

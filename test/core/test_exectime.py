@@ -83,15 +83,27 @@ def test_segments_are_timed_as_the_interpreter_runs_them():
     # nested loops and a condition header inside a loop (its call re-runs on every pass)
     assert _runs(TELLO, ["2{3{tc(30)", "};tp}"]) == [{"tc(30)": 1}, {"tc(30)": 5, "tp": 2}]
     assert _runs(TELLO, ["4{tc(90)", ";?iv('cat')==True{", "tp}", "}"]) == [
-        {"tc(90)": 1}, {"iv('cat')": 1}, {"tp": 1}, {"tc(90)": 3, "iv('cat')": 3, "tp": 3}]
+        {"tc(90)": 1},
+        {"iv('cat')": 1},
+        {"tp": 1},
+        {"tc(90)": 3, "iv('cat')": 3, "tp": 3},
+    ]
     # a '}' that closes nothing of this task adds nothing; call-language sets have no blocks
     assert _runs(TELLO, ["tp}"]) == [{"tp": 1}]
     assert _runs(ARM, ["sc('a'); gt('a')", "dr()"]) == [{"sc('a')": 1, "gt('a')": 1}, {"dr()": 1}]
 
 
-@pytest.mark.parametrize("plan", ["10{tc(90);tp}", "2{mf(50);tc(90)}", "2{3{tc(30)};tp}",
-                                  "4{tc(90);?iv('cat')==True{tp}}", "?s('cat')==True{g('cat')}->False",
-                                  "mu(40);3{_1=od('cup');mf(_1)};tp"])
+@pytest.mark.parametrize(
+    "plan",
+    [
+        "10{tc(90);tp}",
+        "2{mf(50);tc(90)}",
+        "2{3{tc(30)};tp}",
+        "4{tc(90);?iv('cat')==True{tp}}",
+        "?s('cat')==True{g('cat')}->False",
+        "mu(40);3{_1=od('cup');mf(_1)};tp",
+    ],
+)
 def test_segment_estimates_add_up_to_the_whole_plan(plan):
     segments = TELLO.split(plan)
     total = ExecEstimate(0.0, 0.0, 0.0)
@@ -189,7 +201,10 @@ def _file(tmp_path: Path, skills: dict) -> Path:
         ({"a": {"model": "samples", "samples": []}}, "skills.a.samples: must not be empty"),
         ({"a": {"model": "reading", "words_per_minute": 0}}, "skills.a.words_per_minute: must be > 0"),
         ({}, "skills: must not be empty"),
-        ({"a": {"model": "constant", "value": 1, "extra": 2}}, "skills.a: unknown field(s) 'extra'; known: model, value"),
+        (
+            {"a": {"model": "constant", "value": 1, "extra": 2}},
+            "skills.a: unknown field(s) 'extra'; known: model, value",
+        ),
     ],
 )
 def test_bad_model_files(tmp_path, skills, fragment):

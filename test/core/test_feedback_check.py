@@ -14,8 +14,9 @@ from timely_llm_ros.engines.sim import SimEngine
 def planner_with_two_segments():
     sent = []
     p = PlannerCore(SimEngine(), "timely", dispatch=sent.append)
-    rec = p.submit(TaskSpec("t", "d1", "drone", "tello_minispec", "[A] look", NORMAL_TUF,
-                            reference_plan="mu(40);tp;"))
+    rec = p.submit(
+        TaskSpec("t", "d1", "drone", "tello_minispec", "[A] look", NORMAL_TUF, reference_plan="mu(40);tp;")
+    )
     while p.has_work():
         p.step()
     assert [d.seg for d in sent if not d.closing_marker] == [0, 1]
@@ -36,15 +37,18 @@ def test_a_repeated_done_for_segment_0_does_not_complete_the_task():
     assert p.feedback("t", 1, ev.DONE, 5.0, agent="d1") == "the task is already COMPLETED"
 
 
-@pytest.mark.parametrize("seg,state,agent,why", [
-    (0, ev.DONE, "intruder", "sent by 'intruder', but the task belongs to robot 'd1'"),
-    (1, ev.DONE, "d1", "segment 1 is not the robot's current segment (0)"),
-    (1, ev.STARTED, "d1", "segment 1 is not the robot's current segment (0)"),
-    (1, ev.PROGRESS, "d1", "segment 1 is not the robot's current segment (0)"),
-    (2, ev.DONE, "d1", "segment 2 was never dispatched"),  # the closing marker has no feedback
-    (-1, ev.FEEDBACK_FAILED, "d1", "segment -1 was never dispatched"),
-    (0, "EXPLODED", "d1", "unknown feedback state"),
-])
+@pytest.mark.parametrize(
+    "seg,state,agent,why",
+    [
+        (0, ev.DONE, "intruder", "sent by 'intruder', but the task belongs to robot 'd1'"),
+        (1, ev.DONE, "d1", "segment 1 is not the robot's current segment (0)"),
+        (1, ev.STARTED, "d1", "segment 1 is not the robot's current segment (0)"),
+        (1, ev.PROGRESS, "d1", "segment 1 is not the robot's current segment (0)"),
+        (2, ev.DONE, "d1", "segment 2 was never dispatched"),  # the closing marker has no feedback
+        (-1, ev.FEEDBACK_FAILED, "d1", "segment -1 was never dispatched"),
+        (0, "EXPLODED", "d1", "unknown feedback state"),
+    ],
+)
 def test_forged_and_out_of_order_feedback_is_ignored(seg, state, agent, why):
     p, rec = planner_with_two_segments()
     before = (rec.state, [(s.exec_start, s.exec_end) for s in rec.segments])
@@ -68,8 +72,11 @@ def test_retained_records_are_bounded_and_finished_tasks_say_so():
     sent = []
     p = PlannerCore(SimEngine(), "timely", dispatch=sent.append, retain_records=3)
     for i in range(6):
-        p.submit(TaskSpec(f"t{i}", f"d{i}", "drone", "tello_minispec", "[A] look", NORMAL_TUF,
-                          reference_plan="tp;"))
+        p.submit(
+            TaskSpec(
+                f"t{i}", f"d{i}", "drone", "tello_minispec", "[A] look", NORMAL_TUF, reference_plan="tp;"
+            )
+        )
     while p.has_work():
         p.step()
     for d in sent:

@@ -11,20 +11,36 @@ request misses its ERT. ``@b1`` is the figure's literal one-at-a-time engine; th
 
 import pytest
 
-from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.core.tuf import NORMAL_TUF, URGENT_TUF
+from timely_llm_ros.sim.simulator import SimConfig, simulate
 
 
 def scenario():
-    normal = TaskSpec(task_id="normal", agent_id="drone0", robot_type="drone", skill_set="tello_minispec",
-                      instruction="[A] Could you find the cat? If so, go to it.", scene="[]", tuf=NORMAL_TUF,
-                      arrival=0.0, reference_plan="?s('cat')==True{g('cat')}->False",
-                      exec_times=[("s(", 3.7132), ("g(", 2.4613)])
-    urgent = TaskSpec(task_id="urgent", agent_id="drone1", robot_type="drone", skill_set="tello_minispec",
-                      instruction="[E] A boy is running towards you, get away from him.", scene="[]",
-                      tuf=URGENT_TUF, arrival=0.2, reference_plan="mb(100);tc(90);mf(50);",
-                      exec_times=[("mb", 2.5), ("tc", 2.3), ("mf", 2.1)])
+    normal = TaskSpec(
+        task_id="normal",
+        agent_id="drone0",
+        robot_type="drone",
+        skill_set="tello_minispec",
+        instruction="[A] Could you find the cat? If so, go to it.",
+        scene="[]",
+        tuf=NORMAL_TUF,
+        arrival=0.0,
+        reference_plan="?s('cat')==True{g('cat')}->False",
+        exec_times=[("s(", 3.7132), ("g(", 2.4613)],
+    )
+    urgent = TaskSpec(
+        task_id="urgent",
+        agent_id="drone1",
+        robot_type="drone",
+        skill_set="tello_minispec",
+        instruction="[E] A boy is running towards you, get away from him.",
+        scene="[]",
+        tuf=URGENT_TUF,
+        arrival=0.2,
+        reference_plan="mb(100);tc(90);mf(50);",
+        exec_times=[("mb", 2.5), ("tc", 2.3), ("mf", 2.1)],
+    )
     return [normal, urgent]
 
 

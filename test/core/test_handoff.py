@@ -59,22 +59,28 @@ def test_a_waiting_task_has_no_earliest_time_unless_recovered():
     assert w.recovered is None and w.earliest == float("-inf")
 
 
-@pytest.mark.parametrize("ready,heard,now,outcome", [
-    (False, False, 1.0, ho.WaitOutcome.WAIT),
-    (True, False, 1.0, ho.WaitOutcome.SUBMIT),  # a new task does not wait for status readers
-    (False, True, 5.0, ho.WaitOutcome.GIVE_UP),  # deadline reached without its robot
-    (True, True, 5.0, ho.WaitOutcome.SUBMIT),
-])
+@pytest.mark.parametrize(
+    "ready,heard,now,outcome",
+    [
+        (False, False, 1.0, ho.WaitOutcome.WAIT),
+        (True, False, 1.0, ho.WaitOutcome.SUBMIT),  # a new task does not wait for status readers
+        (False, True, 5.0, ho.WaitOutcome.GIVE_UP),  # deadline reached without its robot
+        (True, True, 5.0, ho.WaitOutcome.SUBMIT),
+    ],
+)
 def test_a_new_waiting_task_goes_with_its_robot_or_is_given_up_at_the_deadline(ready, heard, now, outcome):
     assert ho.Waiting(spec(), deadline=5.0).outcome(ready, heard, now) is outcome
 
 
-@pytest.mark.parametrize("ready,heard,now,outcome", [
-    (True, True, 1.0, ho.WaitOutcome.WAIT),  # before ``earliest``: other readers may still appear
-    (True, False, 2.5, ho.WaitOutcome.WAIT),  # a status reader is not matched yet
-    (True, True, 2.5, ho.WaitOutcome.RESOLVE),
-    (False, False, 6.0, ho.WaitOutcome.RESOLVE),  # at the deadline: resolved anyway (failed)
-])
+@pytest.mark.parametrize(
+    "ready,heard,now,outcome",
+    [
+        (True, True, 1.0, ho.WaitOutcome.WAIT),  # before ``earliest``: other readers may still appear
+        (True, False, 2.5, ho.WaitOutcome.WAIT),  # a status reader is not matched yet
+        (True, True, 2.5, ho.WaitOutcome.RESOLVE),
+        (False, False, 6.0, ho.WaitOutcome.RESOLVE),  # at the deadline: resolved anyway (failed)
+    ],
+)
 def test_a_recovered_task_waits_for_robot_and_status_readers(ready, heard, now, outcome):
     from timely_llm_ros.core.journal import OpenTask
 

@@ -30,8 +30,10 @@ def test_ids_are_assigned_per_agent_and_duplicates_are_reported_under_their_own_
     with pytest.raises(DuplicateTaskId) as err:
         ids.claim("x", "d1")
     assert err.value.report_as == "x#dup1"
-    assert err.value.reason == ("duplicate task_id 'x': that id is in use (or was used recently); this "
-                                "rejection is reported as 'x#dup1'")
+    assert err.value.reason == (
+        "duplicate task_id 'x': that id is in use (or was used recently); this "
+        "rejection is reported as 'x#dup1'"
+    )
     with pytest.raises(DuplicateTaskId) as err:
         ids.claim("x", "d1")
     assert err.value.report_as == "x#dup2"
@@ -48,8 +50,9 @@ def test_ids_memory_is_bounded():
 
 def test_overload_names_the_queue_state():
     assert overload_reason(3, 10, 4, 11) == ""
-    assert overload_reason(4, 10, 4, 11) == ("overloaded: 4 tasks received but not yet taken by the planner "
-                                             "(limit max_inbound = 4), 10 open tasks")
+    assert overload_reason(4, 10, 4, 11) == (
+        "overloaded: 4 tasks received but not yet taken by the planner (limit max_inbound = 4), 10 open tasks"
+    )
     assert overload_reason(0, 11, 4, 11) == "overloaded: 11 open tasks (limit max_queued_tasks = 11)"
 
 
@@ -60,11 +63,16 @@ def test_skill_set_and_robot_type_checks():
         load_task_skill_set("nope")
     with pytest.raises(TaskRejected) as err:
         check_robot_type(spec(robot_type="arm"), sset, {})
-    assert err.value.reason == ("robot type mismatch: the task is for a 'arm' robot but skill set "
-                                "'tello_minispec' is for 'drone' robots")
+    assert err.value.reason == (
+        "robot type mismatch: the task is for a 'arm' robot but skill set "
+        "'tello_minispec' is for 'drone' robots"
+    )
     with pytest.raises(TaskRejected) as err:
         check_robot_type(spec(), sset, {"d1": "arm"})
-    assert err.value.reason == "robot type mismatch: agent 'd1' is a 'arm' robot, the task asks for a 'drone' robot"
+    assert (
+        err.value.reason
+        == "robot type mismatch: agent 'd1' is a 'arm' robot, the task asks for a 'drone' robot"
+    )
 
 
 def test_one_wording_for_a_tuf_that_is_no_tuf():

@@ -62,26 +62,40 @@ def test_default_path_follows_ros_home(monkeypatch, tmp_path):
 
 
 def fields(**kw):
-    base = dict(task_id="t", agent_id="d1", robot_type="drone", skill_set="tello_minispec", instruction="go",
-                scene="", task_class="", max_tokens=0, ert=1.0, alpha=-2.0, beta=1.0)
+    base = dict(
+        task_id="t",
+        agent_id="d1",
+        robot_type="drone",
+        skill_set="tello_minispec",
+        instruction="go",
+        scene="",
+        task_class="",
+        max_tokens=0,
+        ert=1.0,
+        alpha=-2.0,
+        beta=1.0,
+    )
     return limits.TaskFields(**{**base, **kw})
 
 
-@pytest.mark.parametrize("kw,why", [
-    (dict(agent_id="a" * 232), "agent_id is 232 characters long; the limit is 64"),
-    (dict(task_id="t" * 1000), "task_id is 1000 characters"),
-    (dict(instruction="x" * 10**6), "instruction is 1000000 characters"),
-    (dict(scene="s" * 20_000), "scene is 20000"),
-    (dict(skill_set="\x00set"), "skill_set contains control characters"),
-    (dict(ert=1e12), "ERT must be within [0, 86400] s"),
-    (dict(alpha=-1e-12), "utility horizon ERT + beta/-alpha = 1e+12 s exceeds 1e+06 s"),
-    (dict(alpha=-1e300), "alpha must be within"),
-    (dict(alpha=0.5), "alpha must be <= 0"),
-    (dict(beta=1e300), "beta must be within"),
-    (dict(beta=math.inf), "beta must be finite"),
-    (dict(ert=math.nan), "ert must be finite"),
-    (dict(max_tokens=2**32 - 1), "max_tokens 4294967295 is out of range"),
-])
+@pytest.mark.parametrize(
+    "kw,why",
+    [
+        (dict(agent_id="a" * 232), "agent_id is 232 characters long; the limit is 64"),
+        (dict(task_id="t" * 1000), "task_id is 1000 characters"),
+        (dict(instruction="x" * 10**6), "instruction is 1000000 characters"),
+        (dict(scene="s" * 20_000), "scene is 20000"),
+        (dict(skill_set="\x00set"), "skill_set contains control characters"),
+        (dict(ert=1e12), "ERT must be within [0, 86400] s"),
+        (dict(alpha=-1e-12), "utility horizon ERT + beta/-alpha = 1e+12 s exceeds 1e+06 s"),
+        (dict(alpha=-1e300), "alpha must be within"),
+        (dict(alpha=0.5), "alpha must be <= 0"),
+        (dict(beta=1e300), "beta must be within"),
+        (dict(beta=math.inf), "beta must be finite"),
+        (dict(ert=math.nan), "ert must be finite"),
+        (dict(max_tokens=2**32 - 1), "max_tokens 4294967295 is out of range"),
+    ],
+)
 def test_fields_beyond_their_limits_are_rejected_with_the_limit(kw, why):
     with pytest.raises(TaskRejected) as err:
         limits.check_task_fields(fields(**kw))
@@ -91,8 +105,12 @@ def test_fields_beyond_their_limits_are_rejected_with_the_limit(kw, why):
 def test_legal_extremes_pass_and_keep_every_derived_time_finite():
     from timely_llm_ros.core.tuf import TUF
 
-    for kw in (dict(alpha=0.0), dict(ert=limits.MAX_ERT_S, alpha=-1.0), dict(alpha=-limits.MAX_ABS_ALPHA),
-               dict(agent_id="a" * 64, task_id="é" * 128, instruction="ü🙂" * 3000)):
+    for kw in (
+        dict(alpha=0.0),
+        dict(ert=limits.MAX_ERT_S, alpha=-1.0),
+        dict(alpha=-limits.MAX_ABS_ALPHA),
+        dict(agent_id="a" * 64, task_id="é" * 128, instruction="ü🙂" * 3000),
+    ):
         limits.check_task_fields(fields(**kw))
         f = fields(**kw)
         tuf = TUF(f.ert, f.alpha, f.beta)

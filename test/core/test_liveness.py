@@ -36,8 +36,9 @@ def test_a_started_segment_has_its_limit_from_the_start_and_heartbeats_extend_it
     w.progress("d1", "t1", 0, 18.8)  # alive until max(19.0, 18.8 + 1.5 = 20.3)
     assert w.expired(20.3) == []
     (exp,) = w.expired(20.4)
-    assert exp.reason == ("segment 0 timed out: robot 'd1' sent no PROGRESS heartbeat for 1.6 s "
-                          "(limit 1.5 s) and no DONE")
+    assert exp.reason == (
+        "segment 0 timed out: robot 'd1' sent no PROGRESS heartbeat for 1.6 s (limit 1.5 s) and no DONE"
+    )
 
 
 def test_started_without_heartbeat_names_the_missing_done():
@@ -46,8 +47,10 @@ def test_started_without_heartbeat_names_the_missing_done():
     w.started("a1", "t9", 2, 1.0)  # must finish by 5.0
     assert w.expired(5.0) == []
     (exp,) = w.expired(5.5)
-    assert exp.reason == ("segment 2 timed out: robot 'a1' did not finish it within 4.0 s of its start "
-                          "(no DONE, no PROGRESS heartbeat)")
+    assert exp.reason == (
+        "segment 2 timed out: robot 'a1' did not finish it within 4.0 s of its start "
+        "(no DONE, no PROGRESS heartbeat)"
+    )
 
 
 def test_the_next_segment_timer_starts_at_the_done_of_the_one_before():
@@ -58,8 +61,10 @@ def test_the_next_segment_timer_starts_at_the_done_of_the_one_before():
     w.done("d1", "t1", 0, 15.0)  # segment 1 is current from 15.0: it must start by 17.0
     assert w.expired(16.9) == []  # counted from its dispatch (11.0) it would have expired at 13.0
     (exp,) = w.expired(17.1)
-    assert (exp.seg, exp.reason) == (1, "segment 1 timed out: robot 'd1' did not start it within 2.0 s "
-                                        "(no SegmentFeedback)")
+    assert (exp.seg, exp.reason) == (
+        1,
+        "segment 1 timed out: robot 'd1' did not start it within 2.0 s (no SegmentFeedback)",
+    )
 
 
 def test_each_robot_has_its_own_current_segment_and_a_terminal_task_is_forgotten():

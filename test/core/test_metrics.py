@@ -11,8 +11,15 @@ from timely_llm_ros.core.tuf import NORMAL_TUF, URGENT_TUF
 
 
 def rec(task_id, tuf, klass, starts_ends, state=ev.COMPLETED, arrival=10.0, terminal=math.nan):
-    r = TaskRecord(task_id=task_id, agent_id="a", task_class=klass, tuf=tuf, arrival=arrival, state=state,
-                   terminal_time=terminal)
+    r = TaskRecord(
+        task_id=task_id,
+        agent_id="a",
+        task_class=klass,
+        tuf=tuf,
+        arrival=arrival,
+        state=state,
+        terminal_time=terminal,
+    )
     for i, (s, e) in enumerate(starts_ends):
         r.segments.append(Segment(idx=i, exec_start=arrival + s, exec_end=arrival + e))
     if state == ev.COMPLETED:
@@ -53,7 +60,8 @@ def test_per_class_summary_hand_computed():
     assert n.utility_mean == pytest.approx(0.75) and n.utility_mean_clamped == pytest.approx(0.75)
     assert n.sum_beta == 2.0 and n.pct_beta == pytest.approx(75.0)
     assert (n.response_mean, n.response_p50, n.response_p99, n.response_max) == pytest.approx(
-        (0.875, 0.5, 1.25, 1.25))
+        (0.875, 0.5, 1.25, 1.25)
+    )
     assert n.waiting_mean == pytest.approx((0.7 + 1.25) / 2)
     assert n.completion_mean == pytest.approx((3.0 + 2.0) / 2)
     assert n.on_time_pct == pytest.approx(50.0)

@@ -35,7 +35,12 @@ TC90 = 0.0165 * 90 + 0.784
 def test_shipped_tello_limits_are_the_documented_ones():
     lim = budget_limits(DRONE)
     assert (lim.max_distance_cm, lim.max_rotation_deg, lim.max_time_s, lim.max_calls, lim.max_loop_depth) == (
-        2000, 1440, 120, 100, 1)
+        2000,
+        1440,
+        120,
+        100,
+        1,
+    )
     assert lim.costs["mf"] == {"distance_cm": "arg"} and lim.costs["s"] == {"rotation_deg": 360}
     arm = budget_limits(ARM)
     assert arm.max_time_s == 180 and arm.max_calls == 60 and math.isinf(arm.max_distance_cm)
@@ -101,8 +106,16 @@ def test_nested_loops_are_refused_also_across_segments():
     deeper.charge("2{3{tp}}")
 
 
-@pytest.mark.parametrize("text,depth", [("tp", 0), ("3{tp}", 1), ("?ox('a')>5{tp}", 0),
-                                        ("2{?iv('a')==True{3{tp}}}", 2), ("?x==1{2{tp}};4{tp}", 1)])
+@pytest.mark.parametrize(
+    "text,depth",
+    [
+        ("tp", 0),
+        ("3{tp}", 1),
+        ("?ox('a')>5{tp}", 0),
+        ("2{?iv('a')==True{3{tp}}}", 2),
+        ("?x==1{2{tp}};4{tp}", 1),
+    ],
+)
 def test_loop_depth_tells_loops_from_conditions(text, depth):
     assert loop_depth(text) == depth
 
@@ -119,17 +132,20 @@ def test_every_reference_plan_and_example_fits_its_budget():
             MotionBudget(sset).charge(ex["plan"])
 
 
-@pytest.mark.parametrize("raw,word", [
-    ([], "must be a mapping"),
-    ({"max_distance": 5}, "unknown field"),
-    ({"max_distance_cm": -1}, "finite number >= 0"),
-    ({"max_distance_cm": math.inf}, "finite number >= 0"),
-    ({"max_calls": 2.5}, "non-negative int"),
-    ({"costs": {"zz": {"distance_cm": 1}}}, "no skill 'zz'"),
-    ({"costs": {"mf": {"height": 1}}}, "must map some of"),
-    ({"costs": {"mf": {"distance_cm": -3}}}, "number >= 0"),
-    ({"costs": {"iv": {"distance_cm": "arg"}}}, "numeric first argument"),
-])
+@pytest.mark.parametrize(
+    "raw,word",
+    [
+        ([], "must be a mapping"),
+        ({"max_distance": 5}, "unknown field"),
+        ({"max_distance_cm": -1}, "finite number >= 0"),
+        ({"max_distance_cm": math.inf}, "finite number >= 0"),
+        ({"max_calls": 2.5}, "non-negative int"),
+        ({"costs": {"zz": {"distance_cm": 1}}}, "no skill 'zz'"),
+        ({"costs": {"mf": {"height": 1}}}, "must map some of"),
+        ({"costs": {"mf": {"distance_cm": -3}}}, "number >= 0"),
+        ({"costs": {"iv": {"distance_cm": "arg"}}}, "numeric first argument"),
+    ],
+)
 def test_malformed_budget_sections_are_refused_with_the_field(raw, word):
     with pytest.raises(MotionBudgetError, match=word):
         parse_limits(raw, DRONE, "x.yaml")
@@ -150,14 +166,20 @@ PROFILE = EngineProfile(name="t", prefill_b=0.0001, prefill_c=0.01, decode_q=0.0
 
 
 def _spec(task_id: str, plan: str) -> TaskSpec:
-    return TaskSpec(task_id=task_id, agent_id="ag", robot_type="drone", skill_set="tello_minispec",
-                    instruction="[A] fly forward 100000 cm", tuf=NORMAL_TUF, reference_plan=plan)
+    return TaskSpec(
+        task_id=task_id,
+        agent_id="ag",
+        robot_type="drone",
+        skill_set="tello_minispec",
+        instruction="[A] fly forward 100000 cm",
+        tuf=NORMAL_TUF,
+        reference_plan=plan,
+    )
 
 
 def test_the_planner_fails_an_over_budget_plan_before_dispatching_it():
     sent, states = [], []
-    p = PlannerCore(SimEngine(PROFILE), "timely", dispatch=sent.append,
-                    on_state=lambda *a: states.append(a))
+    p = PlannerCore(SimEngine(PROFILE), "timely", dispatch=sent.append, on_state=lambda *a: states.append(a))
     far = p.submit(_spec("far", "20{mf(200)}"))
     later = p.submit(_spec("later", "3{mf(500)};mf(500);mf(20)"))
     ok = p.submit(_spec("ok", "mu(40);tp;"))
@@ -168,7 +190,8 @@ def test_the_planner_fails_an_over_budget_plan_before_dispatching_it():
     # a plan that goes over in a later segment: the earlier segments went out, the rest not
     assert later.state == ev.FAILED and "2020 cm" in later.reason
     assert [d.text for d in sent if d.task_id == "later"] and all(
-        "mf(20)" not in d.text for d in sent if d.task_id == "later")
+        "mf(20)" not in d.text for d in sent if d.task_id == "later"
+    )
     assert ok.state != ev.FAILED  # (a closing marker, if the planner sends one, has no text)
     assert [c.name for d in sent if d.task_id == "ok" for c in d.calls] == ["mu", "tp"]
     assert ("far", ev.FAILED, far.reason) in states
@@ -177,7 +200,7 @@ def test_the_planner_fails_an_over_budget_plan_before_dispatching_it():
 def test_the_skill_set_schema_accepts_the_budget_section_and_refuses_a_misspelt_field(tmp_path):
     from timely_llm_ros.core.skills import SkillSetError, load_skill_set_file
 
-    text = (DRONE.source_path and open(DRONE.source_path, encoding="utf-8").read())
+    text = DRONE.source_path and open(DRONE.source_path, encoding="utf-8").read()
     bad = tmp_path / "tello_minispec.yaml"
     bad.write_text(text.replace("  max_distance_cm: 2000", "  max_distance: 2000"), encoding="utf-8")
     with pytest.raises(SkillSetError, match="max_distance"):

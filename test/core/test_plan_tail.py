@@ -16,19 +16,26 @@ from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.exectime import load_exec_time_model
 from timely_llm_ros.core.planner import PlannerCore
 from timely_llm_ros.core.profile import EngineProfile
-from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.core.skills import load_skill_set
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.core.tuf import NORMAL_TUF
 from timely_llm_ros.engines.sim import SimEngine
+from timely_llm_ros.sim.simulator import SimConfig, simulate
 
 PROFILE = EngineProfile(name="t", prefill_b=0.0001, prefill_c=0.01, decode_q=0.02, decode_r=0.0)
 LOOP = "2{mf(50);tc(90)}"
 
 
 def spec(plan: str, task_id: str = "loop") -> TaskSpec:
-    return TaskSpec(task_id=task_id, agent_id="drone_1", robot_type="drone", skill_set="tello_minispec",
-                    instruction="[A] fly a square corner twice", tuf=NORMAL_TUF, reference_plan=plan)
+    return TaskSpec(
+        task_id=task_id,
+        agent_id="drone_1",
+        robot_type="drone",
+        skill_set="tello_minispec",
+        instruction="[A] fly a square corner twice",
+        tuf=NORMAL_TUF,
+        reference_plan=plan,
+    )
 
 
 def one_pass() -> float:
@@ -76,12 +83,15 @@ def test_a_loop_closing_tail_runs_on_the_virtual_clock_and_the_task_ends_after_b
     assert rec.completion_time_abs - first_start == pytest.approx(2 * one_pass())
 
 
-@pytest.mark.parametrize("plan,texts", [
-    ("mu(40);tp;", ["mu(40)", ";tp;", ""]),  # nothing left: the text-less closing marker
-    ("mu(40);tp;\n  ", ["mu(40)", ";tp;", ""]),  # only whitespace left: the closing marker too
-    ("tp();", ["tp()", ""]),  # a lone ';' executes nothing: the closing marker
-    ("?s('cat')==True{g('cat')}->False", ["?s('cat')==True{", "g('cat')", "}->False"]),
-])
+@pytest.mark.parametrize(
+    "plan,texts",
+    [
+        ("mu(40);tp;", ["mu(40)", ";tp;", ""]),  # nothing left: the text-less closing marker
+        ("mu(40);tp;\n  ", ["mu(40)", ";tp;", ""]),  # only whitespace left: the closing marker too
+        ("tp();", ["tp()", ""]),  # a lone ';' executes nothing: the closing marker
+        ("?s('cat')==True{g('cat')}->False", ["?s('cat')==True{", "g('cat')", "}->False"]),
+    ],
+)
 def test_only_a_tail_of_whitespace_and_separators_becomes_the_closing_marker(plan, texts):
     sent = []
     p = PlannerCore(SimEngine(PROFILE), "timely", dispatch=sent.append)

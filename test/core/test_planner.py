@@ -15,15 +15,28 @@ PROFILE = EngineProfile(name="t", prefill_b=0.0001, prefill_c=0.01, decode_q=0.0
 
 
 def spec(task_id="a", plan="mu(40);tp;", **kw):
-    base = dict(task_id=task_id, agent_id="ag", robot_type="drone", skill_set="tello_minispec",
-                instruction="[A] look around", tuf=NORMAL_TUF, reference_plan=plan)
+    base = dict(
+        task_id=task_id,
+        agent_id="ag",
+        robot_type="drone",
+        skill_set="tello_minispec",
+        instruction="[A] look around",
+        tuf=NORMAL_TUF,
+        reference_plan=plan,
+    )
     return TaskSpec(**{**base, **kw})
 
 
 def make(policy="timely", **kw):
     sent, trace, states = [], [], []
-    p = PlannerCore(SimEngine(PROFILE), policy, dispatch=sent.append, sink=trace.append,
-                    on_state=lambda *a: states.append(a), **kw)
+    p = PlannerCore(
+        SimEngine(PROFILE),
+        policy,
+        dispatch=sent.append,
+        sink=trace.append,
+        on_state=lambda *a: states.append(a),
+        **kw,
+    )
     return p, sent, trace, states
 
 
@@ -39,18 +52,21 @@ def bad_tuf(**vals):
     return t
 
 
-@pytest.mark.parametrize("kw,word", [
-    ({"instruction": "   "}, "instruction is empty"),
-    ({"skill_set": "no_such_set"}, "unknown skill set"),
-    ({"tuf": bad_tuf(ert=math.nan)}, "ert must be finite"),
-    ({"tuf": bad_tuf(ert=-1.0)}, "ERT must be >= 0"),
-    ({"tuf": bad_tuf(alpha=0.5)}, "alpha must be <= 0"),
-    ({"tuf": bad_tuf(beta=0.0)}, "beta must be > 0"),
-    ({"reference_plan": None}, "reference_plan"),
-    ({"max_tokens": 0}, "max_tokens"),
-    ({"arrival": math.inf}, "arrival"),
-    ({"instruction": "go " * 9000}, "does not fit the engine context"),
-])
+@pytest.mark.parametrize(
+    "kw,word",
+    [
+        ({"instruction": "   "}, "instruction is empty"),
+        ({"skill_set": "no_such_set"}, "unknown skill set"),
+        ({"tuf": bad_tuf(ert=math.nan)}, "ert must be finite"),
+        ({"tuf": bad_tuf(ert=-1.0)}, "ERT must be >= 0"),
+        ({"tuf": bad_tuf(alpha=0.5)}, "alpha must be <= 0"),
+        ({"tuf": bad_tuf(beta=0.0)}, "beta must be > 0"),
+        ({"reference_plan": None}, "reference_plan"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"arrival": math.inf}, "arrival"),
+        ({"instruction": "go " * 9000}, "does not fit the engine context"),
+    ],
+)
 def test_bad_input_rejected_with_reason_and_others_unaffected(kw, word):
     p, sent, trace, states = make()
     good1 = p.submit(spec("g1"))

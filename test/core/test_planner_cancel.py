@@ -19,15 +19,23 @@ PLAN = "mu(40);tp;mf(20);tp;"  # several segments: suspensions happen
 
 
 def spec(task_id, agent="ag", plan=PLAN):
-    return TaskSpec(task_id=task_id, agent_id=agent, robot_type="drone", skill_set="tello_minispec",
-                    instruction="[A] look around", tuf=NORMAL_TUF, reference_plan=plan)
+    return TaskSpec(
+        task_id=task_id,
+        agent_id=agent,
+        robot_type="drone",
+        skill_set="tello_minispec",
+        instruction="[A] look around",
+        tuf=NORMAL_TUF,
+        reference_plan=plan,
+    )
 
 
 def make():
     sent, trace, states = [], [], []
     engine = SimEngine(PROFILE)
-    p = PlannerCore(engine, "timely", dispatch=sent.append, sink=trace.append,
-                    on_state=lambda *a: states.append(a))
+    p = PlannerCore(
+        engine, "timely", dispatch=sent.append, sink=trace.append, on_state=lambda *a: states.append(a)
+    )
     return p, engine, sent, trace, states
 
 

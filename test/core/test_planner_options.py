@@ -26,16 +26,30 @@ HORIZON = 0.01 - NET + 0.01
 
 
 def spec(task_id, agent="ag", plan="mu(40);tp;", **kw):
-    base = dict(task_id=task_id, agent_id=agent, robot_type="drone", skill_set="tello_minispec",
-                instruction="[A] look around", tuf=NORMAL_TUF, reference_plan=plan)
+    base = dict(
+        task_id=task_id,
+        agent_id=agent,
+        robot_type="drone",
+        skill_set="tello_minispec",
+        instruction="[A] look around",
+        tuf=NORMAL_TUF,
+        reference_plan=plan,
+    )
     return TaskSpec(**{**base, **kw})
 
 
 def make(agent_queues=None, **options):
     sent, trace, states = [], [], []
-    p = PlannerCore(SimEngine(PROFILE), "timely", dispatch=sent.append, sink=trace.append,
-                    on_state=lambda *a: states.append(a), network_latency=NET,
-                    options=PlannerOptions(**options), agent_queues=agent_queues)
+    p = PlannerCore(
+        SimEngine(PROFILE),
+        "timely",
+        dispatch=sent.append,
+        sink=trace.append,
+        on_state=lambda *a: states.append(a),
+        network_latency=NET,
+        options=PlannerOptions(**options),
+        agent_queues=agent_queues,
+    )
     return p, sent, trace, states
 
 
@@ -59,7 +73,9 @@ def test_kill_expires_at_the_horizon_with_the_reason_and_frees_the_robot():
     b = p.submit(spec("b"))  # same robot: waits until a is terminal
     run(p)
     assert a.state == ev.EXPIRED
-    assert a.reason.startswith("overrun (kill): its first segment could no longer start with positive utility")
+    assert a.reason.startswith(
+        "overrun (kill): its first segment could no longer start with positive utility"
+    )
     exp = [e for e in trace if e.kind == ev.EXPIRE]
     assert [e.task_id for e in exp] == ["a"]
     # expired at the first scheduling point at or after the horizon (the first step: prefill + 1 token)
@@ -137,7 +153,9 @@ def _class_tuf(name):
 def test_lexical_urgency_derives_the_tuf_and_the_class():
     p, sent, _, _ = make()
     urgent = p.submit(spec("u", tuf=None, instruction="A dog is attacking me, get away now!"))
-    normal = p.submit(spec("n", agent="ag2", tuf=None, instruction="Could you find the cat? If so, go to it."))
+    normal = p.submit(
+        spec("n", agent="ag2", tuf=None, instruction="Could you find the cat? If so, go to it.")
+    )
     assert urgent.tuf == _class_tuf("urgent") and urgent.task_class == "urgent"
     assert normal.tuf == _class_tuf("normal") and normal.task_class == "normal"
     run(p)

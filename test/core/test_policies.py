@@ -5,15 +5,24 @@ import pytest
 
 from timely_llm_ros.core import policies
 from timely_llm_ros.core.admission import DEFAULT_MAX_BATCH, Admission, LatencyGuidedAdmission
-from timely_llm_ros.core.policies import POLICY_NAMES, Policy, PolicyName, UnknownPolicy
-from timely_llm_ros.core.policies import make_policy, parse_policy, policy_names
+from timely_llm_ros.core.policies import (
+    POLICY_NAMES,
+    Policy,
+    PolicyName,
+    UnknownPolicy,
+    make_policy,
+    parse_policy,
+    policy_names,
+)
 from timely_llm_ros.core.policy_timely import VARIANTS, UtilityAccrualPriority, UtilityGuidedAdmission
 from timely_llm_ros.core.priority import EDFPriority, FCFSPriority, PUDPriority
 from timely_llm_ros.core.scheduler import Scheduler
 
-KNOWN = ("timely-paper, timely, fcfs-seg, edf-seg, vllm, vllm-stream, timely-no-ua, timely-no-late, "
-         "timely-no-aging, timely-promote-half, timely-crit-d, timely-adm-group, timely-adm-nocap, "
-         "timely-adm-paper, timely-no-adm, timely-edf-dyn, timely-full-ua, timely-adm-nopromise, timely-adm-g")
+KNOWN = (
+    "timely-paper, timely, fcfs-seg, edf-seg, vllm, vllm-stream, timely-no-ua, timely-no-late, "
+    "timely-no-aging, timely-promote-half, timely-crit-d, timely-adm-group, timely-adm-nocap, "
+    "timely-adm-paper, timely-no-adm, timely-edf-dyn, timely-full-ua, timely-adm-nopromise, timely-adm-g"
+)
 
 
 @pytest.mark.parametrize("member", list(PolicyName), ids=lambda m: m.value)

@@ -7,6 +7,7 @@ Hand-computed cases on a virtual clock; G = 0.09 s (drone), net = 8 ms. Urgent T
 import random
 
 import pytest
+from schedkit import gen
 
 from timely_llm_ros.core.policy_timely import (
     VARIANTS,
@@ -18,13 +19,9 @@ from timely_llm_ros.core.policy_timely import (
 )
 from timely_llm_ros.core.priority import PUDPriority
 from timely_llm_ros.core.scheduler import LatencyGuidedAdmission, Scheduler, parse_policy
-from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.core.task import TaskSpec
-from schedkit import gen
-
 from timely_llm_ros.core.tuf import NORMAL_TUF, URGENT_TUF
-
-
+from timely_llm_ros.sim.simulator import SimConfig, simulate
 
 
 def order(sched, t, running=()):
@@ -152,13 +149,33 @@ def test_promoted_ones_are_served_in_promotion_order_ahead_of_new_work():
 def stream(interval=0.08, n=50, late_at=0.3):
     """A normal request arriving while a stream of urgent requests overloads a one-slot engine for
     ~4 s (each needs ~0.11 s of engine time, one arrives every 0.08 s); afterwards the engine drains."""
-    out = [TaskSpec(task_id="late", agent_id="n0", robot_type="drone", skill_set="tello_minispec",
-                    instruction="[A] Go up.", tuf=NORMAL_TUF, arrival=late_at, reference_plan="mu(50);",
-                    exec_times=[("mu", 2.0)])]
+    out = [
+        TaskSpec(
+            task_id="late",
+            agent_id="n0",
+            robot_type="drone",
+            skill_set="tello_minispec",
+            instruction="[A] Go up.",
+            tuf=NORMAL_TUF,
+            arrival=late_at,
+            reference_plan="mu(50);",
+            exec_times=[("mu", 2.0)],
+        )
+    ]
     for i in range(n):
-        out.append(TaskSpec(task_id=f"u{i}", agent_id=f"u{i}", robot_type="drone", skill_set="tello_minispec",
-                            instruction="[E] Get away.", tuf=URGENT_TUF, arrival=i * interval,
-                            reference_plan="mb(100);", exec_times=[("mb", 2.0)]))
+        out.append(
+            TaskSpec(
+                task_id=f"u{i}",
+                agent_id=f"u{i}",
+                robot_type="drone",
+                skill_set="tello_minispec",
+                instruction="[E] Get away.",
+                tuf=URGENT_TUF,
+                arrival=i * interval,
+                reference_plan="mb(100);",
+                exec_times=[("mb", 2.0)],
+            )
+        )
     return out
 
 
@@ -344,8 +361,10 @@ def brute_order(t, gens, opt, running=(), max_batch=8):
     return list(prio.rank(t, list(running), max_batch))
 
 
-@pytest.mark.parametrize("name", ["timely", "timely-no-late", "timely-no-aging", "timely-promote-half",
-                                  "timely-crit-d", "timely-no-ua"])
+@pytest.mark.parametrize(
+    "name",
+    ["timely", "timely-no-late", "timely-no-aging", "timely-promote-half", "timely-crit-d", "timely-no-ua"],
+)
 def test_incremental_index_matches_a_fresh_one(name):
     # random queues that change between decisions at advancing times (pushes, removals, feedback
     # that moves ref): the incrementally kept order equals the order of an index built from scratch
@@ -359,9 +378,13 @@ def test_incremental_index_matches_a_fresh_one(name):
             for _ in range(rng.randint(0, 4)):
                 urgent = rng.random() < 0.4
                 later = rng.random() < 0.5
-                g = gen(arrival=t - rng.uniform(0, 0.6), tuf=URGENT_TUF if urgent else NORMAL_TUF,
-                        k=1 if later else 0, ref=t + rng.uniform(-1.5, 2.0) if later else None,
-                        sset=rng.choice(["tello_minispec", "robot_arm"]))
+                g = gen(
+                    arrival=t - rng.uniform(0, 0.6),
+                    tuf=URGENT_TUF if urgent else NORMAL_TUF,
+                    k=1 if later else 0,
+                    ref=t + rng.uniform(-1.5, 2.0) if later else None,
+                    sset=rng.choice(["tello_minispec", "robot_arm"]),
+                )
                 s.push(g)
                 queued.append(g)
             if queued and rng.random() < 0.3:
@@ -376,8 +399,9 @@ def test_incremental_index_matches_a_fresh_one(name):
             for r in running:
                 r.seg_start = t - rng.uniform(0, 0.2)
             got = s.order(t, running)
-            assert [g.gen_id for g in got] == [g.gen_id for g in brute_order(t, queued, opt, running,
-                                                                              s.policy.max_batch)]
+            assert [g.gen_id for g in got] == [
+                g.gen_id for g in brute_order(t, queued, opt, running, s.policy.max_batch)
+            ]
             t += rng.choice([0.0, 0.001, 0.02, 0.3])
         # a decision at an earlier time rebuilds the index
         back = brute_order(t - 5.0, queued, opt, max_batch=s.policy.max_batch)
@@ -389,10 +413,19 @@ def burst():
     out = []
     for i in range(16):
         urgent = i % 8 in (2, 5, 7)
-        out.append(TaskSpec(task_id=str(i), agent_id=str(i), robot_type="drone", skill_set="tello_minispec",
-                            instruction="x", tuf=URGENT_TUF if urgent else NORMAL_TUF, arrival=0.001 * i,
-                            reference_plan="mb(100);tc(90);" if urgent else "?s('cat')==True{g('cat')}->False",
-                            exec_times=[("mb", 2.5), ("tc", 2.3)] if urgent else [("s(", 3.7), ("g(", 2.4)]))
+        out.append(
+            TaskSpec(
+                task_id=str(i),
+                agent_id=str(i),
+                robot_type="drone",
+                skill_set="tello_minispec",
+                instruction="x",
+                tuf=URGENT_TUF if urgent else NORMAL_TUF,
+                arrival=0.001 * i,
+                reference_plan="mb(100);tc(90);" if urgent else "?s('cat')==True{g('cat')}->False",
+                exec_times=[("mb", 2.5), ("tc", 2.3)] if urgent else [("s(", 3.7), ("g(", 2.4)],
+            )
+        )
     return out
 
 
@@ -418,10 +451,13 @@ def test_bursty_compressed_workload_never_trails_the_baselines(cap):
     from timely_llm_ros.core.metrics import summarize
     from timely_llm_ros.workload import resolve_workload
 
-    tasks = resolve_workload("wid1:bursty=10,compress=0.5,unique_agents=true,duration=120,"
-                             "traces=1-5,6-8,6-8").tasks
-    got = {p: summarize(simulate(tasks, SimConfig(policy=f"{p}@b{cap}")).records)
-           for p in ("timely", "edf-seg", "fcfs-seg")}
+    tasks = resolve_workload(
+        "wid1:bursty=10,compress=0.5,unique_agents=true,duration=120,traces=1-5,6-8,6-8"
+    ).tasks
+    got = {
+        p: summarize(simulate(tasks, SimConfig(policy=f"{p}@b{cap}")).records)
+        for p in ("timely", "edf-seg", "fcfs-seg")
+    }
     for cls in ("urgent", "normal"):
         for key in ("pct_beta", "pct_beta_clamped"):
             best = max(getattr(got[p][cls], key) for p in ("edf-seg", "fcfs-seg"))

@@ -79,8 +79,17 @@ def _columns(n, seed=1):
         urgent = rng.random() < 0.5
         k0 = rng.random() < 0.5
         ert = 0.2 if urgent else 1.0
-        q.append((rng.uniform(0, 3), ert if k0 else 0.0, -6.67 if urgent else -2.0, 2.0 if urgent else 1.0,
-                  rng.choice([0.09, 0.16]), NET, float(i)))
+        q.append(
+            (
+                rng.uniform(0, 3),
+                ert if k0 else 0.0,
+                -6.67 if urgent else -2.0,
+                2.0 if urgent else 1.0,
+                rng.choice([0.09, 0.16]),
+                NET,
+                float(i),
+            )
+        )
     return q
 
 
@@ -98,8 +107,10 @@ def test_scalar_reference_matches_vectorised():
     s = PUDPriority()
     py = s.scores_py(1.7, q.cols, q.n)
     c = q.cols
-    ref = [pud_priority(1.7, c["ref"][i], c["ert_k"][i], c["alpha"][i], c["beta"][i], c["g"][i], c["net"][i])
-           for i in range(q.n)]
+    ref = [
+        pud_priority(1.7, c["ref"][i], c["ert_k"][i], c["alpha"][i], c["beta"][i], c["g"][i], c["net"][i])
+        for i in range(q.n)
+    ]
     assert py == ref
 
 

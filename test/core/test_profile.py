@@ -52,12 +52,15 @@ def test_fit_errors_say_why():
         fit_prefill([1, 2, 3], [0.1, 0.2])
 
 
-@pytest.mark.parametrize("field,value,word", [
-    ("decode_q", float("nan"), "finite"),
-    ("prefill_b", -1.0, ">= 0"),
-    ("kv_capacity_tokens", 0, "> 0"),
-    ("eviction", "random", "eviction"),
-])
+@pytest.mark.parametrize(
+    "field,value,word",
+    [
+        ("decode_q", float("nan"), "finite"),
+        ("prefill_b", -1.0, ">= 0"),
+        ("kv_capacity_tokens", 0, "> 0"),
+        ("eviction", "random", "eviction"),
+    ],
+)
 def test_bad_profile_values(field, value, word):
     with pytest.raises(ProfileError, match=word):
         EngineProfile(name="x", **{field: value})

@@ -32,8 +32,15 @@ from timely_llm_ros.core.urgency import (
 )
 
 # prefill(N) = 0.001 N + 0.01 s; swap out 0.5 ms/token, swap in 1 ms/token
-COSTS = EngineProfile(name="t", prefill_a=0.0, prefill_b=0.001, prefill_c=0.01, kv_bytes_per_token=1000,
-                      host_to_device_bytes_per_s=1e6, device_to_host_bytes_per_s=2e6)
+COSTS = EngineProfile(
+    name="t",
+    prefill_a=0.0,
+    prefill_b=0.001,
+    prefill_c=0.01,
+    kv_bytes_per_token=1000,
+    host_to_device_bytes_per_s=1e6,
+    device_to_host_bytes_per_s=2e6,
+)
 
 
 # ------------------------------------------------------------------------------------ KV policy
@@ -66,8 +73,11 @@ def test_cache_vs_recompute_threshold():
 
 def test_eviction_orders():
     # (hint, suspended_at, order, importance) of three suspended contexts
-    ctx = {"near-important": (5.0, 0.0, 1, 2.0), "far-important": (9.0, 1.0, 2, 2.0),
-           "near-unimportant": (6.0, 2.0, 3, 1.0)}
+    ctx = {
+        "near-important": (5.0, 0.0, 1, 2.0),
+        "far-important": (9.0, 1.0, 2, 2.0),
+        "near-unimportant": (6.0, 2.0, 3, 1.0),
+    }
 
     def order(opts):
         return sorted(ctx, key=lambda k: victim_key(opts, *ctx[k]))
@@ -106,8 +116,12 @@ def test_slack_budget_hand_computed():
     # the minimum chunk (progress) with protect_tardy
     late = Running(deadline=0.6, tokens_left=5, decoding=True, decays=True)
     assert choose_budget(opts, 0.5, [r, late], 0.05, _cost) == 11
-    assert choose_budget(BudgetOptions(mode="slack", min_chunk=4, protect_tardy=True), 0.5, [r, late], 0.05,
-                         _cost) == 4
+    assert (
+        choose_budget(
+            BudgetOptions(mode="slack", min_chunk=4, protect_tardy=True), 0.5, [r, late], 0.05, _cost
+        )
+        == 4
+    )
     # flat TUF and generations still in their prefill impose nothing -> unlimited
     flat = Running(deadline=0.6, tokens_left=5, decoding=True, decays=False)
     assert choose_budget(opts, 0.5, [flat], 0.05, _cost) is None
@@ -161,11 +175,19 @@ def test_segment_time():
 
 
 # ------------------------------------------------------------------------------------- urgency
-CFG = {"classes": {"urgent": {"tuf": [2, 0.2, 0.5]}, "normal": {"tuf": [1, 1, 1.5]}}, "default": "normal",
-       "lexical": {"threshold": 1.0, "cues": [{"pattern": r"\bdog\b", "weight": 0.5},
-                                               {"pattern": r"\bchas(e|ing)\b", "weight": 1.0},
-                                               {"pattern": r"\bplease\b", "weight": -1.0}]},
-       "llm": {"prompt": "Triage.", "request": "Request: {text}\nAnswer:"}}
+CFG = {
+    "classes": {"urgent": {"tuf": [2, 0.2, 0.5]}, "normal": {"tuf": [1, 1, 1.5]}},
+    "default": "normal",
+    "lexical": {
+        "threshold": 1.0,
+        "cues": [
+            {"pattern": r"\bdog\b", "weight": 0.5},
+            {"pattern": r"\bchas(e|ing)\b", "weight": 1.0},
+            {"pattern": r"\bplease\b", "weight": -1.0},
+        ],
+    },
+    "llm": {"prompt": "Triage.", "request": "Request: {text}\nAnswer:"},
+}
 
 
 def test_lexical_scores_hand_computed():
@@ -180,8 +202,13 @@ def test_lexical_scores_hand_computed():
 
 def test_shipped_lexical_model_on_lrtrace_texts():
     clf = LexicalClassifier(load_urgency_config())
-    assert clf.classify("[E] You provided me with plan mf,100, but I encountered a failure because a boy "
-                        "is passing by. Execution history: mf(50)").label == "urgent"
+    assert (
+        clf.classify(
+            "[E] You provided me with plan mf,100, but I encountered a failure because a boy "
+            "is passing by. Execution history: mf(50)"
+        ).label
+        == "urgent"
+    )
     assert clf.classify("[A] Could you find the cat? If so, go to it.").label == "normal"
     assert clf.classify("Stop! There is a toddler right in front of the gripper.").label == "urgent"
     assert clf.classify("When you have time, count the chairs in the meeting room.").label == "normal"

@@ -1,6 +1,7 @@
 """Scheduler: policies, queue order, admission decisions (§4.4) — on hand-computed cases."""
 
 import pytest
+from schedkit import gen
 
 from timely_llm_ros.core.scheduler import (
     NUMPY_THRESHOLD,
@@ -9,11 +10,7 @@ from timely_llm_ros.core.scheduler import (
     UnknownPolicy,
     parse_policy,
 )
-from schedkit import gen
-
 from timely_llm_ros.core.tuf import NORMAL_TUF, URGENT_TUF
-
-
 
 
 def test_parse_policy_variants():
@@ -149,8 +146,15 @@ def test_timely_admits_newly_admitted_only_while_check_holds():
 def test_numpy_path_picks_like_python_path():
     n = NUMPY_THRESHOLD + 5
     big = Scheduler("timely-paper")
-    gs = [gen(arrival=0.01 * i, tuf=URGENT_TUF if i % 3 == 0 else NORMAL_TUF, k=i % 2,
-              ref=0.5 + 0.02 * i if i % 2 else None) for i in range(n)]
+    gs = [
+        gen(
+            arrival=0.01 * i,
+            tuf=URGENT_TUF if i % 3 == 0 else NORMAL_TUF,
+            k=i % 2,
+            ref=0.5 + 0.02 * i if i % 2 else None,
+        )
+        for i in range(n)
+    ]
     for g in gs:
         big.push(g)
     order_np = []
@@ -175,8 +179,15 @@ def test_a_policy_of_ones_own_plugs_in_without_a_registry():
         def allow(self, t, cand, running, speed, ranking):
             return False
 
-    mine = Policy(name="edf-test-never@b2", base="edf-seg", segmented=True, stream=True,
-                  priority=EDFPriority(), admission=Never(), max_batch=2)
+    mine = Policy(
+        name="edf-test-never@b2",
+        base="edf-seg",
+        segmented=True,
+        stream=True,
+        priority=EDFPriority(),
+        admission=Never(),
+        max_batch=2,
+    )
     s = Scheduler(mine)
     assert s.policy is mine and "edf-test-never" not in policy_names()
     s.push(gen())

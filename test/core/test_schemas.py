@@ -21,8 +21,11 @@ FILES = {
     "profile": sorted((REPO / "config" / "profiles").glob("*.yaml")),
     "workload": sorted((REPO / "config" / "workloads").glob("*.yaml"))
     + [REPO / "examples/rover_robot/rover_robot/config/workloads/rover_demo.yaml"],
-    "fleet": [REPO / "config" / "fleet.yaml", REPO / "config" / "demo_fleet.yaml",
-              REPO / "examples/rover_robot/fleet.yaml"],
+    "fleet": [
+        REPO / "config" / "fleet.yaml",
+        REPO / "config" / "demo_fleet.yaml",
+        REPO / "examples/rover_robot/fleet.yaml",
+    ],
 }
 
 

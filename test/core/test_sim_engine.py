@@ -3,16 +3,28 @@
 import pytest
 
 from timely_llm_ros.core.profile import EngineProfile
-from timely_llm_ros.engines.sim_tokenizer import EOS_ID
 from timely_llm_ros.engines.base import Context, EngineError, EngineOutOfMemory
 from timely_llm_ros.engines.sim import SimEngine
+from timely_llm_ros.engines.sim_tokenizer import EOS_ID
 
 # prefill(N) = 0.001 N + 0.01 ; decode = 0.02 + 0.001 B ; 1000 B/token, host->dev 1 ms/token,
 # dev->host 0.5 ms/token
-BASE = dict(name="t", prefill_a=0.0, prefill_b=0.001, prefill_c=0.01, decode_q=0.02, decode_p=0.0,
-            decode_r=0.001, kv_bytes_per_token=1000, host_to_device_bytes_per_s=1e6,
-            device_to_host_bytes_per_s=2e6, context_limit=100, speed_window=2,
-            kv_capacity_tokens=1000, host_kv_capacity_tokens=1000)
+BASE = dict(
+    name="t",
+    prefill_a=0.0,
+    prefill_b=0.001,
+    prefill_c=0.01,
+    decode_q=0.02,
+    decode_p=0.0,
+    decode_r=0.001,
+    kv_bytes_per_token=1000,
+    host_to_device_bytes_per_s=1e6,
+    device_to_host_bytes_per_s=2e6,
+    context_limit=100,
+    speed_window=2,
+    kv_capacity_tokens=1000,
+    host_kv_capacity_tokens=1000,
+)
 PROMPT = list(range(1000, 1020))  # 20 ids, the first 15 a shared prefix
 
 

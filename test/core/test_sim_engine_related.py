@@ -9,10 +9,22 @@ from timely_llm_ros.engines.base import EngineError, EngineOutOfMemory
 from timely_llm_ros.engines.sim import SimEngine
 
 # prefill(N) = 0.001 N + 0.01 ; decode = 0.02 + 0.001 B ; dev->host 0.5 ms/token, host->dev 1 ms/token
-BASE = dict(name="t", prefill_a=0.0, prefill_b=0.001, prefill_c=0.01, decode_q=0.02, decode_p=0.0,
-            decode_r=0.001, kv_bytes_per_token=1000, host_to_device_bytes_per_s=1e6,
-            device_to_host_bytes_per_s=2e6, context_limit=200, speed_window=2,
-            kv_capacity_tokens=1000, host_kv_capacity_tokens=1000)
+BASE = dict(
+    name="t",
+    prefill_a=0.0,
+    prefill_b=0.001,
+    prefill_c=0.01,
+    decode_q=0.02,
+    decode_p=0.0,
+    decode_r=0.001,
+    kv_bytes_per_token=1000,
+    host_to_device_bytes_per_s=1e6,
+    device_to_host_bytes_per_s=2e6,
+    context_limit=200,
+    speed_window=2,
+    kv_capacity_tokens=1000,
+    host_kv_capacity_tokens=1000,
+)
 PROMPT = list(range(1000, 1020))  # 20 ids, the first 15 a shared prefix
 
 
@@ -21,8 +33,14 @@ def engine(kv=None, chunked=False, **kw):
 
 
 def admit(e, gid, prompt=PROMPT, prefix_len=15, text="mf(100);tp;"):
-    e.admit(gid, prompt, max_tokens=30, prefix_key="p" if prefix_len else None, prefix_len=prefix_len,
-            script=e.tokenize(text))
+    e.admit(
+        gid,
+        prompt,
+        max_tokens=30,
+        prefix_key="p" if prefix_len else None,
+        prefix_len=prefix_len,
+        script=e.tokenize(text),
+    )
 
 
 def suspended(e, gid, hint=None):

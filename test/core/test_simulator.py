@@ -6,9 +6,9 @@ from functools import cache
 import pytest
 
 from timely_llm_ros.core import events as ev
-from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.core.tuf import NORMAL_TUF
+from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.workload.fileformat import data_dir
 from timely_llm_ros.workload.importer import import_public
 
@@ -81,8 +81,16 @@ def test_recorded_exec_times_are_used_in_order():
 
 def test_bad_task_in_workload_is_rejected_and_the_rest_runs():
     tasks = drone(20)
-    bad = TaskSpec(task_id="bad", agent_id="x", robot_type="drone", skill_set="nope", instruction="go",
-                   tuf=NORMAL_TUF, arrival=tasks[3].arrival, reference_plan="tp;")
+    bad = TaskSpec(
+        task_id="bad",
+        agent_id="x",
+        robot_type="drone",
+        skill_set="nope",
+        instruction="go",
+        tuf=NORMAL_TUF,
+        arrival=tasks[3].arrival,
+        reference_plan="tp;",
+    )
     res = simulate(tasks[:5] + [bad] + tasks[5:], SimConfig())
     states = {r.task_id: r.state for r in res.records}
     assert states.pop("bad") == ev.REJECTED

@@ -283,7 +283,10 @@ def _base() -> dict:
         (lambda d: d.update(language="lisp"), "language: must be one of minispec, call, chatbot"),
         (lambda d: d["skills"][0].pop("abbr"), "skills[0]: missing field 'abbr'"),
         (lambda d: d["skills"][1].update(abbr="g t"), "skills[1].abbr: 'g t' is not valid here"),
-        (lambda d: d["skills"][0]["args"][0].update(type="text"), "skills[0].args[0].type: must be one of int, float, str, bool"),
+        (
+            lambda d: d["skills"][0]["args"][0].update(type="text"),
+            "skills[0].args[0].type: must be one of int, float, str, bool",
+        ),
         (
             lambda d: d["skills"][0]["args"][0].update(type="int", min=5, max=1),
             "skills[0].args[0].min 5 is above max 1",
@@ -294,10 +297,15 @@ def _base() -> dict:
         (lambda d: d.update(skills=[]), "skills: must not be empty"),
         (lambda d: d["examples"][0].update(plan="sc('a'); fly()"), "examples[0].plan does not parse"),
         (lambda d: d.update(segment={"mode": "sentence"}), "field 'segment.mode' must be statement"),
-        (lambda d: d.update(request_template="no placeholder"), "request_template: 'no placeholder' is not valid here"),
+        (
+            lambda d: d.update(request_template="no placeholder"),
+            "request_template: 'no placeholder' is not valid here",
+        ),
         (lambda d: d.update(colour="red"), "unknown field(s) 'colour'; known: backends, examples"),
-        (lambda d: d.update(backends={"ros": {"skills": {"sc": {"name": "x"}}}}),
-         "backends.ros.skills.sc: give exactly one of 'action', 'service' or 'topic'"),
+        (
+            lambda d: d.update(backends={"ros": {"skills": {"sc": {"name": "x"}}}}),
+            "backends.ros.skills.sc: give exactly one of 'action', 'service' or 'topic'",
+        ),
     ],
 )
 def test_bad_yaml_names_file_and_field(tmp_path, mutate, fragment):

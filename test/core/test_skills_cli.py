@@ -39,8 +39,10 @@ def test_check_names_file_field_and_reason(tmp_path, capsys):
     # structure (schema)
     bad = _copy(tmp_path, lambda d: d["skills"][0]["args"][0].update(type="integer"))
     assert main(["skills", "check", str(bad)]) == 1
-    assert f"{bad}: skills[0].args[0].type: must be one of int, float, str, bool, got 'integer'" in \
-        capsys.readouterr().err
+    assert (
+        f"{bad}: skills[0].args[0].type: must be one of int, float, str, bool, got 'integer'"
+        in capsys.readouterr().err
+    )
     # an example that does not parse
     bad = _copy(tmp_path, lambda d: d["examples"][0].update(plan="drive(30);"))
     assert main(["skills", "check", str(bad)]) == 1
@@ -48,8 +50,10 @@ def test_check_names_file_field_and_reason(tmp_path, capsys):
     # no time model for the robot type (the copy's config dir has no exec_time/)
     ok = _copy(tmp_path, lambda d: d.update(robot_type="hovercraft"))
     assert main(["skills", "check", str(ok)]) == 1
-    assert "no execution-time model for skill(s) dock, drive, light of robot type 'hovercraft'" in \
-        capsys.readouterr().err
+    assert (
+        "no execution-time model for skill(s) dock, drive, light of robot type 'hovercraft'"
+        in capsys.readouterr().err
+    )
     # a mapping naming a field the interface does not have
     bad = _copy(tmp_path, lambda d: d["backends"]["ros"]["skills"]["drive"].update(goal={"steps": "$steps"}))
     assert main(["skills", "--config-path", str(ROVER), "check", str(bad)]) == 1

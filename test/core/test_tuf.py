@@ -34,13 +34,16 @@ def test_tuf1_inherits_alpha_beta_with_zero_ert():
     assert URGENT_TUF.segment_utility(0.15) == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("kwargs,word", [
-    ({"ert": math.nan, "alpha": -1.0, "beta": 1.0}, "finite"),
-    ({"ert": -0.1, "alpha": -1.0, "beta": 1.0}, "ERT"),
-    ({"ert": 1.0, "alpha": 0.5, "beta": 1.0}, "alpha"),
-    ({"ert": 1.0, "alpha": -1.0, "beta": 0.0}, "beta"),
-    ({"ert": 1.0, "alpha": -1.0, "beta": -2.0}, "beta"),
-])
+@pytest.mark.parametrize(
+    "kwargs,word",
+    [
+        ({"ert": math.nan, "alpha": -1.0, "beta": 1.0}, "finite"),
+        ({"ert": -0.1, "alpha": -1.0, "beta": 1.0}, "ERT"),
+        ({"ert": 1.0, "alpha": 0.5, "beta": 1.0}, "alpha"),
+        ({"ert": 1.0, "alpha": -1.0, "beta": 0.0}, "beta"),
+        ({"ert": 1.0, "alpha": -1.0, "beta": -2.0}, "beta"),
+    ],
+)
 def test_invalid_tuf_rejected_with_reason(kwargs, word):
     with pytest.raises(InvalidTUF, match=word):
         TUF(**kwargs)

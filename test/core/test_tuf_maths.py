@@ -100,5 +100,7 @@ def test_bit_identical_to_the_formulas_it_replaces():
         assert _bits(segment_deadline(ref, ert, net)) == _bits(ref + ert - net)
         if alpha < 0:
             assert _bits(utility_span(alpha, beta)) == _bits(beta / -alpha)
-            assert _bits(zero_utility_time(ref + ert - net, alpha, beta)) == _bits(ref + ert - net + beta / -alpha)
+            assert _bits(zero_utility_time(ref + ert - net, alpha, beta)) == _bits(
+                ref + ert - net + beta / -alpha
+            )
             assert _bits(TUF(ert=ert, alpha=alpha, beta=beta).zero_time) == _bits(ert + beta / -alpha)

@@ -3,11 +3,11 @@
 import random
 
 import pytest
+from schedkit import gen
 
 from timely_llm_ros.core import ua_index
 from timely_llm_ros.core.tuf import NORMAL_TUF, URGENT_TUF
 from timely_llm_ros.core.ua_index import LATE, ONTIME, PROMOTED, TARDY, Entry, PhaseIndex, SortedTuples
-from schedkit import gen
 
 
 def test_phase_boundaries_hand_computed():
@@ -17,7 +17,14 @@ def test_phase_boundaries_hand_computed():
     e = Entry(gen(arrival=0.0, tuf=URGENT_TUF), aging=1.0)
     assert (e.d, e.z, e.p) == pytest.approx((0.192, 0.492, 0.992))
     assert [e.phase_at(t) for t in (0.0, 0.102, 0.1021, 0.4019, 0.402, 0.9919, 0.992)] == [
-        ONTIME, ONTIME, TARDY, TARDY, LATE, LATE, PROMOTED]
+        ONTIME,
+        ONTIME,
+        TARDY,
+        TARDY,
+        LATE,
+        LATE,
+        PROMOTED,
+    ]
     assert e.utility(0.0) == 2.0 and e.utility(0.2) == pytest.approx(2 - 20 / 3 * 0.098)
     # a suspended normal segment whose previous action ends at 5.0: D = 4.992, span 0.5, Z = 5.492
     s = Entry(gen(arrival=0.0, tuf=NORMAL_TUF, k=1, ref=5.0), aging=0.0)

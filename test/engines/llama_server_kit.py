@@ -76,8 +76,22 @@ class LlamaServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log_dir / f"llama-server-{self.port}.log"
-        cmd = [str(server_binary()), "-m", str(gguf_path()), "--host", "127.0.0.1", "--port", str(self.port),
-               "-c", str(slots * ctx_per_slot), "-np", str(slots), "-t", "1", "--metrics"]
+        cmd = [
+            str(server_binary()),
+            "-m",
+            str(gguf_path()),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "-c",
+            str(slots * ctx_per_slot),
+            "-np",
+            str(slots),
+            "-t",
+            "1",
+            "--metrics",
+        ]
         self._log = self.log.open("w")
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         self._wait_ready(120.0)
@@ -124,7 +138,11 @@ class FaultProxy:
                 pass
 
             def _forward(self, method: str) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) if method == "POST" else None
+                body = (
+                    self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                    if method == "POST"
+                    else None
+                )
                 host, port = proxy.target.split(":")
                 conn = http.client.HTTPConnection(host, int(port), timeout=300)
                 conn.request(method, self.path, body=body, headers={"Content-Type": "application/json"})

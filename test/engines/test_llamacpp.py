@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from llamacpp_guard import require_llamacpp
 
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.planner import PlannerCore
@@ -20,8 +21,6 @@ from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.core.tuf import NORMAL_TUF, URGENT_TUF
 from timely_llm_ros.engines.base import EngineError, EngineOutOfMemory
 
-from llamacpp_guard import require_llamacpp
-
 require_llamacpp()
 
 from timely_llm_ros.engines.llamacpp import LlamaCppEngine  # noqa: E402
@@ -29,8 +28,12 @@ from timely_llm_ros.engines.llamacpp import LlamaCppEngine  # noqa: E402
 pytestmark = pytest.mark.slow
 THREADS = int(os.environ.get("TIMELY_LLM_TEST_THREADS", "1"))
 SSET = load_skill_set("tello_minispec")
-TASKS = ["[A] Could you find the cat? If so, go to it.", "[A] Take a picture of the door.",
-         "[A] Fly up 50 cm and turn around.", "[Q] Find a person and tell me how far away they are."]
+TASKS = [
+    "[A] Could you find the cat? If so, go to it.",
+    "[A] Take a picture of the door.",
+    "[A] Fly up 50 cm and turn around.",
+    "[Q] Find a person and tell me how far away they are.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +46,7 @@ def engine():
 def prompt(eng: LlamaCppEngine, task: str) -> tuple[list[int], int]:
     """Prompt ids as the planner's intake builds them: shared skill prompt + task suffix."""
     pre = eng.tokenize(SSET.prompt)
-    return pre + eng.tokenize(SSET.format_request(task)[len(SSET.prompt):]), len(pre)
+    return pre + eng.tokenize(SSET.format_request(task)[len(SSET.prompt) :]), len(pre)
 
 
 def admit(eng: LlamaCppEngine, gid: int, task: str, max_tokens: int = 40) -> None:
@@ -122,7 +125,7 @@ def test_suspended_generation_resumes_without_reprefill_and_matches_unsuspended_
     before, seg0 = until_first_segment(engine, 1)
     assert SSET.parse(seg0)
     ctx = engine.suspend(1, resume_hint=engine.now() + 1.0)
-    assert ctx.location == "device" and ctx.token_ids[ctx.n_prompt:] == before
+    assert ctx.location == "device" and ctx.token_ids[ctx.n_prompt :] == before
     # another generation uses the context while this one waits; its KV stays put
     admit(engine, 2, TASKS[1])
     finish(engine, 2)
@@ -263,7 +266,7 @@ def test_prompt_work_follows_set_priority(engine, reference):
         engine.prefill_chunk = None
     # decoded alone, the urgent generation's first tokens are the reference's (later ones may differ
     # in the last bits: a batch holding a prompt chunk takes another matmul path)
-    assert urgent == reference[:len(urgent)]
+    assert urgent == reference[: len(urgent)]
     while engine.running():
         engine.step()
     engine.release(21)
@@ -335,9 +338,18 @@ def test_temperature_sampling_is_seeded_per_generation_and_stays_in_the_grammar(
 def test_planner_drives_the_real_engine_to_completion(engine):
     sent = []
     planner = PlannerCore(engine, "timely", dispatch=sent.append, network_latency=0.0)
-    specs = [TaskSpec(task_id=f"t{i}", agent_id=f"drone{i}", robot_type="drone", skill_set=SSET.name,
-                      instruction=task, tuf=URGENT_TUF if i == 0 else NORMAL_TUF, max_tokens=40)
-             for i, task in enumerate(TASKS)]
+    specs = [
+        TaskSpec(
+            task_id=f"t{i}",
+            agent_id=f"drone{i}",
+            robot_type="drone",
+            skill_set=SSET.name,
+            instruction=task,
+            tuf=URGENT_TUF if i == 0 else NORMAL_TUF,
+            max_tokens=40,
+        )
+        for i, task in enumerate(TASKS)
+    ]
     recs = [planner.submit(s) for s in specs]
     for _ in range(400):
         if not planner.has_work() and not sent:
@@ -363,8 +375,15 @@ def test_decode_failure_fails_the_running_tasks_with_a_reason_and_the_planner_go
     planner = PlannerCore(engine, "timely", dispatch=sent.append, network_latency=0.0)
 
     def spec(tid: str, task: str) -> TaskSpec:
-        return TaskSpec(task_id=tid, agent_id="d", robot_type="drone", skill_set=SSET.name, instruction=task,
-                        tuf=NORMAL_TUF, max_tokens=40)
+        return TaskSpec(
+            task_id=tid,
+            agent_id="d",
+            robot_type="drone",
+            skill_set=SSET.name,
+            instruction=task,
+            tuf=NORMAL_TUF,
+            max_tokens=40,
+        )
 
     victim = planner.submit(spec("victim", TASKS[1]))
     planner.step()  # admitted and prefilled

@@ -12,10 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from llamacpp_guard import require_llamacpp
 
 from timely_llm_ros.engines.base import EngineError
-
-from llamacpp_guard import require_llamacpp
 
 require_llamacpp()
 
@@ -26,23 +25,39 @@ from timely_llm_ros.engines.llamacpp_native import default_model_path  # noqa: E
 pytestmark = pytest.mark.slow
 
 # Zephyr's template (HuggingFaceH4/zephyr-7b-beta), not ChatML: other role markers, </s> ends a turn.
-ZEPHYR = ("{% for message in messages %}\n{% if message['role'] == 'user' %}\n"
-          "{{ '<|user|>\\n' + message['content'] + eos_token }}\n{% elif message['role'] == 'system' %}\n"
-          "{{ '<|system|>\\n' + message['content'] + eos_token }}\n{% elif message['role'] == 'assistant' %}\n"
-          "{{ '<|assistant|>\\n'  + message['content'] + eos_token }}\n{% endif %}\n"
-          "{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}")
+ZEPHYR = (
+    "{% for message in messages %}\n{% if message['role'] == 'user' %}\n"
+    "{{ '<|user|>\\n' + message['content'] + eos_token }}\n{% elif message['role'] == 'system' %}\n"
+    "{{ '<|system|>\\n' + message['content'] + eos_token }}\n{% elif message['role'] == 'assistant' %}\n"
+    "{{ '<|assistant|>\\n'  + message['content'] + eos_token }}\n{% endif %}\n"
+    "{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}"
+)
 # A Gemma-style template: no system role (it raises), turns marked <start_of_turn>.
-NO_SYSTEM = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}"
-             "{{ raise_exception('System role not supported') }}{% endif %}"
-             "{{ '<start_of_turn>' + m['role'] + '\\n' + m['content'] + '<end_of_turn>\\n' }}{% endfor %}"
-             "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}")
+NO_SYSTEM = (
+    "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}"
+    "{{ raise_exception('System role not supported') }}{% endif %}"
+    "{{ '<start_of_turn>' + m['role'] + '\\n' + m['content'] + '<end_of_turn>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}"
+)
 PREFIX, TASK = "You fly a drone. Answer with a plan.\n", "Go up 50 cm.\nResponse: "
 
 
 def _rewrite(tmp: Path, name: str, *args: str) -> Path:
     out = tmp / name
-    res = subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_new_metadata", *args, "--force",
-                          str(default_model_path()), str(out)], capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gguf.scripts.gguf_new_metadata",
+            *args,
+            "--force",
+            str(default_model_path()),
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     return out
 
@@ -50,8 +65,10 @@ def _rewrite(tmp: Path, name: str, *args: str) -> Path:
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("gguf")
-    return {"zephyr": _rewrite(tmp, "zephyr.gguf", "--chat-template", ZEPHYR),
-            "none": _rewrite(tmp, "none.gguf", "--remove-metadata", "tokenizer.chat_template")}
+    return {
+        "zephyr": _rewrite(tmp, "zephyr.gguf", "--chat-template", ZEPHYR),
+        "none": _rewrite(tmp, "none.gguf", "--remove-metadata", "tokenizer.chat_template"),
+    }
 
 
 def _engine(path: Path, **kw) -> LlamaCppEngine:
@@ -78,7 +95,9 @@ def test_a_non_chatml_model_is_prompted_with_its_own_template(models):
         # the shared prefix ends after the user header: every task shares those ids (prefix KV)
         assert ids[:plen] == _rendered(eng, task="Turn around.\nResponse: ")[1][:plen]
         # and it generates through the template
-        eng.admit(1, eng.tokenize(PREFIX) + eng.tokenize(TASK), max_tokens=4, prefix_len=len(eng.tokenize(PREFIX)))
+        eng.admit(
+            1, eng.tokenize(PREFIX) + eng.tokenize(TASK), max_tokens=4, prefix_len=len(eng.tokenize(PREFIX))
+        )
         got = []
         for _ in range(20):
             got += [o for o in eng.step() if o.gen_id == 1]
@@ -94,8 +113,10 @@ def test_the_shipped_chatml_model_renders_as_before(models):
     try:
         text = _rendered(eng)[0]
         assert eng.chat_template == "model"
-        assert text == (f"<|im_start|>system\n{PREFIX}<|im_end|>\n<|im_start|>user\n{TASK}<|im_end|>\n"
-                        "<|im_start|>assistant\n")
+        assert text == (
+            f"<|im_start|>system\n{PREFIX}<|im_end|>\n<|im_start|>user\n{TASK}<|im_end|>\n"
+            "<|im_start|>assistant\n"
+        )
     finally:
         eng.close()
 
@@ -126,8 +147,9 @@ def test_a_jinja_file_overrides_and_a_template_without_system_role_merges(models
     try:
         assert eng.chat_template == str(path) and eng.template_system_merged
         # bos_token is SmolLM2's <|im_start|>, which the template writes first
-        assert _rendered(eng)[0] == (f"<|im_start|><start_of_turn>user\n{PREFIX}\n\n{TASK}<end_of_turn>\n"
-                                     "<start_of_turn>model\n")
+        assert _rendered(eng)[0] == (
+            f"<|im_start|><start_of_turn>user\n{PREFIX}\n\n{TASK}<end_of_turn>\n<start_of_turn>model\n"
+        )
     finally:
         eng.close()
 
@@ -143,15 +165,19 @@ def test_unusable_templates_and_options_are_refused_with_reasons(models, tmp_pat
         _engine(models["zephyr"], chat_template=str(bad))
     with pytest.raises(EngineError, match="chat_template must be 'auto'"):
         _engine(models["zephyr"], chat_template="llama2")
-    for kw, match in (({"flash_attn": "yes"}, "flash_attn must be one of auto, on, off"),
-                      ({"cache_type_k": "q3"}, "cache_type_k must be one of f32, f16"),
-                      ({"n_gpu_layers": -2}, "n_gpu_layers must be an integer >= -1")):
+    for kw, match in (
+        ({"flash_attn": "yes"}, "flash_attn must be one of auto, on, off"),
+        ({"cache_type_k": "q3"}, "cache_type_k must be one of f32, f16"),
+        ({"n_gpu_layers": -2}, "n_gpu_layers must be an integer >= -1"),
+    ):
         with pytest.raises(EngineError, match=match):
             _engine(models["zephyr"], **kw)
 
 
 def test_device_options_reach_llama_cpp(models):
-    eng = _engine(models["zephyr"], flash_attn="on", cache_type_k="q8_0", cache_type_v="q8_0", n_gpu_layers=-1)
+    eng = _engine(
+        models["zephyr"], flash_attn="on", cache_type_k="q8_0", cache_type_v="q8_0", n_gpu_layers=-1
+    )
     try:
         extra = eng.info.extra
         assert (extra["flash_attn"], extra["cache_type_k"], extra["cache_type_v"]) == ("on", "q8_0", "q8_0")

@@ -12,19 +12,24 @@ def test_options_override_a_base_config_and_unknown_ones_are_named() -> None:
     base = LlamaCppConfig(n_ctx=1024, seed=3)
     cfg = LlamaCppConfig.from_options({"seed": 7, "prefill_chunk": 16}, base)
     assert (cfg.n_ctx, cfg.seed, cfg.prefill_chunk) == (1024, 7, 16)
-    with pytest.raises(EngineError, match=r"no parameter\(s\) \['n_gpus'\]; accepted: model_path, config, clock"):
+    with pytest.raises(
+        EngineError, match=r"no parameter\(s\) \['n_gpus'\]; accepted: model_path, config, clock"
+    ):
         LlamaCppConfig.from_options({"n_gpus": 2})
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"chat_template": "jinja"}, "chat_template must be"),
-    ({"temperature": float("nan")}, "temperature must be"),
-    ({"prefill_chunk": 0}, "prefill_chunk must be a positive integer"),
-    ({"prefill_fast_batch": True}, "prefill_fast_batch must be a positive integer"),
-    ({"kv_policy": "sometimes"}, "kv_policy"),
-    ({"kv_policy": "lamps", "cost_profile": None}, None),  # default model: the shipped profile prices it
-    ({"grammar": 3}, "grammar must be"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"chat_template": "jinja"}, "chat_template must be"),
+        ({"temperature": float("nan")}, "temperature must be"),
+        ({"prefill_chunk": 0}, "prefill_chunk must be a positive integer"),
+        ({"prefill_fast_batch": True}, "prefill_fast_batch must be a positive integer"),
+        ({"kv_policy": "sometimes"}, "kv_policy"),
+        ({"kv_policy": "lamps", "cost_profile": None}, None),  # default model: the shipped profile prices it
+        ({"grammar": 3}, "grammar must be"),
+    ],
+)
 def test_validate_checks_before_any_model_is_loaded(options: dict, message: str | None) -> None:
     cfg = LlamaCppConfig.from_options(options)
     if message is None:

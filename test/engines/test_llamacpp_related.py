@@ -9,12 +9,11 @@ from __future__ import annotations
 import os
 
 import pytest
+from llamacpp_guard import require_llamacpp
 
 from timely_llm_ros.core.kv_policy import KVOptions
 from timely_llm_ros.core.skills import load_skill_set
 from timely_llm_ros.engines.base import EngineError, EngineOutOfMemory
-
-from llamacpp_guard import require_llamacpp
 
 require_llamacpp()
 
@@ -42,13 +41,14 @@ def kv(engine):
 
     def use(**kw):
         engine.kv = KVOptions(**kw)
+
     yield use
     engine.kv = saved
 
 
 def admit(eng, gid, task=TASK, max_tokens=40):
     pre = eng.tokenize(SSET.prompt)
-    ids = pre + eng.tokenize(SSET.format_request(task)[len(SSET.prompt):])
+    ids = pre + eng.tokenize(SSET.format_request(task)[len(SSET.prompt) :])
     eng.admit(gid, ids, max_tokens=max_tokens, prefix_key=SSET.name, prefix_len=len(pre))
     return ids, len(pre)
 
@@ -82,8 +82,9 @@ def reference(engine):
 
 
 @pytest.mark.parametrize("policy,where", [("discard", "discarded"), ("swap", "host")])
-def test_kv_policy_at_suspension_moves_the_context_and_the_plan_is_unchanged(engine, kv, reference, policy,
-                                                                             where):
+def test_kv_policy_at_suspension_moves_the_context_and_the_plan_is_unchanged(
+    engine, kv, reference, policy, where
+):
     kv(policy=policy)
     admit(engine, 1)
     before = first_segment(engine, 1)
@@ -228,13 +229,25 @@ def test_planner_options_on_the_real_engine(engine):
 
     sent, states = [], []
     opts = PlannerOptions(urgency="llm", overrun="kill", length_predictor=True, token_budget="slack")
-    p = PlannerCore(engine, "timely", dispatch=sent.append, on_state=lambda *a: states.append(a), options=opts)
+    p = PlannerCore(
+        engine, "timely", dispatch=sent.append, on_state=lambda *a: states.append(a), options=opts
+    )
     base = dict(robot_type="drone", skill_set="tello_minispec", max_tokens=24)
     # per-task "continue": on this CPU the skill prompt's prefill alone outlasts any class's horizon
-    p.submit(TaskSpec("llm-u", "ag-u", instruction="A dog is attacking me, get away now!", tuf=None,
-                      arrival=p.clock(), overrun="continue", **base))
-    doomed = p.submit(TaskSpec("llm-d", "ag-d", instruction=OTHER, tuf=TUF(0.0, -1e3, 1e-3),
-                               arrival=p.clock(), **base))
+    p.submit(
+        TaskSpec(
+            "llm-u",
+            "ag-u",
+            instruction="A dog is attacking me, get away now!",
+            tuf=None,
+            arrival=p.clock(),
+            overrun="continue",
+            **base,
+        )
+    )
+    doomed = p.submit(
+        TaskSpec("llm-d", "ag-d", instruction=OTHER, tuf=TUF(0.0, -1e3, 1e-3), arrival=p.clock(), **base)
+    )
     for _ in range(400):
         if not p.has_work():
             break

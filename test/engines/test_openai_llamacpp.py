@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from llama_server_kit import FaultProxy, LlamaServer, drive_planner
+
 from timely_llm_ros.bench.replicas import run_realtime
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.planner import PlannerCore
@@ -30,16 +30,25 @@ from timely_llm_ros.engines.registry import create_engine
 pytestmark = pytest.mark.slow
 
 SSET = load_skill_set("robot_arm")  # the shortest skill prompt with a grammar (~430 tokens)
-TASKS = ("Pick up the red box and drop it on the blue box.",
-         "Pick up the green box and drop it on the red box.",
-         "Pick up the blue box and drop it on the green box.",
-         "Pick up the yellow box and drop it on the red box.")
+TASKS = (
+    "Pick up the red box and drop it on the blue box.",
+    "Pick up the green box and drop it on the red box.",
+    "Pick up the blue box and drop it on the green box.",
+    "Pick up the yellow box and drop it on the red box.",
+)
 
 
 def _spec(i: int, *, arrival: float = 0.0, urgent: bool = False) -> TaskSpec:
-    return TaskSpec(task_id=f"t{i}", agent_id=f"arm{i}", robot_type="arm", skill_set=SSET.name,
-                    instruction=TASKS[i % len(TASKS)], tuf=URGENT_TUF if urgent else NORMAL_TUF,
-                    max_tokens=48, arrival=arrival)
+    return TaskSpec(
+        task_id=f"t{i}",
+        agent_id=f"arm{i}",
+        robot_type="arm",
+        skill_set=SSET.name,
+        instruction=TASKS[i % len(TASKS)],
+        tuf=URGENT_TUF if urgent else NORMAL_TUF,
+        max_tokens=48,
+        arrival=arrival,
+    )
 
 
 def _engine(*urls: str, **kw: object) -> OpenAIEngine:

@@ -23,8 +23,17 @@ from timely_llm_ros.engines.openai_protocol import (
 
 
 def _body(kind: str, **kw: object) -> dict:
-    args = dict(model="m", prompt_ids=[1, 2, 3], max_tokens=7, temperature=0.0, seed=5, grammar="root ::= \"a\"",
-                priority=3, stop=["\n"], first=True)
+    args = dict(
+        model="m",
+        prompt_ids=[1, 2, 3],
+        max_tokens=7,
+        temperature=0.0,
+        seed=5,
+        grammar='root ::= "a"',
+        priority=3,
+        stop=["\n"],
+        first=True,
+    )
     args.update(kw)
     return completion_body(kind, **args)  # type: ignore[arg-type]
 
@@ -54,19 +63,42 @@ def test_unknown_kind_is_refused():
 
 
 def test_llamacpp_chunk_ids_text_and_cached_count():
-    data = json.dumps({"choices": [{"text": "sc(", "index": 0, "finish_reason": None,
-                                    "logprobs": {"content": [{"id": 1201, "token": "sc", "logprob": -0.1},
-                                                             {"id": 7, "token": "(", "logprob": -0.2}]}}],
-                       "timings": {"cache_n": 420, "prompt_n": 3}})
+    data = json.dumps(
+        {
+            "choices": [
+                {
+                    "text": "sc(",
+                    "index": 0,
+                    "finish_reason": None,
+                    "logprobs": {
+                        "content": [
+                            {"id": 1201, "token": "sc", "logprob": -0.1},
+                            {"id": 7, "token": "(", "logprob": -0.2},
+                        ]
+                    },
+                }
+            ],
+            "timings": {"cache_n": 420, "prompt_n": 3},
+        }
+    )
     ch = parse_chunk("llamacpp", data)
     assert ch is not None and ch.ids == [1201, 7] and ch.text == "sc(" and ch.finish == ""
     assert ch.cached == 420 and ch.prompt_tokens == 423
 
 
 def test_vllm_chunk_token_ids_usage_and_finish():
-    data = json.dumps({"choices": [{"text": ");", "finish_reason": "stop",
-                                    "logprobs": {"tokens": ["token_id:12", "token_id:30"]}}],
-                       "usage": {"prompt_tokens": 500, "prompt_tokens_details": {"cached_tokens": 496}}})
+    data = json.dumps(
+        {
+            "choices": [
+                {
+                    "text": ");",
+                    "finish_reason": "stop",
+                    "logprobs": {"tokens": ["token_id:12", "token_id:30"]},
+                }
+            ],
+            "usage": {"prompt_tokens": 500, "prompt_tokens_details": {"cached_tokens": 496}},
+        }
+    )
     ch = parse_chunk("vllm", data)
     assert ch is not None and ch.ids == [12, 30] and ch.finish == "eos"
     assert ch.cached == 496 and ch.prompt_tokens == 500
@@ -121,7 +153,10 @@ def test_endpoint_urls_and_api_key(monkeypatch):
     with pytest.raises(EngineError, match="MY_KEY"):
         Endpoint.parse("http://127.0.0.1:1", api_key_env="MY_KEY")
     monkeypatch.setenv("MY_KEY", "s3cret")
-    assert Endpoint.parse("http://127.0.0.1:1", api_key_env="MY_KEY").headers()["Authorization"] == "Bearer s3cret"
+    assert (
+        Endpoint.parse("http://127.0.0.1:1", api_key_env="MY_KEY").headers()["Authorization"]
+        == "Bearer s3cret"
+    )
 
 
 def _dead_url() -> str:
@@ -200,8 +235,14 @@ def test_a_finished_replay_does_not_outlive_its_submission():
     from timely_llm_ros.engines.base import Context
 
     ep = _offline_endpoint()
-    ep.adopt(7, Context(gen_id=7, token_ids=[1, 2, 3, 7], n_prompt=3), max_tokens=20, prefix_key=None,
-             boundary=3, replay_text="gt('")
+    ep.adopt(
+        7,
+        Context(gen_id=7, token_ids=[1, 2, 3, 7], n_prompt=3),
+        max_tokens=20,
+        prefix_key=None,
+        boundary=3,
+        replay_text="gt('",
+    )
     _start(ep, 7)
     _feed(ep, 7, [7, 8], "gt('pi")
     assert [o.text for o in ep.poll()] == ["pi"]
@@ -215,8 +256,14 @@ def test_failover_replay_that_diverges_fails_the_generation_instead_of_splicing_
     from timely_llm_ros.engines.base import Context
 
     ep = _offline_endpoint()
-    ep.adopt(6, Context(gen_id=6, token_ids=[1, 2, 3, 7, 8], n_prompt=3), max_tokens=20, prefix_key=None,
-             boundary=3, replay_text="sc(")
+    ep.adopt(
+        6,
+        Context(gen_id=6, token_ids=[1, 2, 3, 7, 8], n_prompt=3),
+        max_tokens=20,
+        prefix_key=None,
+        boundary=3,
+        replay_text="sc(",
+    )
     _start(ep, 6)
     _feed(ep, 6, [7], "s")
     _feed(ep, 6, [99], "x")  # 8 was delivered; the new server wrote 99

@@ -36,7 +36,11 @@ SSET = load_skill_set("robot_arm")
 
 def _model() -> Path:
     env = os.environ.get("TIMELY_VLLM_MODEL")
-    path = Path(env) if env else Path(sys.prefix) / "share" / "timely_llm_ros" / "models" / "SmolLM2-135M-Instruct"
+    path = (
+        Path(env)
+        if env
+        else Path(sys.prefix) / "share" / "timely_llm_ros" / "models" / "SmolLM2-135M-Instruct"
+    )
     why = None
     if importlib.util.find_spec("vllm") is None:
         why = "vLLM is not installed in this Python (make vllm; make test-vllm)"
@@ -54,12 +58,34 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory):
     model = _model()
     port = free_port()
     log = tmp_path_factory.mktemp("vllm") / "server.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
-           "HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-           "--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port),
-           "--max-model-len", "2048", "--enforce-eager", "--enable-prefix-caching",
-           "--scheduling-policy", "priority", "--enable-prompt-tokens-details", "--dtype", "bfloat16"]
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--served-model-name",
+        "smollm2",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        "2048",
+        "--enforce-eager",
+        "--enable-prefix-caching",
+        "--scheduling-policy",
+        "priority",
+        "--enable-prompt-tokens-details",
+        "--dtype",
+        "bfloat16",
+    ]
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
@@ -84,10 +110,25 @@ def test_vllm_server_plans_segmented_with_the_grammar(vllm_server: str):
     sent: list = []
     planner = PlannerCore(engine, "timely", dispatch=sent.append, network_latency=0.0)
     try:
-        recs = [planner.submit(TaskSpec(task_id=f"v{i}", agent_id=f"arm{i}", robot_type="arm",
-                                        skill_set=SSET.name, instruction=text, tuf=NORMAL_TUF, max_tokens=40))
-                for i, text in enumerate(("Pick up the red box and drop it on the blue box.",
-                                          "Pick up the green box and drop it on the red box."))]
+        recs = [
+            planner.submit(
+                TaskSpec(
+                    task_id=f"v{i}",
+                    agent_id=f"arm{i}",
+                    robot_type="arm",
+                    skill_set=SSET.name,
+                    instruction=text,
+                    tuf=NORMAL_TUF,
+                    max_tokens=40,
+                )
+            )
+            for i, text in enumerate(
+                (
+                    "Pick up the red box and drop it on the blue box.",
+                    "Pick up the green box and drop it on the red box.",
+                )
+            )
+        ]
         drive_planner(planner, sent, timeout=1200)
         assert [r.state for r in recs] == [ev.COMPLETED] * 2, [(r.state, r.reason) for r in recs]
         for r in recs:
@@ -117,8 +158,13 @@ def test_vllm_server_resume_recomputes_less_than_one_block(vllm_server: str):
 
     try:
         prefix = engine.tokenize(SSET.prompt)
-        engine.admit(1, prefix + engine.tokenize("\nTask: Pick up the red box and drop it on the blue box."),
-                     max_tokens=40, prefix_key=SSET.name, prefix_len=len(prefix))
+        engine.admit(
+            1,
+            prefix + engine.tokenize("\nTask: Pick up the red box and drop it on the blue box."),
+            max_tokens=40,
+            prefix_key=SSET.name,
+            prefix_len=len(prefix),
+        )
         finished = tokens(3)
         measured = []
         while not finished and len(measured) < 4:

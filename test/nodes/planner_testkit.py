@@ -33,9 +33,16 @@ def write_params(path: Path, params: dict[str, Any]) -> Path:
     return path
 
 
-def start_node(module: str, env: dict[str, str], log_path: Path, *, name: str | None = None,
-               namespace: str | None = None, params_file: Path | None = None,
-               params: dict[str, Any] | None = None) -> subprocess.Popen:
+def start_node(
+    module: str,
+    env: dict[str, str],
+    log_path: Path,
+    *,
+    name: str | None = None,
+    namespace: str | None = None,
+    params_file: Path | None = None,
+    params: dict[str, Any] | None = None,
+) -> subprocess.Popen:
     """``python -m timely_llm_ros.nodes.<module> --ros-args ...``, output to ``log_path``."""
     cmd = [sys.executable, "-m", f"timely_llm_ros.nodes.{module}", "--ros-args"]
     if name:
@@ -96,9 +103,13 @@ def run_fleet(cfg: dict[str, Any], tmp_path: Path, timeout: float) -> tuple[int,
     config.write_text(yaml.safe_dump(cfg, sort_keys=False))
     log = tmp_path / "fleet.log"
     with open(log, "w", encoding="utf-8") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "timely_llm_ros.fleet", str(config)],
-                                env=dict(os.environ), stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "timely_llm_ros.fleet", str(config)],
+            env=dict(os.environ),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -111,15 +122,21 @@ def run_fleet(cfg: dict[str, Any], tmp_path: Path, timeout: float) -> tuple[int,
     return proc.returncode, text, json.loads(match.group(1))
 
 
-def wait_for(pred: Callable[[], bool], timeout: float, what: str = "condition", period: float = 0.05,
-             procs: tuple[subprocess.Popen, ...] = ()) -> None:
+def wait_for(
+    pred: Callable[[], bool],
+    timeout: float,
+    what: str = "condition",
+    period: float = 0.05,
+    procs: tuple[subprocess.Popen, ...] = (),
+) -> None:
     """Poll ``pred`` until true; fail with ``what`` (and the logs of dead ``procs``) on timeout."""
     deadline = time.monotonic() + timeout
     while not pred():
         for p in procs:
             if p.poll() is not None:
-                raise AssertionError(f"process exited ({p.returncode}) while waiting for {what}:\n"
-                                     f"{log_text(p)}")
+                raise AssertionError(
+                    f"process exited ({p.returncode}) while waiting for {what}:\n{log_text(p)}"
+                )
         if time.monotonic() > deadline:
             logs = "\n".join(f"--- {p.args[2]} ---\n{log_text(p)[-4000:]}" for p in procs)
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{logs}")
@@ -133,13 +150,18 @@ class Peer:
     STARTED + DONE at once), "fail" (STARTED + FAILED), "silent" (never answer).
     """
 
-    def __init__(self, robots: dict[str, str] | None = None, name: str = "test_peer",
-                 answer_tasks: str | None = None, watch_agents: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        robots: dict[str, str] | None = None,
+        name: str = "test_peer",
+        answer_tasks: str | None = None,
+        watch_agents: tuple[str, ...] = (),
+    ) -> None:
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.signals import SignalHandlerOptions
-        from timely_llm_ros.msg import Segment, SegmentFeedback, Task, TaskStatus, TraceEvent
 
+        from timely_llm_ros.msg import Segment, SegmentFeedback, Task, TaskStatus, TraceEvent
         from timely_llm_ros.ros import qos, topics
 
         self.context = rclpy.Context()
@@ -164,16 +186,22 @@ class Peer:
         # observing a fleet: tasks, feedback, and segments seen from outside the robots' namespaces
         self.feedback: list = []
         if watch_agents:  # /tasks: see watch_tasks()
-            self.node.create_subscription(SegmentFeedback, topics.SEGMENT_FEEDBACK, self._on_feedback,
-                                          qos.feedback_qos())
+            self.node.create_subscription(
+                SegmentFeedback, topics.SEGMENT_FEEDBACK, self._on_feedback, qos.feedback_qos()
+            )
         for agent in watch_agents:
-            self.node.create_subscription(Segment, topics.segment_topic(agent),
-                                          lambda m, a=agent: self._record_segment(a, m), qos.segment_qos())
+            self.node.create_subscription(
+                Segment,
+                topics.segment_topic(agent),
+                lambda m, a=agent: self._record_segment(a, m),
+                qos.segment_qos(),
+            )
         self.robot_nodes = []
         for agent in self.robots:  # a robot node lives in namespace /<agent> (what the planner checks)
             rnode = rclpy.create_node("robot", namespace=agent, context=self.context)
-            rnode.create_subscription(Segment, topics.SKILL_SEGMENTS,
-                                      lambda m, a=agent: self._on_segment(a, m), qos.segment_qos())
+            rnode.create_subscription(
+                Segment, topics.SKILL_SEGMENTS, lambda m, a=agent: self._on_segment(a, m), qos.segment_qos()
+            )
             self.robot_nodes.append(rnode)
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
@@ -201,7 +229,6 @@ class Peer:
     def watch_tasks(self) -> None:
         """Subscribe to /tasks now (a workload that waits for this node starts only afterwards)."""
         from timely_llm_ros.msg import Task
-
         from timely_llm_ros.ros import qos, topics
 
         self.node.create_subscription(Task, topics.TASKS, self._on_task, qos.task_qos())
@@ -218,8 +245,11 @@ class Peer:
         with self.lock:
             self.tasks.append((time.monotonic(), msg))
         if self.answer_tasks:
-            self.status_pub.publish(convert.status_to_msg(msg.task_id, msg.agent_id, self.answer_tasks,
-                                                      time.time(), "answered by the test peer"))
+            self.status_pub.publish(
+                convert.status_to_msg(
+                    msg.task_id, msg.agent_id, self.answer_tasks, time.time(), "answered by the test peer"
+                )
+            )
 
     def _on_event(self, msg) -> None:
         with self.lock:
@@ -247,8 +277,17 @@ class Peer:
         if mode == "done":
             self._send(convert.feedback_to_msg(msg.task_id, agent, msg.index, ev.DONE, now + 0.001, 0.001))
         else:
-            self._send(convert.feedback_to_msg(msg.task_id, agent, msg.index, ev.FEEDBACK_FAILED,
-                                               now + 0.001, 0.001, "gripper jammed (test robot)"))
+            self._send(
+                convert.feedback_to_msg(
+                    msg.task_id,
+                    agent,
+                    msg.index,
+                    ev.FEEDBACK_FAILED,
+                    now + 0.001,
+                    0.001,
+                    "gripper jammed (test robot)",
+                )
+            )
 
     def _send(self, msg) -> None:
         self.feedback_sent.append(msg)
@@ -286,11 +325,14 @@ class Peer:
         """Discovery: the planner subscribes to /tasks, our task writer matched every /tasks reader
         (robots read /tasks too: "some reader matched" let the first 9 tasks of a flood go out before
         the planner's reader matched, and they were lost), and it publishes statuses to us."""
+
         def matched() -> bool:
             readers = self.node.get_subscriptions_info_by_topic("/tasks")
-            return (any(i.node_name == "planner" for i in readers)
-                    and self.task_pub.get_subscription_count() >= len(readers)
-                    and self.node.count_publishers("/task_status") > 0)
+            return (
+                any(i.node_name == "planner" for i in readers)
+                and self.task_pub.get_subscription_count() >= len(readers)
+                and self.node.count_publishers("/task_status") > 0
+            )
 
         wait_for(matched, timeout, "the planner to be discovered", procs=procs)
 
@@ -324,13 +366,26 @@ def is_closing_marker(msg) -> bool:
     return msg.final and not msg.text.strip()
 
 
-def make_task(task_id: str, agent: str, instruction: str = "[A] Take a picture.", robot_type: str = "drone",
-              skill_set: str = "tello_minispec", tuf: tuple[float, float, float] = (1.0, -2.0, 1.0), scene: str = ""):
+def make_task(
+    task_id: str,
+    agent: str,
+    instruction: str = "[A] Take a picture.",
+    robot_type: str = "drone",
+    skill_set: str = "tello_minispec",
+    tuf: tuple[float, float, float] = (1.0, -2.0, 1.0),
+    scene: str = "",
+):
     """A ``Task`` message (default: a drone task the simulated planner has a plan for)."""
     from timely_llm_ros.msg import Task, Tuf
 
-    msg = Task(task_id=task_id, agent_id=agent, robot_type=robot_type, skill_set=skill_set,
-               instruction=instruction, scene=scene)
+    msg = Task(
+        task_id=task_id,
+        agent_id=agent,
+        robot_type=robot_type,
+        skill_set=skill_set,
+        instruction=instruction,
+        scene=scene,
+    )
     msg.tuf = Tuf(ert=tuf[0], alpha=tuf[1], beta=tuf[2])
     return msg
 
@@ -340,8 +395,12 @@ def planner_graph(tmp: Path, params: dict[str, Any], robots: dict[str, str], nam
     """A planner process (simulated engine, the test plans) and a :class:`Peer` playing ``robots``;
     yields ``(peer, proc)``; the planner must exit cleanly (status 0) at the end."""
     params = {"sim_plans": ["catalog", PLANS], **params}
-    proc = start_node("planner", dict(os.environ), tmp / "planner.log",
-                      params_file=write_params(tmp / "planner.yaml", params))
+    proc = start_node(
+        "planner",
+        dict(os.environ),
+        tmp / "planner.log",
+        params_file=write_params(tmp / "planner.yaml", params),
+    )
     peer = Peer(robots=robots, name=name)
     try:
         peer.wait_planner(procs=(proc,))

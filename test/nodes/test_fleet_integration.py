@@ -44,18 +44,33 @@ EPS = 0.02  # s: stamp rounding between processes on one clock
 
 def _fleet_config(tmp: Path) -> Path:
     cfg = {
-        "planner": {"parameters": {"engine": "sim", "policy": "timely", "robot_grace_period": 10.0,
-                                   "segment_timeout_factor": 3.0, "segment_timeout_margin": 30.0}},
-        "robot_defaults": {"drone": {"backend": "sim", "exec_mode": "min", "time_scale": 0.5},
-                           "arm": {"backend": "sim", "exec_mode": "min", "time_scale": 0.5,
-                                   "skill_set": "arm_fltrnn"}},
+        "planner": {
+            "parameters": {
+                "engine": "sim",
+                "policy": "timely",
+                "robot_grace_period": 10.0,
+                "segment_timeout_factor": 3.0,
+                "segment_timeout_margin": 30.0,
+            }
+        },
+        "robot_defaults": {
+            "drone": {"backend": "sim", "exec_mode": "min", "time_scale": 0.5},
+            "arm": {"backend": "sim", "exec_mode": "min", "time_scale": 0.5, "skill_set": "arm_fltrnn"},
+        },
         "robots": [*({"agent": d, "type": "drone"} for d in DRONES), {"agent": ARM, "type": "arm"}],
         "timemodel": {"enabled": True, "parameters": {"refit_output": str(tmp / "refit")}},
         "recorder": {"enabled": True, "parameters": {"output": str(tmp / "bag")}},
-        "workload": {"enabled": True, "parameters": {
-            "workload": str(DATA / "mixed_short.yaml"), "exit_when_done": True, "start_delay": 2.0,
-            "completion_timeout": 150.0, "discovery_timeout": 180.0,
-            "wait_for_nodes": ["/recorder", "/timemodel", f"/{OBSERVER}"]}},
+        "workload": {
+            "enabled": True,
+            "parameters": {
+                "workload": str(DATA / "mixed_short.yaml"),
+                "exit_when_done": True,
+                "start_delay": 2.0,
+                "completion_timeout": 150.0,
+                "discovery_timeout": 180.0,
+                "wait_for_nodes": ["/recorder", "/timemodel", f"/{OBSERVER}"],
+            },
+        },
     }
     path = tmp / "fleet.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -71,15 +86,24 @@ def run(tmp_path_factory):
     peer = Peer(name=OBSERVER, watch_agents=(*DRONES, ARM))
     log = tmp / "fleet.log"
     with open(log, "w", encoding="utf-8") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "timely_llm_ros.fleet", str(config)],
-                                env=dict(os.environ), stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "timely_llm_ros.fleet", str(config)],
+            env=dict(os.environ),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         # The run starts when this observer subscribes to /tasks (the workload waits for it): first
         # let discovery settle, so that the observer and the recorder see every publisher from the
         # first message on (all topics are volatile: what is sent before matching is not seen).
-        wait_for(lambda: _graph_settled(peer.node), RUN_TIMEOUT / 2, "the fleet's graph to be discovered",
-                 period=0.2, procs=(proc,))
+        wait_for(
+            lambda: _graph_settled(peer.node),
+            RUN_TIMEOUT / 2,
+            "the fleet's graph to be discovered",
+            period=0.2,
+            procs=(proc,),
+        )
         peer.watch_tasks()
         proc.wait(timeout=RUN_TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -99,13 +123,17 @@ def _graph_settled(node) -> bool:
     def subscribers(topic: str) -> set[str]:
         return {i.node_name for i in node.get_subscriptions_info_by_topic(topic)}
 
-    return (node.count_publishers(topics.SEGMENT_FEEDBACK) >= len(DRONES) + 1
-            and node.count_publishers(topics.TASK_STATUS) >= 1
-            and node.count_publishers(topics.TRACE_EVENTS) >= 1
-            and node.count_publishers(topics.TASKS) >= 1
-            and all("recorder" in subscribers(t) for t in (topics.TASKS, topics.SEGMENT_FEEDBACK,
-                                                            topics.TASK_STATUS, topics.TRACE_EVENTS))
-            and all("recorder" in subscribers(topics.segment_topic(a)) for a in (*DRONES, ARM)))
+    return (
+        node.count_publishers(topics.SEGMENT_FEEDBACK) >= len(DRONES) + 1
+        and node.count_publishers(topics.TASK_STATUS) >= 1
+        and node.count_publishers(topics.TRACE_EVENTS) >= 1
+        and node.count_publishers(topics.TASKS) >= 1
+        and all(
+            "recorder" in subscribers(t)
+            for t in (topics.TASKS, topics.SEGMENT_FEEDBACK, topics.TASK_STATUS, topics.TRACE_EVENTS)
+        )
+        and all("recorder" in subscribers(topics.segment_topic(a)) for a in (*DRONES, ARM))
+    )
 
 
 def _summary(log: str) -> dict:
@@ -132,7 +160,10 @@ def test_every_task_ends_completed_or_with_a_reason(run):
         assert final is not None, f"{task_id}: no final status"
         state = peer.final_state(task_id)
         assert state == "COMPLETED" or (state in ("EXPIRED", "REJECTED") and final.reason), (
-            task_id, state, final.reason)
+            task_id,
+            state,
+            final.reason,
+        )
         if state == "COMPLETED":
             assert final.has_response and final.response_time >= 0
     assert sum(peer.final_state(t) == "COMPLETED" for t in _task_ids()) >= 5
@@ -191,8 +222,9 @@ def test_segments_arrive_before_the_robot_goes_idle_when_load_allows(run):
     peer = run["peer"]
     ev_of: dict[tuple[str, str, int], float] = {}
     for e in peer.events:
-        ev_of.setdefault((e.task_id, convert.EVENT_KIND_NAME[e.kind], e.segment_index),
-                         convert.from_stamp(e.stamp))
+        ev_of.setdefault(
+            (e.task_id, convert.EVENT_KIND_NAME[e.kind], e.segment_index), convert.from_stamp(e.stamp)
+        )
     checked = late = 0
     report = []
     for segs in peer.segments.values():
@@ -230,7 +262,8 @@ def _read_bag(path: Path):
 
 def _bag_dir(tmp: Path) -> Path:
     found = [p.parent for p in (tmp / "bag").rglob("metadata.yaml")] + (
-        [tmp / "bag"] if (tmp / "bag" / "metadata.yaml").is_file() else [])
+        [tmp / "bag"] if (tmp / "bag" / "metadata.yaml").is_file() else []
+    )
     assert found, f"no bag (metadata.yaml) under {tmp / 'bag'}"
     return found[0]
 
@@ -259,8 +292,9 @@ def test_the_bag_holds_everything_with_consistent_timestamps(run):
     ev_wire = sorted((m.task_id, m.kind, m.segment_index, convert.from_stamp(m.stamp)) for m in peer.events)
     assert ev_bag == ev_wire and {m.task_id for m in peer.events} == set(_task_ids())
     st_bag = sorted((m.task_id, m.state, stamp(m.stamp)) for _, m in bag["/task_status"])
-    st_wire = sorted((m.task_id, m.state, convert.from_stamp(m.stamp))
-                     for v in peer.statuses.values() for m in v)
+    st_wire = sorted(
+        (m.task_id, m.state, convert.from_stamp(m.stamp)) for v in peer.statuses.values() for m in v
+    )
     assert st_bag == st_wire
 
     # log time (recorder receipt) never precedes the stamp the sender put on the message
@@ -316,14 +350,18 @@ def test_fleet_files_with_errors_are_refused_with_the_field(tmp_path):
     from timely_llm_ros.fleet import FleetError, load_fleet
 
     robot = {"agent": "drone_1", "type": "drone"}
-    cases = [({"robots": [robot], "planer": {}}, "unknown field(s) 'planer'; known: config_path, planner"),
-             ({"robots": [robot, robot]}, "agent 'drone_1' appears twice"),
-             ({"robots": [{"agent": "drone 1", "type": "drone"}]}, "robots[0].agent must be a ROS name"),
-             ({"robots": [{"agent": "boat_1", "type": "boat"}]}, "robots[0].type must be a robot type (arm, drone"),
-             ({"robots": [robot], "workload": {"enabled": True}}, "workload.parameters.workload is required"),
-             ({"robots": [robot], "planner": {"enabled": False}}, "the planner cannot be disabled"),
-             ({"robots": [robot], "timemodel": {"enabled": "yes"}},
-              "timemodel.enabled: must be bool, got 'yes'")]
+    cases = [
+        ({"robots": [robot], "planer": {}}, "unknown field(s) 'planer'; known: config_path, planner"),
+        ({"robots": [robot, robot]}, "agent 'drone_1' appears twice"),
+        ({"robots": [{"agent": "drone 1", "type": "drone"}]}, "robots[0].agent must be a ROS name"),
+        (
+            {"robots": [{"agent": "boat_1", "type": "boat"}]},
+            "robots[0].type must be a robot type (arm, drone",
+        ),
+        ({"robots": [robot], "workload": {"enabled": True}}, "workload.parameters.workload is required"),
+        ({"robots": [robot], "planner": {"enabled": False}}, "the planner cannot be disabled"),
+        ({"robots": [robot], "timemodel": {"enabled": "yes"}}, "timemodel.enabled: must be bool, got 'yes'"),
+    ]
     for data, needle in cases:
         with pytest.raises(FleetError, match=re.escape(needle)):
             load_fleet(_write(tmp_path, data))
@@ -339,11 +377,19 @@ def test_the_shipped_fleet_files_describe_the_documented_graphs():
         roles = [n.role for n in nodes]
         assert roles.count("robot") == 4 and roles.count("planner") == 1
         robots = [(n.arguments[0], n.namespace, n.params["agent_id"]) for n in nodes if n.role == "robot"]
-        assert robots == [("drone", "drone_1", "drone_1"), ("drone", "drone_2", "drone_2"),
-                          ("drone", "drone_3", "drone_3"), ("arm", "arm_1", "arm_1")]
+        assert robots == [
+            ("drone", "drone_1", "drone_1"),
+            ("drone", "drone_2", "drone_2"),
+            ("drone", "drone_3", "drone_3"),
+            ("arm", "arm_1", "arm_1"),
+        ]
         planner = next(n for n in nodes if n.role == "planner")
-        assert planner.params["agent_types"] == ["drone_1:drone", "drone_2:drone", "drone_3:drone",
-                                                 "arm_1:arm"]
+        assert planner.params["agent_types"] == [
+            "drone_1:drone",
+            "drone_2:drone",
+            "drone_3:drone",
+            "arm_1:arm",
+        ]
         # the recorder starts before the robots and the planner (so it sees their first messages)
         assert roles.index("recorder") < roles.index("robot") < roles.index("planner")
     demo = fleet_nodes(load_fleet(REPO / "config" / "demo_fleet.yaml"))
@@ -354,14 +400,24 @@ def test_the_shipped_fleet_files_describe_the_documented_graphs():
 
 
 def test_dry_run_prints_every_node_command(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "timely_llm_ros.fleet", str(REPO / "config" / "fleet.yaml"),
-                          "--dry-run"], capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    out = subprocess.run(
+        [sys.executable, "-m", "timely_llm_ros.fleet", str(REPO / "config" / "fleet.yaml"), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ),
+    )
     assert out.returncode == 0, out.stderr
     cmds = [ln for ln in out.stdout.splitlines() if " -m timely_llm_ros.nodes." in ln]
     assert len(cmds) == 7  # time model, recorder, 3 drones, arm, planner (workload disabled)
     assert any("timely_llm_ros.nodes.robot drone --ros-args" in c and "__ns:=/drone_2" in c for c in cmds)
-    bad = subprocess.run([sys.executable, "-m", "timely_llm_ros.fleet", str(tmp_path / "none.yaml")],
-                         capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    bad = subprocess.run(
+        [sys.executable, "-m", "timely_llm_ros.fleet", str(tmp_path / "none.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ),
+    )
     assert bad.returncode == 2 and "cannot read" in bad.stderr
 
 
@@ -375,7 +431,8 @@ def test_launch_files_compile_and_build_the_graph_from_the_fleet_file():
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
     assert {"fleet_nodes", "load_fleet", "generate_launch_description"} <= imported | names | {
-        f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)}
+        f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
+    }
     assert {"Node", "DeclareLaunchArgument", "OpaqueFunction", "LaunchDescription"} <= imported
     demo = (REPO / "launch" / "demo.launch.py").read_text()
     assert "fleet.launch.py" in demo and "demo_fleet.yaml" in demo
@@ -394,8 +451,9 @@ def test_timeline_and_report_read_the_recorded_bag(run, tmp_path):
     run_ = load_run(_bag_dir(run["tmp"]))
     layout = make_layout(run_.model, max_tasks=0)
     assert sorted(r.label for r in layout.rows) == sorted(_task_ids())
-    completed = {tid for tid, msgs in run["peer"].statuses.items()
-                 if any(m.state == 5 for m in msgs)}  # TaskStatus.COMPLETED
+    completed = {
+        tid for tid, msgs in run["peer"].statuses.items() if any(m.state == 5 for m in msgs)
+    }  # TaskStatus.COMPLETED
     for row in layout.rows:
         kinds = {b.kind for b in row.bars}
         assert GENERATING in kinds, f"{row.label}: no generation bar"

@@ -25,13 +25,22 @@ FLEETS = ("fleet_a", "fleet_b")
 
 
 def _fleet(tmp, ns: str) -> subprocess.Popen:
-    cfg = {"planner": {"parameters": {"engine": "sim", "sim_plans": ["catalog", PLANS], "journal": "off"}},
-           "robots": [{"agent": "drone_1", "type": "drone", "parameters": {"backend": "sim", "time_scale": 0.05}}]}
+    cfg = {
+        "planner": {"parameters": {"engine": "sim", "sim_plans": ["catalog", PLANS], "journal": "off"}},
+        "robots": [
+            {"agent": "drone_1", "type": "drone", "parameters": {"backend": "sim", "time_scale": 0.05}}
+        ],
+    }
     path = tmp / f"{ns}.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     log = open(tmp / f"{ns}.log", "w", encoding="utf-8")  # noqa: SIM115 - kept open for the child
-    proc = subprocess.Popen([sys.executable, "-m", "timely_llm_ros.fleet", str(path), "--namespace", ns],
-                            env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "timely_llm_ros.fleet", str(path), "--namespace", ns],
+        env=dict(os.environ),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     proc.log_path = tmp / f"{ns}.log"  # type: ignore[attr-defined]
     log.close()
     return proc
@@ -41,8 +50,8 @@ def test_two_namespaced_fleets_on_one_domain_do_not_see_each_others_tasks(tmp_pa
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
-    from timely_llm_ros.msg import Task, TaskStatus
 
+    from timely_llm_ros.msg import Task, TaskStatus
     from timely_llm_ros.ros import convert, qos, topics
 
     procs = [_fleet(tmp_path, ns) for ns in FLEETS]
@@ -53,34 +62,48 @@ def test_two_namespaced_fleets_on_one_domain_do_not_see_each_others_tasks(tmp_pa
     seen: dict[str, list] = {ns: [] for ns in FLEETS}
     pubs = {}
     for ns in FLEETS:
+
         def on_status(msg, ns=ns) -> None:
             with lock:
                 seen[ns].append((msg.task_id, convert.status_name(msg)))
-        node.create_subscription(TaskStatus, topics.join(f"/{ns}", topics.TASK_STATUS), on_status, qos.status_qos())
+
+        node.create_subscription(
+            TaskStatus, topics.join(f"/{ns}", topics.TASK_STATUS), on_status, qos.status_qos()
+        )
         pubs[ns] = node.create_publisher(Task, topics.join(f"/{ns}", topics.TASKS), qos.task_qos())
     executor = SingleThreadedExecutor(context=ctx)
     executor.add_node(node)
     stop = threading.Event()
-    spinner = threading.Thread(target=lambda: [executor.spin_once(timeout_sec=0.05) for _ in iter(stop.is_set, True)],
-                               daemon=True)
+    spinner = threading.Thread(
+        target=lambda: [executor.spin_once(timeout_sec=0.05) for _ in iter(stop.is_set, True)], daemon=True
+    )
     spinner.start()
     try:
         # each fleet's planner listens on its own /<ns>/tasks and its drone on /<ns>/drone_1/skill_segments
-        wait_for(lambda: all(pubs[ns].get_subscription_count() >= 2 for ns in FLEETS)
-                 and all(node.count_subscribers(f"/{ns}/drone_1/skill_segments") >= 1 for ns in FLEETS)
-                 and all(node.count_publishers(f"/{ns}/task_status") >= 1 for ns in FLEETS),
-                 WAIT, "both fleets to be discovered", procs=tuple(procs))
+        wait_for(
+            lambda: (
+                all(pubs[ns].get_subscription_count() >= 2 for ns in FLEETS)
+                and all(node.count_subscribers(f"/{ns}/drone_1/skill_segments") >= 1 for ns in FLEETS)
+                and all(node.count_publishers(f"/{ns}/task_status") >= 1 for ns in FLEETS)
+            ),
+            WAIT,
+            "both fleets to be discovered",
+            procs=tuple(procs),
+        )
         assert node.count_subscribers("/tasks") == 0  # nothing of either fleet at the root
         for ns in FLEETS:
             pubs[ns].publish(make_task(f"{ns}-t1", "drone_1", "[A] Climb, turn and take a picture."))
 
         def final(ns: str, task_id: str):
             with lock:
-                return next((s for t, s in seen[ns] if t == task_id and s in ("COMPLETED", "FAILED", "REJECTED")),
-                            None)
+                return next(
+                    (s for t, s in seen[ns] if t == task_id and s in ("COMPLETED", "FAILED", "REJECTED")),
+                    None,
+                )
 
-        wait_for(lambda: all(final(ns, f"{ns}-t1") for ns in FLEETS), WAIT, "both tasks to end",
-                 procs=tuple(procs))
+        wait_for(
+            lambda: all(final(ns, f"{ns}-t1") for ns in FLEETS), WAIT, "both tasks to end", procs=tuple(procs)
+        )
         for ns in FLEETS:
             assert final(ns, f"{ns}-t1") == "COMPLETED", seen[ns]
             other = FLEETS[1 - FLEETS.index(ns)]
@@ -97,14 +120,19 @@ def test_two_namespaced_fleets_on_one_domain_do_not_see_each_others_tasks(tmp_pa
     assert codes == [0, 0], [open(p.log_path).read()[-3000:] for p in procs]
     for ns, p in zip(FLEETS, procs):  # the fleet drove its managed planner through the transitions
         text = open(p.log_path).read()
-        assert f"[lifecycle] /{ns}/planner: configure done" in text and f"/{ns}/planner: activate done" in text
+        assert (
+            f"[lifecycle] /{ns}/planner: configure done" in text and f"/{ns}/planner: activate done" in text
+        )
 
 
 def test_fleet_namespace_in_the_graph():
     from timely_llm_ros.fleet import FleetError, fleet_nodes
 
-    cfg = {"robots": [{"agent": "drone_1", "type": "drone"}], "workload": {"parameters": {"workload": "wid1"}},
-           "recorder": {"enabled": True}}
+    cfg = {
+        "robots": [{"agent": "drone_1", "type": "drone"}],
+        "workload": {"parameters": {"workload": "wid1"}},
+        "recorder": {"enabled": True},
+    }
     nodes = {n.role + ":" + n.name: n for n in fleet_nodes(cfg, "fleet_a")}
     assert nodes["planner:planner"].namespace == "fleet_a"
     assert nodes["robot:drone"].namespace == "fleet_a/drone_1"

@@ -31,18 +31,35 @@ RUN_TIMEOUT = 1500.0
 
 def _config(urls: list[str]) -> dict:
     return {
-        "planner": {"parameters": {
-            "engine": "openai", "policy": "timely@b4", "robot_grace_period": 10.0,
-            "engine_options": json.dumps({"endpoints": urls, "failover_timeout": 300.0, "retry_max": 5.0}),
-            "warmup_skill_sets": ["robot_arm"], "segment_timeout_margin": 300.0}},
-        "robot_defaults": {"arm": {"backend": "sim", "exec_mode": "min", "time_scale": 0.5,
-                                   "skill_set": "robot_arm"}},
+        "planner": {
+            "parameters": {
+                "engine": "openai",
+                "policy": "timely@b4",
+                "robot_grace_period": 10.0,
+                "engine_options": json.dumps(
+                    {"endpoints": urls, "failover_timeout": 300.0, "retry_max": 5.0}
+                ),
+                "warmup_skill_sets": ["robot_arm"],
+                "segment_timeout_margin": 300.0,
+            }
+        },
+        "robot_defaults": {
+            "arm": {"backend": "sim", "exec_mode": "min", "time_scale": 0.5, "skill_set": "robot_arm"}
+        },
         "robots": [{"agent": a, "type": "arm"} for a in ARMS],
         "timemodel": {"enabled": False},
         "recorder": {"enabled": False},
-        "workload": {"enabled": True, "parameters": {
-            "workload": str(DATA / "openai_arms.yaml"), "exit_when_done": True, "start_delay": 1.0,
-            "discovery_timeout": 900.0, "completion_timeout": 900.0, "wait_for_nodes": [f"/{OBSERVER}"]}},
+        "workload": {
+            "enabled": True,
+            "parameters": {
+                "workload": str(DATA / "openai_arms.yaml"),
+                "exit_when_done": True,
+                "start_delay": 1.0,
+                "discovery_timeout": 900.0,
+                "completion_timeout": 900.0,
+                "wait_for_nodes": [f"/{OBSERVER}"],
+            },
+        },
     }
 
 

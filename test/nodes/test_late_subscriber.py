@@ -22,13 +22,15 @@ def test_a_late_subscriber_receives_earlier_statuses_and_events(tmp_path):
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
-    from timely_llm_ros.msg import TaskStatus, TraceEvent
 
+    from timely_llm_ros.msg import TaskStatus, TraceEvent
     from timely_llm_ros.ros import convert, qos, topics
 
     with planner_graph(tmp_path, {"journal": "off"}, {"late_bot": "done"}, "late_peer") as (peer, proc):
         peer.task_pub.publish(make_task("late-1", "late_bot", "[A] Climb, turn and take a picture."))
-        wait_for(lambda: peer.final_state("late-1") == "COMPLETED", WAIT, "the task to complete", procs=(proc,))
+        wait_for(
+            lambda: peer.final_state("late-1") == "COMPLETED", WAIT, "the task to complete", procs=(proc,)
+        )
         seen = peer.states("late-1")
 
         ctx = rclpy.Context()
@@ -42,6 +44,7 @@ def test_a_late_subscriber_receives_earlier_statuses_and_events(tmp_path):
             def cb(msg) -> None:
                 with lock:
                     into.append(msg)
+
             return cb
 
         node.create_subscription(TaskStatus, topics.TASK_STATUS, keep(statuses), qos.status_qos())
@@ -49,6 +52,7 @@ def test_a_late_subscriber_receives_earlier_statuses_and_events(tmp_path):
         executor = SingleThreadedExecutor(context=ctx)
         executor.add_node(node)
         try:
+
             def caught_up() -> bool:
                 executor.spin_once(timeout_sec=0.05)
                 with lock:

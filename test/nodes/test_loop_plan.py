@@ -31,14 +31,22 @@ tasks:
 def _one_drone_fleet(wl, tmp_path, time_scale: float, **planner) -> dict:
     """Planner (sim engine on the workload's plans), one sim drone, the recorder, the workload node."""
     return {
-        "planner": {"parameters": {"engine": "sim", "sim_plans": [str(wl)], "robot_grace_period": 20.0, **planner}},
+        "planner": {
+            "parameters": {"engine": "sim", "sim_plans": [str(wl)], "robot_grace_period": 20.0, **planner}
+        },
         "robot_defaults": {"drone": {"backend": "sim", "exec_mode": "min", "time_scale": time_scale}},
         "robots": [{"agent": "drone_1", "type": "drone"}],
         "timemodel": {"enabled": False},
         "recorder": {"enabled": True, "parameters": {"output": str(tmp_path / "bag")}},
-        "workload": {"enabled": True, "parameters": {
-            "workload": str(wl), "exit_when_done": True, "completion_timeout": 120.0,
-            "discovery_timeout": 180.0}},
+        "workload": {
+            "enabled": True,
+            "parameters": {
+                "workload": str(wl),
+                "exit_when_done": True,
+                "completion_timeout": 120.0,
+                "discovery_timeout": 180.0,
+            },
+        },
     }
 
 
@@ -80,8 +88,11 @@ def test_a_loop_closed_by_a_call_less_tail_runs_its_full_count_on_the_drone(tmp_
 
     assert load_skill_set("tello_minispec").split(TAIL_PLAN) == ["2{mf(50)", ";tc(90)", "}"]
     wl = tmp_path / "tail.yaml"
-    wl.write_text(WORKLOAD.replace("loop-1", "tail-1").replace(PLAN, TAIL_PLAN)
-                  .replace("[[tc, 2.27], [tp, 0.001]]", "[[mf, 2.0], [tc, 2.27], [mf, 2.0], [tc, 2.27]]"))
+    wl.write_text(
+        WORKLOAD.replace("loop-1", "tail-1")
+        .replace(PLAN, TAIL_PLAN)
+        .replace("[[tc, 2.27], [tp, 0.001]]", "[[mf, 2.0], [tc, 2.27], [mf, 2.0], [tc, 2.27]]")
+    )
     rc, text, summary = run_fleet(_one_drone_fleet(wl, tmp_path, 0.05), tmp_path, RUN_TIMEOUT)
     assert summary["final"] == {"COMPLETED": 1}, text[-6000:]
     assert rc == 0, text[-6000:]
@@ -94,6 +105,9 @@ def test_a_loop_closed_by_a_call_less_tail_runs_its_full_count_on_the_drone(tmp_
     segments = [m for _topic, _t, m in bag.by_type("timely_llm_ros/msg/Segment")]
     assert [m.text for m in segments] == ["2{mf(50)", ";tc(90)", "}"]
     assert [m.final for m in segments] == [False, False, True]
-    done = {m.index for _topic, _t, m in bag.by_type("timely_llm_ros/msg/SegmentFeedback")
-            if m.state == SegmentFeedback.DONE}
+    done = {
+        m.index
+        for _topic, _t, m in bag.by_type("timely_llm_ros/msg/SegmentFeedback")
+        if m.state == SegmentFeedback.DONE
+    }
     assert done == {0, 1, 2}  # the tail got its own feedback (a closing marker gets none)

@@ -36,30 +36,63 @@ CLIMB = "[A] Climb, turn and take a picture."  # three segments (test/nodes/data
 
 def _plans(tmp: Path) -> str:
     path = tmp / "action_plans.yaml"
-    path.write_text(yaml.safe_dump({"name": "action-test-plans", "tasks": [
-        {"arrival": 0, "agent": "a", "robot_type": "drone", "skill_set": "tello_minispec", "tuf": [1, 1, 1.5],
-         "instruction": LONG, "plan": LONG_PLAN, "exec_times": [["mf", 5.0], ["mb", 5.0], ["tp", 0.001]]},
-    ]}, sort_keys=False))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "action-test-plans",
+                "tasks": [
+                    {
+                        "arrival": 0,
+                        "agent": "a",
+                        "robot_type": "drone",
+                        "skill_set": "tello_minispec",
+                        "tuf": [1, 1, 1.5],
+                        "instruction": LONG,
+                        "plan": LONG_PLAN,
+                        "exec_times": [["mf", 5.0], ["mb", 5.0], ["tp", 0.001]],
+                    },
+                ],
+            },
+            sort_keys=False,
+        )
+    )
     return str(path)
 
 
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("plan_task")
-    params = write_params(tmp / "planner.yaml", {
-        "sim_plans": ["catalog", PLANS, _plans(tmp)], "robot_grace_period": 10.0, "journal": "off",
-        "segment_timeout_margin": 120.0})
+    params = write_params(
+        tmp / "planner.yaml",
+        {
+            "sim_plans": ["catalog", PLANS, _plans(tmp)],
+            "robot_grace_period": 10.0,
+            "journal": "off",
+            "segment_timeout_margin": 120.0,
+        },
+    )
     planner = start_node("planner", dict(os.environ), tmp / "planner.log", params_file=params)
-    drone = start_node("drone", dict(os.environ), tmp / "drone.log", namespace="/pt_drone",
-                       params={"backend": "sim", "exec_mode": "expected"})
+    drone = start_node(
+        "drone",
+        dict(os.environ),
+        tmp / "drone.log",
+        namespace="/pt_drone",
+        params={"backend": "sim", "exec_mode": "expected"},
+    )
     peer = Peer({"pt_done": "done", "pt_silent": "silent"}, name="plan_task_peer", watch_agents=("pt_drone",))
     peer.watch_tasks()
     client = ActionPeer(peer)
     try:
         peer.wait_planner(procs=(planner,))
-        wait_for(lambda: client.client.server_is_ready(), WAIT, "the plan_task action server", procs=(planner,))
-        wait_for(lambda: peer.node.count_subscribers("/pt_drone/skill_segments") >= 2, WAIT,
-                 "the drone node", procs=(planner, drone))
+        wait_for(
+            lambda: client.client.server_is_ready(), WAIT, "the plan_task action server", procs=(planner,)
+        )
+        wait_for(
+            lambda: peer.node.count_subscribers("/pt_drone/skill_segments") >= 2,
+            WAIT,
+            "the drone node",
+            procs=(planner, drone),
+        )
         yield peer, client, planner, drone
     finally:
         client.close()
@@ -80,6 +113,7 @@ class ActionPeer:
 
     def __init__(self, peer: Peer) -> None:
         from rclpy.action import ActionClient
+
         from timely_llm_ros.action import PlanTask
         from timely_llm_ros.srv import CancelTask
 
@@ -87,8 +121,9 @@ class ActionPeer:
         self.client = ActionClient(peer.node, PlanTask, "plan_task")
         self.cancel_client = peer.node.create_client(CancelTask, "cancel_task")
         self.feedback: dict[bytes, list] = {}
-        self._fb_sub = peer.node.create_subscription(PlanTask.Impl.FeedbackMessage, "plan_task/_action/feedback",
-                                                     self._on_feedback, 1000)
+        self._fb_sub = peer.node.create_subscription(
+            PlanTask.Impl.FeedbackMessage, "plan_task/_action/feedback", self._on_feedback, 1000
+        )
         peer.executor.wake()
 
     def _on_feedback(self, msg) -> None:
@@ -144,6 +179,7 @@ def _cancel_line(planner, task_id: str) -> str:
 
 def test_goal_feedback_with_segments_and_result(graph):
     from action_msgs.msg import GoalStatus
+
     from timely_llm_ros.action import PlanTask
 
     peer, client, planner, _ = graph
@@ -153,8 +189,11 @@ def test_goal_feedback_with_segments_and_result(graph):
     assert _state(res.result.status) == "COMPLETED" and res.result.status.task_id == "pt-ok"
     assert res.result.status.has_response and res.result.status.response_time > 0
     # feedback and result travel on different topics: the last feedback may come after the result
-    wait_for(lambda: sum(bool(s.calls) for s in _segments(feedback)) >= res.result.segments, WAIT,
-             "every segment's feedback")
+    wait_for(
+        lambda: sum(bool(s.calls) for s in _segments(feedback)) >= res.result.segments,
+        WAIT,
+        "every segment's feedback",
+    )
     wait_for(lambda: _state(feedback[-1].status) == "COMPLETED", WAIT, "the final status feedback")
     segs = _segments(feedback)
     executable = [s.index for s in segs if s.calls]
@@ -192,6 +231,7 @@ def test_an_empty_task_id_is_assigned_and_reported_in_the_result(graph):
 
 def test_cancel_mid_generation_frees_the_kv_and_sends_nothing_more(graph):
     from action_msgs.msg import GoalStatus
+
     from timely_llm_ros.msg import TraceEvent
 
     peer, client, planner, _ = graph
@@ -211,13 +251,16 @@ def test_cancel_mid_generation_frees_the_kv_and_sends_nothing_more(graph):
     assert "0 generation(s) running, KV tokens running 0, suspended 0" in _cancel_line(planner, "pt-gen")
     # the robot was told (terminal status), the bag's events end with CANCEL, nothing more is sent
     wait_for(lambda: peer.final_state("pt-gen") == "CANCELLED", WAIT, "CANCELLED on task_status")
-    wait_for(lambda: any(e.kind == TraceEvent.CANCEL for e in peer.events_of("pt-gen")), WAIT, "the CANCEL event")
+    wait_for(
+        lambda: any(e.kind == TraceEvent.CANCEL for e in peer.events_of("pt-gen")), WAIT, "the CANCEL event"
+    )
     time.sleep(3.0)  # long enough for the rest of the plan, had the generation gone on
     assert len(peer.segments["pt_silent"]) == sent
 
 
 def test_cancel_mid_execution_stops_the_robot(graph):
     from action_msgs.msg import GoalStatus
+
     from timely_llm_ros.msg import SegmentFeedback
 
     peer, client, planner, drone = graph

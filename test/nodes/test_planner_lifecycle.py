@@ -22,8 +22,13 @@ WAIT = 120.0
 CLIMB = "[A] Climb, turn and take a picture."
 
 
-TARGET = {"configure": "inactive", "activate": "active", "deactivate": "inactive", "cleanup": "unconfigured",
-          "shutdown": "finalized"}
+TARGET = {
+    "configure": "inactive",
+    "activate": "active",
+    "deactivate": "inactive",
+    "cleanup": "unconfigured",
+    "shutdown": "finalized",
+}
 
 
 def _answer(fut, seconds: float):
@@ -66,9 +71,13 @@ class Lifecycle:
         from lifecycle_msgs.srv import ChangeState
 
         wait_for(self.change.service_is_ready, WAIT, "change_state")
-        ids = {"configure": Transition.TRANSITION_CONFIGURE, "activate": Transition.TRANSITION_ACTIVATE,
-               "deactivate": Transition.TRANSITION_DEACTIVATE, "cleanup": Transition.TRANSITION_CLEANUP,
-               "shutdown": Transition.TRANSITION_UNCONFIGURED_SHUTDOWN}
+        ids = {
+            "configure": Transition.TRANSITION_CONFIGURE,
+            "activate": Transition.TRANSITION_ACTIVATE,
+            "deactivate": Transition.TRANSITION_DEACTIVATE,
+            "cleanup": Transition.TRANSITION_CLEANUP,
+            "shutdown": Transition.TRANSITION_UNCONFIGURED_SHUTDOWN,
+        }
         request = ChangeState.Request(transition=Transition(id=ids[label]))
         deadline = time.monotonic() + WAIT
         fut, sent, resent = self.change.call_async(request), time.monotonic(), False
@@ -85,9 +94,16 @@ class Lifecycle:
 
 
 def test_lifecycle_transitions_drive_the_intake(tmp_path):
-    params = write_params(tmp_path / "planner.yaml", {"sim_plans": ["catalog", PLANS], "autostart": False,
-                                                      "on_deactivate": "cancel", "journal": "off",
-                                                      "robot_grace_period": 10.0})
+    params = write_params(
+        tmp_path / "planner.yaml",
+        {
+            "sim_plans": ["catalog", PLANS],
+            "autostart": False,
+            "on_deactivate": "cancel",
+            "journal": "off",
+            "robot_grace_period": 10.0,
+        },
+    )
     proc = start_node("planner", dict(os.environ), tmp_path / "planner.log", params_file=params)
     peer = Peer({"lc_done": "done", "lc_silent": "silent"}, name="lifecycle_peer")
     lc = Lifecycle(peer, "/planner")
@@ -134,8 +150,9 @@ def test_lifecycle_transitions_drive_the_intake(tmp_path):
 
 
 def test_a_failing_configure_leaves_the_node_unconfigured(tmp_path):
-    params = write_params(tmp_path / "planner.yaml", {"autostart": False, "journal": "off",
-                                                      "profile": "no_such_profile"})
+    params = write_params(
+        tmp_path / "planner.yaml", {"autostart": False, "journal": "off", "profile": "no_such_profile"}
+    )
     proc = start_node("planner", dict(os.environ), tmp_path / "planner.log", params_file=params)
     peer = Peer({}, name="lifecycle_bad_peer")
     lc = Lifecycle(peer, "/planner")

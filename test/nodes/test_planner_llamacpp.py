@@ -12,7 +12,9 @@ from __future__ import annotations
 import pytest
 from planner_testkit import run_fleet
 
-llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (make test installs it)")
+llama_cpp = pytest.importorskip(
+    "llama_cpp", reason="llama-cpp-python is not installed (make test installs it)"
+)
 
 RUN_TIMEOUT = 300.0
 WORKLOAD = """
@@ -29,16 +31,29 @@ tasks:
 def test_the_planner_serves_a_real_workload_on_the_embedded_llm(tmp_path):
     (tmp_path / "llm.yaml").write_text(WORKLOAD)
     cfg = {
-        "planner": {"parameters": {"engine": "llamacpp", "policy": "timely", "robot_grace_period": 20.0,
-                                   "warmup_skill_sets": ["tello_minispec"],
-                                   "segment_timeout_margin": 60.0}},
+        "planner": {
+            "parameters": {
+                "engine": "llamacpp",
+                "policy": "timely",
+                "robot_grace_period": 20.0,
+                "warmup_skill_sets": ["tello_minispec"],
+                "segment_timeout_margin": 60.0,
+            }
+        },
         "robot_defaults": {"drone": {"backend": "sim", "exec_mode": "min", "time_scale": 0.05}},
         "robots": [{"agent": "drone_1", "type": "drone"}, {"agent": "drone_2", "type": "drone"}],
         "timemodel": {"enabled": False},
         "recorder": {"enabled": True, "parameters": {"output": str(tmp_path / "bag")}},
-        "workload": {"enabled": True, "parameters": {
-            "workload": str(tmp_path / "llm.yaml"), "tuf_scale": 5.0, "exit_when_done": True,
-            "completion_timeout": 200.0, "discovery_timeout": 200.0}},
+        "workload": {
+            "enabled": True,
+            "parameters": {
+                "workload": str(tmp_path / "llm.yaml"),
+                "tuf_scale": 5.0,
+                "exit_when_done": True,
+                "completion_timeout": 200.0,
+                "discovery_timeout": 200.0,
+            },
+        },
     }
     rc, text, summary = run_fleet(cfg, tmp_path, RUN_TIMEOUT)
     assert rc == 0, text[-6000:]

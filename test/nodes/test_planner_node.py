@@ -75,8 +75,18 @@ def test_a_task_is_planned_in_segments_executed_and_completed(graph):
 
     events = peer.events_of("pn-cat")
     kinds = [convert.EVENT_KIND_NAME[e.kind] for e in events]
-    for kind in (ev.ARRIVAL, ev.ADMIT, ev.GEN_START, ev.SEGMENT_READY, ev.DISPATCH, ev.SUSPEND, ev.RESUME,
-                 ev.EXEC_START, ev.EXEC_END, ev.COMPLETE):
+    for kind in (
+        ev.ARRIVAL,
+        ev.ADMIT,
+        ev.GEN_START,
+        ev.SEGMENT_READY,
+        ev.DISPATCH,
+        ev.SUSPEND,
+        ev.RESUME,
+        ev.EXEC_START,
+        ev.EXEC_END,
+        ev.COMPLETE,
+    ):
         assert kind in kinds, f"{kind} missing from {kinds}"
     assert kinds[0] == ev.ARRIVAL and kinds[-1] == ev.COMPLETE
     assert kinds.count(ev.DISPATCH) == len(segs) == kinds.count(ev.EXEC_END)
@@ -84,10 +94,12 @@ def test_a_task_is_planned_in_segments_executed_and_completed(graph):
     assert all(b >= a - 1e-6 for a, b in zip(stamps, stamps[1:])), "trace events out of time order"
     # every segment was dispatched before the robot started it
     for i in range(len(segs)):
-        dispatch = next(e for e in events if e.kind == convert.EVENT_KIND_CODE[ev.DISPATCH]
-                        and e.segment_index == i)
-        start = next(e for e in events if e.kind == convert.EVENT_KIND_CODE[ev.EXEC_START]
-                     and e.segment_index == i)
+        dispatch = next(
+            e for e in events if e.kind == convert.EVENT_KIND_CODE[ev.DISPATCH] and e.segment_index == i
+        )
+        start = next(
+            e for e in events if e.kind == convert.EVENT_KIND_CODE[ev.EXEC_START] and e.segment_index == i
+        )
         assert convert.from_stamp(start.stamp) >= convert.from_stamp(dispatch.stamp) - 1e-6
 
 
@@ -95,11 +107,21 @@ def test_one_segment_publisher_per_robot_whatever_the_tasks_tuf(graph):
     from timely_llm_ros.core.tuf import URGENT_TUF
 
     peer, proc = graph
-    peer.task_pub.publish(make_task("pn-urgent", "pn_drone2", "[A] Take a picture.",
-                                    tuf=(URGENT_TUF.ert, URGENT_TUF.alpha, URGENT_TUF.beta)))
+    peer.task_pub.publish(
+        make_task(
+            "pn-urgent",
+            "pn_drone2",
+            "[A] Take a picture.",
+            tuf=(URGENT_TUF.ert, URGENT_TUF.alpha, URGENT_TUF.beta),
+        )
+    )
     peer.task_pub.publish(make_task("pn-normal", "pn_drone2", "[A] Take a picture."))
-    wait_for(lambda: peer.final_state("pn-urgent") and peer.final_state("pn-normal"), WAIT, "both tasks",
-             procs=(proc,))
+    wait_for(
+        lambda: peer.final_state("pn-urgent") and peer.final_state("pn-normal"),
+        WAIT,
+        "both tasks",
+        procs=(proc,),
+    )
     infos = peer.node.get_publishers_info_by_topic("/pn_drone2/skill_segments")
     assert len(infos) == 1  # one publisher per robot: its segments stay in dispatch order on the topic
     (info,) = infos
@@ -111,7 +133,8 @@ def test_one_segment_publisher_per_robot_whatever_the_tasks_tuf(graph):
     # one task at a time: every segment of the first task came before any of the second
     order = [s.task_id for s in peer.segments["pn_drone2"]]
     assert order == sorted(order, key=order.index) and order.index("pn-normal") > max(
-        i for i, t in enumerate(order) if t == "pn-urgent")
+        i for i, t in enumerate(order) if t == "pn-urgent"
+    )
     segs = [s for s in peer.segments["pn_drone2"] if s.task_id == "pn-urgent"]
     assert segs[-1].final and [s.final for s in segs[:-1]] == [False] * (len(segs) - 1)
 
@@ -119,8 +142,9 @@ def test_one_segment_publisher_per_robot_whatever_the_tasks_tuf(graph):
 def test_an_empty_task_id_is_assigned_and_reported(graph):
     peer, proc = graph
     before = set(peer.statuses)
-    peer.task_pub.publish(make_task("", "pn_arm", "[A] Pick up the pencil.", robot_type="arm",
-                                    skill_set="arm_fltrnn"))
+    peer.task_pub.publish(
+        make_task("", "pn_arm", "[A] Pick up the pencil.", robot_type="arm", skill_set="arm_fltrnn")
+    )
 
     def assigned():
         new = [t for t in set(peer.statuses) - before if t.startswith("pn_arm-")]
@@ -156,16 +180,20 @@ def test_parameters_are_declared_with_descriptors_and_validated(graph):
         wait_for(f.done, WAIT, f"set {name}")
         return f.result().results[0]
 
-    bad = set_param("segment_timeout_factor", ParameterValue(type=ParameterType.PARAMETER_DOUBLE,
-                                                             double_value=0.5))
+    bad = set_param(
+        "segment_timeout_factor", ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=0.5)
+    )
     assert not bad.successful and "1.0" in bad.reason
     ro = set_param("engine", ParameterValue(type=ParameterType.PARAMETER_STRING, string_value="vllm"))
     assert not ro.successful
-    bad_types = set_param("agent_types", ParameterValue(type=ParameterType.PARAMETER_STRING_ARRAY,
-                                                        string_array_value=["drone_1"]))
+    bad_types = set_param(
+        "agent_types",
+        ParameterValue(type=ParameterType.PARAMETER_STRING_ARRAY, string_array_value=["drone_1"]),
+    )
     assert not bad_types.successful and "agent:robot_type" in bad_types.reason
-    ok = set_param("segment_timeout_factor", ParameterValue(type=ParameterType.PARAMETER_DOUBLE,
-                                                            double_value=4.0))
+    ok = set_param(
+        "segment_timeout_factor", ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=4.0)
+    )
     assert ok.successful
     assert math.isfinite(4.0)
 
@@ -274,7 +302,10 @@ def test_plan_table_plans_any_instruction_from_the_closest_known_plan():
     cat = "?s('cat')==True{g('cat')}->False"
     assert table.lookup("tello_minispec", "Could you find the cat? If so, go to it.") == cat
     assert table.lookup("tello_minispec", "Scene: [] Task: [A] could you FIND the cat") == cat
-    assert table.lookup("tello_minispec", "Look around in quarter turns, a picture after each.") == "4{tc(90);tp}"
+    assert (
+        table.lookup("tello_minispec", "Look around in quarter turns, a picture after each.")
+        == "4{tc(90);tp}"
+    )
     assert table.lookup("robot_arm", "Put the red box on the blue box.").startswith("sc('red_box')")
     assert table.fallbacks == 4
     # no known plan at all: a valid one-statement program from the grammar; unknown set: None
@@ -286,11 +317,10 @@ def test_plan_table_plans_any_instruction_from_the_closest_known_plan():
 
 
 def test_conversions_round_trip_and_refuse_bad_values():
-    from timely_llm_ros.msg import TaskStatus, TraceEvent
-
     from timely_llm_ros.core import events as ev
     from timely_llm_ros.core.task import TaskRejected, TaskSpec
     from timely_llm_ros.core.tuf import URGENT_TUF
+    from timely_llm_ros.msg import TaskStatus, TraceEvent
     from timely_llm_ros.ros import convert
 
     t = 1_700_000_123.456789
@@ -314,7 +344,7 @@ def test_conversions_round_trip_and_refuse_bad_values():
     msg.tuf.beta = -1.0
     with pytest.raises(TaskRejected, match="invalid TUF: beta must be > 0"):
         convert.task_from_msg(msg, 0.0)
-    assert convert.split_call_args("f(a, 'b, c', g(1,2), \"x\\\"y\")") == ["a", "'b, c'", "g(1,2)", '"x\\"y"']
+    assert convert.split_call_args('f(a, \'b, c\', g(1,2), "x\\"y")') == ["a", "'b, c'", "g(1,2)", '"x\\"y"']
     assert convert.split_call_args("tp()") == [] and convert.split_call_args("say") == []
     for name in ev.EVENT_KINDS:
         e = ev.TraceEvent(t, name, "t1", "drone_1", 2, 0.5, "why")

@@ -18,7 +18,11 @@ def test_kill_expires_with_the_reason_and_an_auto_tuf_task_runs_next(tmp_path):
     from timely_llm_ros.core import events as ev
     from timely_llm_ros.ros import convert
 
-    params = {"robot_grace_period": 5.0, "segment_timeout_margin": 30.0, "planner_options": {"overrun": "kill"}}
+    params = {
+        "robot_grace_period": 5.0,
+        "segment_timeout_margin": 30.0,
+        "planner_options": {"overrun": "kill"},
+    }
     with planner_graph(tmp_path, params, {"po_drone": "done"}, "po_peer") as (peer, proc):
         peer.task_pub.publish(make_task("po-late", "po_drone", tuf=DOOMED))
         peer.task_pub.publish(make_task("po-auto", "po_drone", tuf=(0.0, 0.0, 0.0)))
@@ -41,7 +45,10 @@ def test_per_task_overrun_field_kill_expires_and_a_bad_value_is_rejected(tmp_pat
     from timely_llm_ros.core import events as ev
 
     params = {"robot_grace_period": 5.0, "segment_timeout_margin": 30.0}
-    with planner_graph(tmp_path, params, {"pt_drone": "done", "pt_drone2": "done"}, "pt_peer") as (peer, proc):
+    with planner_graph(tmp_path, params, {"pt_drone": "done", "pt_drone2": "done"}, "pt_peer") as (
+        peer,
+        proc,
+    ):
         bad = make_task("pt-bad", "pt_drone2")
         bad.overrun = "explode"
         killed = make_task("pt-kill", "pt_drone", tuf=DOOMED)
@@ -52,7 +59,10 @@ def test_per_task_overrun_field_kill_expires_and_a_bad_value_is_rejected(tmp_pat
         for tid in ("pt-bad", "pt-kill", "pt-late"):
             wait_for(lambda t=tid: peer.final_state(t) is not None, WAIT, f"{tid} to end", procs=(proc,))
         assert peer.final_state("pt-bad") == ev.REJECTED
-        assert "overrun must be one of" in peer.final("pt-bad").reason and "explode" in peer.final("pt-bad").reason
+        assert (
+            "overrun must be one of" in peer.final("pt-bad").reason
+            and "explode" in peer.final("pt-bad").reason
+        )
         assert peer.final_state("pt-kill") == ev.EXPIRED
         assert peer.final("pt-kill").reason.startswith("overrun (kill):")
         assert not [s for s in peer.segments.get("pt_drone", []) if s.task_id == "pt-kill"]

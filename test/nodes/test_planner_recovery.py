@@ -15,8 +15,17 @@ import signal
 import time
 
 import pytest
-from planner_testkit import (PLANS, Peer, is_closing_marker, log_text, make_task, start_node, stop_process, wait_for,
-                             write_params)
+from planner_testkit import (
+    PLANS,
+    Peer,
+    is_closing_marker,
+    log_text,
+    make_task,
+    start_node,
+    stop_process,
+    wait_for,
+    write_params,
+)
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -27,9 +36,16 @@ task = make_task
 
 
 def planner(tmp_path, name: str, **extra):
-    params = write_params(tmp_path / f"{name}.yaml", {
-        "sim_plans": ["catalog", PLANS], "robot_grace_period": 5.0, "segment_timeout_margin": 120.0,
-        "journal": str(tmp_path / "planner.journal"), **extra})
+    params = write_params(
+        tmp_path / f"{name}.yaml",
+        {
+            "sim_plans": ["catalog", PLANS],
+            "robot_grace_period": 5.0,
+            "segment_timeout_margin": 120.0,
+            "journal": str(tmp_path / "planner.journal"),
+            **extra,
+        },
+    )
     return start_node("planner", dict(os.environ), tmp_path / f"{name}.log", params_file=params)
 
 
@@ -52,8 +68,11 @@ def test_a_clean_stop_gives_every_open_task_a_final_status(tmp_path):
         time.sleep(1.0)
         assert not segments_of(peer, "cs_busy", "cs-queued")  # never sent while cs-exec runs
         assert stop_process(proc) == 0
-        wait_for(lambda: all(peer.final_state(t) for t in ("cs-exec", "cs-queued", "cs-norobot")), WAIT,
-                 "final statuses after SIGINT")
+        wait_for(
+            lambda: all(peer.final_state(t) for t in ("cs-exec", "cs-queued", "cs-norobot")),
+            WAIT,
+            "final statuses after SIGINT",
+        )
         assert peer.final_state("cs-exec") == "FAILED" and peer.final("cs-exec").reason == "planner shut down"
         assert peer.final_state("cs-queued") == "FAILED"
         assert peer.final_state("cs-norobot") == "REJECTED"
@@ -84,16 +103,28 @@ def test_kill_9_and_restart_fails_every_open_task_with_a_reason(tmp_path):
         peer.task_pub.publish(task("k9-exec", "k9_busy", "[A] Climb, turn and take a picture."))
         peer.task_pub.publish(task("k9-queued", "k9_busy"))
         peer.task_pub.publish(task("k9-done", "k9_ok"))
-        wait_for(lambda: segments_of(peer, "k9_busy", "k9-exec") and peer.final_state("k9-done")
-                 and "QUEUED" in peer.states("k9-queued"), WAIT, "tasks in flight", procs=(proc,))
+        wait_for(
+            lambda: (
+                segments_of(peer, "k9_busy", "k9-exec")
+                and peer.final_state("k9-done")
+                and "QUEUED" in peer.states("k9-queued")
+            ),
+            WAIT,
+            "tasks in flight",
+            procs=(proc,),
+        )
         now = time.time()
         peer._send(convert.feedback_to_msg("k9-exec", "k9_busy", 0, ev.STARTED, now))  # noqa: SLF001
         time.sleep(1.0)
         kill9(proc)
         assert peer.final_state("k9-exec") is None and peer.final_state("k9-queued") is None
         proc = planner(tmp_path, "k2")  # on_restart: fail (default)
-        wait_for(lambda: peer.final_state("k9-exec") and peer.final_state("k9-queued"), WAIT,
-                 "final states after the restart", procs=(proc,))
+        wait_for(
+            lambda: peer.final_state("k9-exec") and peer.final_state("k9-queued"),
+            WAIT,
+            "final states after the restart",
+            procs=(proc,),
+        )
         for task_id in ("k9-exec", "k9-queued"):
             assert peer.final_state(task_id) == "FAILED" and peer.final(task_id).reason == "planner restarted"
         assert peer.states("k9-done").count("COMPLETED") == 1  # a finished task is not touched again

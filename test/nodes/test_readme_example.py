@@ -29,7 +29,7 @@ COMPLETED = 5
 def readme_pub_command(readme: str) -> tuple[int, str, str, dict]:
     """(-w count, topic, type, message fields) of the README's ``ros2 topic pub`` example."""
     m = re.search(r'ros2 topic pub --once -w (\d+) (\S+) (\S+) "(.*?)"', readme, re.DOTALL)
-    assert m, "README.md has no `ros2 topic pub --once -w N TOPIC TYPE \"{...}\"` example"
+    assert m, 'README.md has no `ros2 topic pub --once -w N TOPIC TYPE "{...}"` example'
     return int(m.group(1)), m.group(2), m.group(3), yaml.safe_load(m.group(4))
 
 
@@ -46,20 +46,36 @@ def test_the_readme_task_completes_on_the_default_fleet(repo_root, tmp_path):
 
     count, topic, msgtype, fields = readme_pub_command((repo_root / "README.md").read_text(encoding="utf-8"))
     assert (topic, msgtype) == ("/tasks", "timely_llm_ros/msg/Task")
-    fleet = subprocess.Popen([sys.executable, "-m", "timely_llm_ros.fleet", str(repo_root / "config" / "fleet.yaml"),
-                              "--localhost"], cwd=tmp_path, env=dict(os.environ),
-                             stdout=(tmp_path / "fleet.log").open("w"), stderr=subprocess.STDOUT,
-                             start_new_session=True)
+    fleet = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "timely_llm_ros.fleet",
+            str(repo_root / "config" / "fleet.yaml"),
+            "--localhost",
+        ],
+        cwd=tmp_path,
+        env=dict(os.environ),
+        stdout=(tmp_path / "fleet.log").open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     fleet.log_path = tmp_path / "fleet.log"
     peer = Peer(name="readme_user")
     try:
         pub = peer.task_pub
-        wait_for(lambda: pub.get_subscription_count() >= count, WAIT, f"{count} subscribers of /tasks",
-                 procs=(fleet,))
+        wait_for(
+            lambda: pub.get_subscription_count() >= count,
+            WAIT,
+            f"{count} subscribers of /tasks",
+            procs=(fleet,),
+        )
         # ... and no more: a larger fleet would need a larger -w (settle long enough to see one)
         settle = time.monotonic() + 3.0
         while time.monotonic() < settle:
-            assert pub.get_subscription_count() == count, "README's -w count is below the fleet's /tasks subscribers"
+            assert pub.get_subscription_count() == count, (
+                "README's -w count is below the fleet's /tasks subscribers"
+            )
             time.sleep(0.1)
         msg = Task()
         _fill(msg, fields)

@@ -26,8 +26,12 @@ def test_fit_line_needs_two_distinct_arguments():
 @pytest.fixture
 def timemodel(tmp_path):
     refit = tmp_path / "refit"
-    proc = start_node("timemodel", dict(os.environ), tmp_path / "timemodel.log", params={
-        "refit_output": str(refit), "min_samples": 2, "discovery_period": 0.2, "refit_interval": 0.3})
+    proc = start_node(
+        "timemodel",
+        dict(os.environ),
+        tmp_path / "timemodel.log",
+        params={"refit_output": str(refit), "min_samples": 2, "discovery_period": 0.2, "refit_interval": 0.3},
+    )
     peer = Peer(name="tm_peer")
     try:
         yield peer, proc, refit
@@ -39,25 +43,29 @@ def timemodel(tmp_path):
 def _call(peer, client, robot_type, text, skill_set=""):
     from timely_llm_ros.srv import EstimateExecTime
 
-    fut = client.call_async(EstimateExecTime.Request(robot_type=robot_type, skill_set=skill_set,
-                                                     segment_text=text))
+    fut = client.call_async(
+        EstimateExecTime.Request(robot_type=robot_type, skill_set=skill_set, segment_text=text)
+    )
     wait_for(fut.done, WAIT, f"EstimateExecTime({robot_type!r}, {text!r})")
     return fut.result()
 
 
 def test_estimates_for_every_robot_type_and_clear_errors(timemodel):
-    from timely_llm_ros.srv import EstimateExecTime
-
     from timely_llm_ros.core.exectime import load_exec_time_model
     from timely_llm_ros.core.skills import load_skill_set
+    from timely_llm_ros.srv import EstimateExecTime
 
     peer, proc, _ = timemodel
     client = peer.node.create_client(EstimateExecTime, "/estimate_exec_time")
     wait_for(client.service_is_ready, WAIT, "the time-model service", procs=(proc,))
     model = load_exec_time_model()
-    cases = [("drone", "tello_minispec", "mf(100);tc(90);"), ("drone", "", "s('cat')"),
-             ("arm", "arm_fltrnn", "take('pencil');"), ("arm", "robot_arm", "sc('box');gt('box');"),
-             ("chatbot", "chatbot_sentence", "Hello there, how are you today?")]
+    cases = [
+        ("drone", "tello_minispec", "mf(100);tc(90);"),
+        ("drone", "", "s('cat')"),
+        ("arm", "arm_fltrnn", "take('pencil');"),
+        ("arm", "robot_arm", "sc('box');gt('box');"),
+        ("chatbot", "chatbot_sentence", "Hello there, how are you today?"),
+    ]
     for rtype, sset, text in cases:
         res = _call(peer, client, rtype, text, sset)
         assert res.ok, (rtype, text, res.error)
@@ -65,11 +73,13 @@ def test_estimates_for_every_robot_type_and_clear_errors(timemodel):
         got = (res.minimum, res.expected, res.maximum)
         assert got == pytest.approx((est.minimum, est.expected, est.maximum))
         assert res.minimum <= res.expected <= res.maximum
-    errors = [("boat", "", "mf(100);", "no execution-time model for robot type 'boat'"),
-              ("drone", "", "mf(800);", "does not parse"),
-              ("drone", "arm_fltrnn", "take('x');", "is for 'arm' robots"),
-              ("drone", "no_set", "mf(100);", "no_set"),
-              ("drone", "", "   ", "segment_text is empty")]
+    errors = [
+        ("boat", "", "mf(100);", "no execution-time model for robot type 'boat'"),
+        ("drone", "", "mf(800);", "does not parse"),
+        ("drone", "arm_fltrnn", "take('x');", "is for 'arm' robots"),
+        ("drone", "no_set", "mf(100);", "no_set"),
+        ("drone", "", "   ", "segment_text is empty"),
+    ]
     for rtype, sset, text, needle in errors:
         res = _call(peer, client, rtype, text, sset)
         assert not res.ok and needle in res.error, (rtype, text, res.error)
@@ -77,31 +87,63 @@ def test_estimates_for_every_robot_type_and_clear_errors(timemodel):
 
 
 def test_measured_feedback_is_refitted_into_a_loadable_model(timemodel):
-    from timely_llm_ros.msg import Segment, SkillCall, Task
-
     from timely_llm_ros.core import events as ev
     from timely_llm_ros.core.exectime import load_exec_time_file
+    from timely_llm_ros.msg import Segment, SkillCall, Task
     from timely_llm_ros.ros import convert, qos, topics
 
     peer, proc, refit = timemodel
     seg_pub = peer.node.create_publisher(Segment, topics.segment_topic("tm_drone"), qos.segment_qos(None))
-    wait_for(lambda: seg_pub.get_subscription_count() > 0 and peer.task_pub.get_subscription_count() > 0
-             and peer.fb_pub.get_subscription_count() > 0, WAIT, "the time model to subscribe", procs=(proc,))
-    peer.task_pub.publish(Task(task_id="tm-1", agent_id="tm_drone", robot_type="drone",
-                               skill_set="tello_minispec", instruction="x"))
-    measured = [([("mf", ["100"])], 2.5), ([("mf", ["300"])], 3.5), ([("mf", ["100"])], 2.5),
-                ([("tp", [])], 0.01), ([("tp", [])], 0.03), ([("tc", ["90"])], 2.0),
-                ([("mf", ["50"]), ("tp", [])], 2.0)]
+    wait_for(
+        lambda: (
+            seg_pub.get_subscription_count() > 0
+            and peer.task_pub.get_subscription_count() > 0
+            and peer.fb_pub.get_subscription_count() > 0
+        ),
+        WAIT,
+        "the time model to subscribe",
+        procs=(proc,),
+    )
+    peer.task_pub.publish(
+        Task(
+            task_id="tm-1",
+            agent_id="tm_drone",
+            robot_type="drone",
+            skill_set="tello_minispec",
+            instruction="x",
+        )
+    )
+    measured = [
+        ([("mf", ["100"])], 2.5),
+        ([("mf", ["300"])], 3.5),
+        ([("mf", ["100"])], 2.5),
+        ([("tp", [])], 0.01),
+        ([("tp", [])], 0.03),
+        ([("tc", ["90"])], 2.0),
+        ([("mf", ["50"]), ("tp", [])], 2.0),
+    ]
     # feedback first: DDS does not order messages across topics, the node must wait for the rest
     for i, (_, duration) in enumerate(measured):
         peer.fb_pub.publish(convert.feedback_to_msg("tm-1", "tm_drone", i, ev.DONE, time.time(), duration))
     for i, (calls, _) in enumerate(measured):
-        msg = Segment(task_id="tm-1", agent_id="tm_drone", index=i, text="",
-                      calls=[SkillCall(name=n, args=a, source=f"{n}({','.join(a)})") for n, a in calls])
+        msg = Segment(
+            task_id="tm-1",
+            agent_id="tm_drone",
+            index=i,
+            text="",
+            calls=[SkillCall(name=n, args=a, source=f"{n}({','.join(a)})") for n, a in calls],
+        )
         msg.exec_time_expected = 2.0
         seg_pub.publish(msg)
-    peer.task_pub.publish(Task(task_id="tm-1", agent_id="tm_drone", robot_type="drone",
-                               skill_set="tello_minispec", instruction="x"))
+    peer.task_pub.publish(
+        Task(
+            task_id="tm-1",
+            agent_id="tm_drone",
+            robot_type="drone",
+            skill_set="tello_minispec",
+            instruction="x",
+        )
+    )
     path = refit / "drone.yaml"
 
     def all_measured() -> bool:  # the node rewrites the file every refit_interval

@@ -23,9 +23,15 @@ def _plan(**overrides):
     from timely_llm_ros.workload import resolve_workload
 
     wl = resolve_workload(str(SMALL))
-    kwargs = dict(name=wl.name, agents=parse_agents(["wl_d1:drone", "wl_d2:drone", "wl_a1:arm"]),
-                  agent_prefix="agent_", skip_unmapped=False, id_prefix="{name}-", time_scale=1.0,
-                  max_tasks=0)
+    kwargs = dict(
+        name=wl.name,
+        agents=parse_agents(["wl_d1:drone", "wl_d2:drone", "wl_a1:arm"]),
+        agent_prefix="agent_",
+        skip_unmapped=False,
+        id_prefix="{name}-",
+        time_scale=1.0,
+        max_tasks=0,
+    )
     kwargs.update(overrides)
     return plan_tasks(wl.tasks, **kwargs)
 
@@ -75,11 +81,24 @@ def test_unmapped_robot_types_are_an_error_or_reported_skips():
 @pytest.mark.ros
 @pytest.mark.slow
 def test_the_node_publishes_every_task_in_order_and_exits_when_all_are_answered(tmp_path):
-    peer = Peer(robots={"wl_d1": "silent", "wl_d2": "silent", "wl_a1": "silent"}, name="wl_peer",
-                answer_tasks="COMPLETED")
-    proc = start_node("workload", dict(os.environ), tmp_path / "workload.log", params={
-        "workload": str(SMALL), "agents": ["wl_d1:drone", "wl_d2:drone", "wl_a1:arm"], "exit_when_done": True,
-        "start_delay": 0.2, "completion_timeout": 60.0, "planner_node": "/wl_peer"})
+    peer = Peer(
+        robots={"wl_d1": "silent", "wl_d2": "silent", "wl_a1": "silent"},
+        name="wl_peer",
+        answer_tasks="COMPLETED",
+    )
+    proc = start_node(
+        "workload",
+        dict(os.environ),
+        tmp_path / "workload.log",
+        params={
+            "workload": str(SMALL),
+            "agents": ["wl_d1:drone", "wl_d2:drone", "wl_a1:arm"],
+            "exit_when_done": True,
+            "start_delay": 0.2,
+            "completion_timeout": 60.0,
+            "planner_node": "/wl_peer",
+        },
+    )
     try:
         proc.wait(timeout=120)
     except subprocess.TimeoutExpired:

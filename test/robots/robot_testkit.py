@@ -18,8 +18,8 @@ import rclpy
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
-from timely_llm_ros.msg import Segment, SegmentFeedback, Task, TaskStatus
 
+from timely_llm_ros.msg import Segment, SegmentFeedback, Task, TaskStatus
 from timely_llm_ros.ros import qos, topics
 
 WAIT_S = 60.0

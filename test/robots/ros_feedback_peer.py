@@ -25,7 +25,9 @@ def main() -> int:
             peer.wait_finished(task, index)
         names = {0: "STARTED", 1: "DONE", 2: "FAILED"}  # PROGRESS heartbeats (3) are left out
         result = {
-            "feedback": [[f.task_id, f.index, names[f.state], f.detail] for f in peer.feedback if f.state in names]
+            "feedback": [
+                [f.task_id, f.index, names[f.state], f.detail] for f in peer.feedback if f.state in names
+            ]
         }
     finally:
         peer.close()

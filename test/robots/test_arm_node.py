@@ -14,9 +14,9 @@ AGENT = "arm_3"
 
 def test_arm_executes_reference_plans_and_refuses_impossible_ones(subprocess_env, tmp_path):
     import robot_testkit as kit
-    from timely_llm_ros.msg import SegmentFeedback
 
     from timely_llm_ros.core.skills import load_skill_set
+    from timely_llm_ros.msg import SegmentFeedback
     from timely_llm_ros.workload.tasks import load_catalog
 
     variant = load_catalog().get(9).variant("arm_fltrnn")
@@ -73,14 +73,16 @@ def test_interleaved_segments_of_many_tasks_run_one_task_at_a_time(subprocess_en
     (this test) publishes eight pick-and-place plans round-robin, segment by segment, straight to
     the arm: every plan must run whole, one after the other, and every segment succeed."""
     import robot_testkit as kit
-    from timely_llm_ros.msg import SegmentFeedback
 
     from timely_llm_ros.core.skills import load_skill_set
+    from timely_llm_ros.msg import SegmentFeedback
 
     sset = load_skill_set("robot_arm")
     tasks = [f"t{k}" for k in range(8)]
-    plans = {t: sset.split(f"sc('o{k}'); gt('o{k}'); pi('o{k}'); sc('bin'); gt('bin'); dr();")
-             for k, t in enumerate(tasks)}
+    plans = {
+        t: sset.split(f"sc('o{k}'); gt('o{k}'); pi('o{k}'); sc('bin'); gt('bin'); dr();")
+        for k, t in enumerate(tasks)
+    }
     n = len(plans["t0"])
     assert n >= 6
     peer = kit.Peer()

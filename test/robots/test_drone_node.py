@@ -37,9 +37,8 @@ def _states(peer, task_id):
 def test_segments_run_in_order_with_feedback_and_answers_from_the_task_scene(
     kit, peer, subprocess_env, tmp_path
 ):
-    from timely_llm_ros.msg import SegmentFeedback, TaskStatus
-
     from timely_llm_ros.core.skills import load_skill_set
+    from timely_llm_ros.msg import SegmentFeedback, TaskStatus
 
     proc = kit.start_node(
         "timely_llm_ros.nodes.drone",
@@ -234,7 +233,9 @@ def test_tello_backend_node_flies_the_segments_and_lands_on_sigterm(netns_pair, 
     assert [c for c in cmds if c != "battery?"] == ["command", "takeoff", "forward 60", "cw 45", "land"], cmds
 
 
-def test_heartbeats_busy_refusal_and_a_planner_timeout_that_stops_the_motion(kit, peer, subprocess_env, tmp_path):
+def test_heartbeats_busy_refusal_and_a_planner_timeout_that_stops_the_motion(
+    kit, peer, subprocess_env, tmp_path
+):
     """Liveness and one task at a time on the drone: PROGRESS while a long segment runs; a segment
     of another task held past busy_wait fails "robot busy"; the planner's FAILED status (its segment
     timeout) interrupts the running motion and fails the task's queued segment; then the drone is free."""
@@ -268,7 +269,9 @@ def test_heartbeats_busy_refusal_and_a_planner_timeout_that_stops_the_motion(kit
     log = (tmp_path / "node.log").read_text()
     assert rc == 0, log
     beats = fb("long", SegmentFeedback.PROGRESS)
-    assert all(b.index == 0 for b in beats) and [b.duration for b in beats] == sorted(b.duration for b in beats)
+    assert all(b.index == 0 for b in beats) and [b.duration for b in beats] == sorted(
+        b.duration for b in beats
+    )
     assert busy.state == SegmentFeedback.FAILED and "robot busy with task 'long'" in busy.detail
     assert not fb("other", SegmentFeedback.STARTED)  # never ran
     assert peer.feedback.index(busy) < peer.feedback.index(stopped)  # refused while 'long' still ran

@@ -17,6 +17,7 @@ from timely_llm_ros.robots.plugins import PluginError, RobotType
 @pytest.fixture
 def installed(tmp_path, monkeypatch):
     """A fake installed distribution (a dist-info with entry points, as pip writes it) on sys.path."""
+
     def install(entry_points: str, module: str = "") -> None:
         dist = tmp_path / "boatpkg-1.0.dist-info"
         dist.mkdir()
@@ -37,7 +38,10 @@ def installed(tmp_path, monkeypatch):
 
 def test_builtins_are_registered_like_plugins():
     assert {"drone", "arm"} <= set(plugins.registered_types())
-    assert plugins.robot_type("drone") is plugins.DRONE and plugins.robot_type("arm").backends == ("sim", "ros")
+    assert plugins.robot_type("drone") is plugins.DRONE and plugins.robot_type("arm").backends == (
+        "sim",
+        "ros",
+    )
     assert {"sim", "tello", "ros"} <= set(plugins.registered_backends())
     assert callable(plugins.backend_factory("ros").check_skill_set)
     assert plugins.robot_type("timely_llm_ros.robots.plugins:ARM") is plugins.ARM  # module:attr form
@@ -45,24 +49,34 @@ def test_builtins_are_registered_like_plugins():
 
 def test_an_installed_package_adds_a_type_and_its_config_dir(installed, tmp_path):
     (tmp_path / "boat_config" / "skills").mkdir(parents=True)
-    installed("[timely_llm_ros.robot_types]\nboat = boatpkg:BOAT\n"
-              "[timely_llm_ros.config]\nboatpkg = boatpkg:CONFIG\n",
-              "from timely_llm_ros.robots.plugins import RobotType\n"
-              f"CONFIG = {str(tmp_path / 'boat_config')!r}\n"
-              "BOAT = RobotType('boat', 'boat_skills', ('ros',))\n")
+    installed(
+        "[timely_llm_ros.robot_types]\nboat = boatpkg:BOAT\n"
+        "[timely_llm_ros.config]\nboatpkg = boatpkg:CONFIG\n",
+        "from timely_llm_ros.robots.plugins import RobotType\n"
+        f"CONFIG = {str(tmp_path / 'boat_config')!r}\n"
+        "BOAT = RobotType('boat', 'boat_skills', ('ros',))\n",
+    )
     assert plugins.robot_type("boat") == RobotType("boat", "boat_skills", ("ros",))
     dirs = paths.config_dirs()
     assert dirs.index(tmp_path / "boat_config") < dirs.index(paths.shipped_config_dir().resolve())
 
 
-@pytest.mark.parametrize("entry,module,fragment", [
-    ("ghost = no_such_module:GHOST", "", "robot type 'ghost': cannot load 'no_such_module:GHOST': "
-                                         "ModuleNotFoundError"),
-    ("ghost = boatpkg:GHOST", "GHOST = 3\n", "robot type 'ghost': 'boatpkg:GHOST' is a int, expected"),
-    ("ghost = boatpkg:GHOST", "from timely_llm_ros.robots.plugins import RobotType\n"
-                              "GHOST = RobotType('ghost boat', 'x')\n",
-     "cannot load 'boatpkg:GHOST': PluginError: robot type name 'ghost boat' is not an identifier"),
-])
+@pytest.mark.parametrize(
+    "entry,module,fragment",
+    [
+        (
+            "ghost = no_such_module:GHOST",
+            "",
+            "robot type 'ghost': cannot load 'no_such_module:GHOST': ModuleNotFoundError",
+        ),
+        ("ghost = boatpkg:GHOST", "GHOST = 3\n", "robot type 'ghost': 'boatpkg:GHOST' is a int, expected"),
+        (
+            "ghost = boatpkg:GHOST",
+            "from timely_llm_ros.robots.plugins import RobotType\nGHOST = RobotType('ghost boat', 'x')\n",
+            "cannot load 'boatpkg:GHOST': PluginError: robot type name 'ghost boat' is not an identifier",
+        ),
+    ],
+)
 def test_broken_type_plugins_say_which_and_why(installed, entry, module, fragment):
     installed(f"[timely_llm_ros.robot_types]\n{entry}\n", module)
     with pytest.raises(PluginError) as err:
@@ -71,7 +85,9 @@ def test_broken_type_plugins_say_which_and_why(installed, entry, module, fragmen
 
 
 def test_a_config_entry_point_naming_no_directory_is_skipped_with_a_warning(installed, tmp_path):
-    installed("[timely_llm_ros.config]\nboatpkg = boatpkg:CONFIG\n", f"CONFIG = {str(tmp_path / 'nowhere')!r}\n")
+    installed(
+        "[timely_llm_ros.config]\nboatpkg = boatpkg:CONFIG\n", f"CONFIG = {str(tmp_path / 'nowhere')!r}\n"
+    )
     with pytest.warns(RuntimeWarning, match=r"entry point 'boatpkg' = 'boatpkg:CONFIG' .*does not exist"):
         dirs = paths.config_dirs()
     assert paths.shipped_config_dir().resolve() in dirs  # the other config is still found

@@ -25,8 +25,13 @@ def test_a_task_with_an_overlong_agent_id_is_recorded_and_the_recorder_survives(
 
     assert topics.valid_agent_id("a" * MAX_AGENT_ID) and not topics.valid_agent_id("a" * (MAX_AGENT_ID + 1))
     bag = tmp_path / "bag"
-    proc = kit.start_node("timely_llm_ros.nodes.recorder", None, {"output": str(bag), "flush_period": 0.2},
-                          subprocess_env, tmp_path / "rec.log")
+    proc = kit.start_node(
+        "timely_llm_ros.nodes.recorder",
+        None,
+        {"output": str(bag), "flush_period": 0.2},
+        subprocess_env,
+        tmp_path / "rec.log",
+    )
     peer = kit.Peer()
     try:
         assert peer.spin_until(lambda: peer.tasks.get_subscription_count() > 0)
@@ -34,8 +39,9 @@ def test_a_task_with_an_overlong_agent_id_is_recorded_and_the_recorder_survives(
         peer.send_task("b" * 232, "long-agent-2")
         peer.send_task("drone_1\n", "newline-agent")  # once passed the rule ('$' matches before '\n')
         peer.send_task("drone_1", "after")
-        assert peer.spin_until(lambda: peer.node.count_subscribers("/drone_1/skill_segments") > 0
-                               or proc.poll() is not None)
+        assert peer.spin_until(
+            lambda: peer.node.count_subscribers("/drone_1/skill_segments") > 0 or proc.poll() is not None
+        )
         assert proc.poll() is None, (tmp_path / "rec.log").read_text()[-3000:]
         rc = kit.stop_node(proc, signal.SIGINT)
     finally:

@@ -16,9 +16,9 @@ SEG_TOPIC = "/drone_4/skill_segments"
 def _make_bag(path):
     """A small LRTrace bag written with the viz engineer's BagWriter from rclpy-serialised messages."""
     from rclpy.serialization import serialize_message
-    from timely_llm_ros.msg import Segment, Task, TraceEvent
 
     from timely_llm_ros.lrtrace.bagio import BagWriter
+    from timely_llm_ros.msg import Segment, Task, TraceEvent
 
     order = []
     topics = {
@@ -55,6 +55,7 @@ def _collect(peer, topics_types):
 
 def test_replay_republishes_every_message_in_log_time_order(subprocess_env, tmp_path):
     import robot_testkit as kit
+
     from timely_llm_ros.msg import Segment, Task, TraceEvent
 
     bag = tmp_path / "bag"
@@ -82,6 +83,7 @@ def test_replay_republishes_every_message_in_log_time_order(subprocess_env, tmp_
 
 def test_replay_of_a_damaged_bag_plays_the_intact_records_via_the_cli(subprocess_env, tmp_path):
     import robot_testkit as kit
+
     from timely_llm_ros.msg import Task
 
     bag = tmp_path / "bag"

@@ -31,9 +31,24 @@ def plugin_env(tmp_path_factory) -> dict[str, str]:
     site = tmp_path_factory.mktemp("site")
     src = tmp_path_factory.mktemp("src") / "rover_robot"
     shutil.copytree(EXAMPLE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    out = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
-                          "--no-index", "--quiet", "--target", str(site), str(src)],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--quiet",
+            "--target",
+            str(site),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert (site / "rover_robot-0.1.0.dist-info" / "entry_points.txt").is_file()
     env = dict(os.environ)
@@ -42,9 +57,19 @@ def plugin_env(tmp_path_factory) -> dict[str, str]:
 
 
 def _fleet(tmp: Path, robots: list, **extra) -> Path:
-    cfg = {"planner": {"parameters": {"engine": "sim", "sim_plans": ["rover_demo"],
-                                      "robot_grace_period": 20.0, "segment_timeout_margin": 30.0}},
-           "robots": robots, "recorder": {"enabled": False}, **extra}
+    cfg = {
+        "planner": {
+            "parameters": {
+                "engine": "sim",
+                "sim_plans": ["rover_demo"],
+                "robot_grace_period": 20.0,
+                "segment_timeout_margin": 30.0,
+            }
+        },
+        "robots": robots,
+        "recorder": {"enabled": False},
+        **extra,
+    }
     path = tmp / "fleet.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
@@ -65,16 +90,44 @@ def _stop(proc: subprocess.Popen) -> None:
 def test_a_plugin_robot_runs_a_task_through_its_action_server(plugin_env, tmp_path):
     driver_log = tmp_path / "driver.log"
     with open(driver_log, "w") as out:
-        driver = subprocess.Popen([sys.executable, "-m", "rover_robot.driver", "--ros-args", "-r",
-                                   "__ns:=/rover_1", "-p", "step_period:=0.1"], env=plugin_env,
-                                  stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    config = _fleet(tmp_path, [{"agent": "rover_1", "type": "rover"}],
-                    workload={"enabled": True, "parameters": {
-                        "workload": "rover_demo", "exit_when_done": True, "start_delay": 2.0,
-                        "completion_timeout": 120.0, "discovery_timeout": 120.0}})
+        driver = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "rover_robot.driver",
+                "--ros-args",
+                "-r",
+                "__ns:=/rover_1",
+                "-p",
+                "step_period:=0.1",
+            ],
+            env=plugin_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    config = _fleet(
+        tmp_path,
+        [{"agent": "rover_1", "type": "rover"}],
+        workload={
+            "enabled": True,
+            "parameters": {
+                "workload": "rover_demo",
+                "exit_when_done": True,
+                "start_delay": 2.0,
+                "completion_timeout": 120.0,
+                "discovery_timeout": 120.0,
+            },
+        },
+    )
     try:
-        fleet = subprocess.run([sys.executable, "-m", "timely_llm_ros.fleet", str(config)], env=plugin_env,
-                               capture_output=True, text=True, timeout=300)
+        fleet = subprocess.run(
+            [sys.executable, "-m", "timely_llm_ros.fleet", str(config)],
+            env=plugin_env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:
         _stop(driver)
     log = fleet.stdout + fleet.stderr
@@ -87,22 +140,38 @@ def test_a_plugin_robot_runs_a_task_through_its_action_server(plugin_env, tmp_pa
     assert re.search(r"light on.*drove 3 step\(s\).*light off", driver_text, re.S), driver_text
 
 
-@pytest.mark.parametrize("robot,fragment", [
-    ({"agent": "r1", "type": "hovercraft"}, "robots[0].type must be a robot type (arm, drone, rover"),
-    ({"agent": "r1", "type": "no_such_module:ROBOT"},
-     "robots[0].type: robot type 'no_such_module:ROBOT': cannot load 'no_such_module:ROBOT': "
-     "ModuleNotFoundError"),
-    ({"agent": "r1", "type": "rover_robot:CONFIG_DIR"}, "is a str, expected a timely_llm_ros.robots.plugins.RobotType"),
-    ({"agent": "r1", "type": "rover", "parameters": {"backend": "sim"}},
-     "backend 'sim' is not one of robot type 'rover''s backends (ros)"),
-    ({"agent": "r1", "type": "drone", "parameters": {"backend": "ros"}},
-     "tello_minispec.yaml: skill set 'tello_minispec' has no 'backends: ros:' section"),
-    ({"agent": "r1", "type": "rover", "parameters": {"skill_set": "robot_arm"}},
-     "skill set 'robot_arm'"),
-])
+@pytest.mark.parametrize(
+    "robot,fragment",
+    [
+        ({"agent": "r1", "type": "hovercraft"}, "robots[0].type must be a robot type (arm, drone, rover"),
+        (
+            {"agent": "r1", "type": "no_such_module:ROBOT"},
+            "robots[0].type: robot type 'no_such_module:ROBOT': cannot load 'no_such_module:ROBOT': "
+            "ModuleNotFoundError",
+        ),
+        (
+            {"agent": "r1", "type": "rover_robot:CONFIG_DIR"},
+            "is a str, expected a timely_llm_ros.robots.plugins.RobotType",
+        ),
+        (
+            {"agent": "r1", "type": "rover", "parameters": {"backend": "sim"}},
+            "backend 'sim' is not one of robot type 'rover''s backends (ros)",
+        ),
+        (
+            {"agent": "r1", "type": "drone", "parameters": {"backend": "ros"}},
+            "tello_minispec.yaml: skill set 'tello_minispec' has no 'backends: ros:' section",
+        ),
+        ({"agent": "r1", "type": "rover", "parameters": {"skill_set": "robot_arm"}}, "skill set 'robot_arm'"),
+    ],
+)
 def test_bad_plugins_and_mappings_stop_the_fleet_before_it_starts(plugin_env, tmp_path, robot, fragment):
-    out = subprocess.run([sys.executable, "-m", "timely_llm_ros.fleet", str(_fleet(tmp_path, [robot]))],
-                         env=plugin_env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "timely_llm_ros.fleet", str(_fleet(tmp_path, [robot]))],
+        env=plugin_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and fragment in out.stderr, out.stderr
     assert "[fleet] started" not in out.stdout
 
@@ -115,17 +184,34 @@ def test_an_overlay_skill_set_with_a_broken_mapping_is_named_at_start_up(plugin_
     doc["backends"]["ros"]["skills"]["drive"]["goal"] = {"order": "$speed"}
     (mine / "rover_drive.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     config = _fleet(tmp_path, [{"agent": "rover_1", "type": "rover"}], config_path=["my_config"])
-    out = subprocess.run([sys.executable, "-m", "timely_llm_ros.fleet", str(config)], env=plugin_env,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "timely_llm_ros.fleet", str(config)],
+        env=plugin_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2, out.stderr
-    assert (f"{mine / 'rover_drive.yaml'}: backends.ros.skills.drive.goal.order: 'speed' is not an "
-            "argument of skill 'drive' (arguments: steps)") in out.stderr
-    dry = subprocess.run([sys.executable, "-m", "timely_llm_ros.fleet", str(config), "--dry-run"],
-                         env=plugin_env, capture_output=True, text=True, timeout=120)
+    assert (
+        f"{mine / 'rover_drive.yaml'}: backends.ros.skills.drive.goal.order: 'speed' is not an "
+        "argument of skill 'drive' (arguments: steps)"
+    ) in out.stderr
+    dry = subprocess.run(
+        [sys.executable, "-m", "timely_llm_ros.fleet", str(config), "--dry-run"],
+        env=plugin_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert dry.returncode == 2  # the dry run checks as much as a real start
 
 
 def test_the_generic_node_refuses_an_unknown_type_with_the_known_ones(plugin_env):
-    out = subprocess.run([sys.executable, "-m", "timely_llm_ros.nodes.robot", "submarine", "--ros-args",
-                          "-r", "__ns:=/s1"], env=plugin_env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "timely_llm_ros.nodes.robot", "submarine", "--ros-args", "-r", "__ns:=/s1"],
+        env=plugin_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and "unknown robot type 'submarine'; known: arm, drone, rover" in out.stderr

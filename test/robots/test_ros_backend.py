@@ -21,9 +21,20 @@ pytestmark = [pytest.mark.ros]
 NS = "rv"
 SKILLS = [
     {"abbr": "drive", "name": "drive", "args": [{"name": "steps", "type": "int", "min": 1, "max": 20}]},
-    {"abbr": "odo", "name": "odometer", "args": [{"name": "steps", "type": "int"}], "returns": "int",
-     "query": True},
-    {"abbr": "far", "name": "far", "args": [{"name": "steps", "type": "int"}], "returns": "int", "query": True},
+    {
+        "abbr": "odo",
+        "name": "odometer",
+        "args": [{"name": "steps", "type": "int"}],
+        "returns": "int",
+        "query": True,
+    },
+    {
+        "abbr": "far",
+        "name": "far",
+        "args": [{"name": "steps", "type": "int"}],
+        "returns": "int",
+        "query": True,
+    },
     {"abbr": "refused", "name": "refused", "args": [{"name": "steps", "type": "int"}]},
     {"abbr": "crash", "name": "crash", "args": []},
     {"abbr": "hang", "name": "hang", "args": []},
@@ -35,20 +46,50 @@ SKILLS = [
 MAPPING = {
     "wait_for_servers": 90.0,  # generous: discovery on a loaded 2-core machine can take many seconds
     "skills": {
-        "drive": {"action": "test_msgs/action/Fibonacci", "name": "drive", "goal": {"order": "$steps"},
-                  "timeout": 20},
-        "odo": {"action": "test_msgs/action/Fibonacci", "name": "drive", "goal": {"order": "$steps"},
-                "returns": "sequence[-1]", "timeout": 20},
-        "far": {"action": "test_msgs/action/Fibonacci", "name": "drive", "goal": {"order": "$steps"},
-                "returns": "sequence[9]"},
-        "refused": {"action": "test_msgs/action/Fibonacci", "name": "drive_reject", "goal": {"order": "$steps"}},
+        "drive": {
+            "action": "test_msgs/action/Fibonacci",
+            "name": "drive",
+            "goal": {"order": "$steps"},
+            "timeout": 20,
+        },
+        "odo": {
+            "action": "test_msgs/action/Fibonacci",
+            "name": "drive",
+            "goal": {"order": "$steps"},
+            "returns": "sequence[-1]",
+            "timeout": 20,
+        },
+        "far": {
+            "action": "test_msgs/action/Fibonacci",
+            "name": "drive",
+            "goal": {"order": "$steps"},
+            "returns": "sequence[9]",
+        },
+        "refused": {
+            "action": "test_msgs/action/Fibonacci",
+            "name": "drive_reject",
+            "goal": {"order": "$steps"},
+        },
         "crash": {"action": "test_msgs/action/Fibonacci", "name": "drive_abort", "goal": {"order": 2}},
-        "hang": {"action": "test_msgs/action/Fibonacci", "name": "drive_hang", "goal": {"order": 1},
-                 "timeout": 60},
-        "hang_short": {"action": "test_msgs/action/Fibonacci", "name": "drive_hang", "goal": {"order": 1},
-                       "timeout": 0.5},
-        "light": {"service": "std_srvs/srv/SetBool", "name": "light", "request": {"data": "$lit"},
-                  "success": "success", "error": "message"},
+        "hang": {
+            "action": "test_msgs/action/Fibonacci",
+            "name": "drive_hang",
+            "goal": {"order": 1},
+            "timeout": 60,
+        },
+        "hang_short": {
+            "action": "test_msgs/action/Fibonacci",
+            "name": "drive_hang",
+            "goal": {"order": 1},
+            "timeout": 0.5,
+        },
+        "light": {
+            "service": "std_srvs/srv/SetBool",
+            "name": "light",
+            "request": {"data": "$lit"},
+            "success": "success",
+            "error": "message",
+        },
         "slow": {"service": "std_srvs/srv/Trigger", "name": "slow", "timeout": 0.5},
         "say": {"topic": "std_msgs/msg/String", "name": "speech", "message": {"data": "$text"}},
     },
@@ -59,9 +100,16 @@ def skill_set_doc(mapping: dict | None = None, skills: list | None = None) -> di
     full = []
     for s in skills or SKILLS:
         full.append({"returns": "none", "query": False, "description": s["name"], **s})
-    return {"name": "rv_skills", "robot_type": "rover", "language": "call", "prompt": "Plan.\n",
-            "max_segment_tokens": 32, "segment_gen_estimate_s": 0.2, "skills": full,
-            "backends": {"ros": mapping if mapping is not None else MAPPING}}
+    return {
+        "name": "rv_skills",
+        "robot_type": "rover",
+        "language": "call",
+        "prompt": "Plan.\n",
+        "max_segment_tokens": 32,
+        "segment_gen_estimate_s": 0.2,
+        "skills": full,
+        "backends": {"ros": mapping if mapping is not None else MAPPING},
+    }
 
 
 def write_skill_set(tmp: Path, doc: dict) -> Path:
@@ -88,11 +136,18 @@ class Stack:
         accept = lambda _c: CancelResponse.ACCEPT  # noqa: E731
         self.servers = [
             ActionServer(node, Fibonacci, "drive", self._drive, callback_group=g, cancel_callback=accept),
-            ActionServer(node, Fibonacci, "drive_reject", self._drive, callback_group=g,
-                         goal_callback=lambda _g: GoalResponse.REJECT),
+            ActionServer(
+                node,
+                Fibonacci,
+                "drive_reject",
+                self._drive,
+                callback_group=g,
+                goal_callback=lambda _g: GoalResponse.REJECT,
+            ),
             ActionServer(node, Fibonacci, "drive_abort", self._abort, callback_group=g),
-            ActionServer(node, Fibonacci, "drive_hang", self._hang, callback_group=g,
-                         cancel_callback=self._on_cancel),
+            ActionServer(
+                node, Fibonacci, "drive_hang", self._hang, callback_group=g, cancel_callback=self._on_cancel
+            ),
         ]
         node.create_service(SetBool, "light", self._light, callback_group=g)
         node.create_service(Trigger, "slow", self._slow, callback_group=g)
@@ -201,14 +256,17 @@ def test_actions_services_and_topics_succeed_and_return_values(graph):
     assert backend.status()["failed"] == 0
 
 
-@pytest.mark.parametrize("plan,reason", [
-    ("refused(2);", "action 'drive_reject' (test_msgs/action/Fibonacci) rejected the goal"),
-    ("crash();", "action 'drive_abort' (test_msgs/action/Fibonacci) aborted"),
-    ("light(False);", "reported failure (success = False): bulb broken: cannot switch off"),
-    ("slow();", "service 'slow' (std_srvs/srv/Trigger) timed out after 0.5 s"),
-    ("far(2);", "action 'drive' (test_msgs/action/Fibonacci) replied without the mapped field"),
-    ("drive(0);", "argument 'steps' of drive (drive) = 0 is below the minimum 1"),
-])
+@pytest.mark.parametrize(
+    "plan,reason",
+    [
+        ("refused(2);", "action 'drive_reject' (test_msgs/action/Fibonacci) rejected the goal"),
+        ("crash();", "action 'drive_abort' (test_msgs/action/Fibonacci) aborted"),
+        ("light(False);", "reported failure (success = False): bulb broken: cannot switch off"),
+        ("slow();", "service 'slow' (std_srvs/srv/Trigger) timed out after 0.5 s"),
+        ("far(2);", "action 'drive' (test_msgs/action/Fibonacci) replied without the mapped field"),
+        ("drive(0);", "argument 'steps' of drive (drive) = 0 is below the minimum 1"),
+    ],
+)
 def test_rejected_failed_and_slow_calls_fail_the_segment_with_the_reason(graph, plan, reason):
     _, runner = _runner(graph)
     out = _run(runner, f"t-{plan[:4]}", plan)
@@ -228,7 +286,6 @@ def test_a_goal_that_outlives_its_timeout_is_cancelled(graph):
 
 def test_the_planner_ending_the_task_cancels_the_running_goal(graph):
     from timely_llm_ros.msg import TaskStatus
-
     from timely_llm_ros.ros import qos, topics
 
     backend, runner = _runner(graph)
@@ -239,8 +296,9 @@ def test_the_planner_ending_the_task_cancels_the_running_goal(graph):
     worker = threading.Thread(target=lambda: result.append(_run(runner, "t-cancel", "hang(); drive(1);")))
     worker.start()
     deadline = time.monotonic() + 60
-    while (graph.stack.seen["hang_started"] == seen["hang_started"]
-           or pub.get_subscription_count() < 1) and time.monotonic() < deadline:  # the backend listens
+    while (
+        graph.stack.seen["hang_started"] == seen["hang_started"] or pub.get_subscription_count() < 1
+    ) and time.monotonic() < deadline:  # the backend listens
         time.sleep(0.05)
     assert graph.stack.seen["hang_started"] == seen["hang_started"] + 1
     other = TaskStatus(task_id="another-task", agent_id=NS, state=TaskStatus.FAILED, reason="not ours")
@@ -263,15 +321,28 @@ def test_missing_servers_fail_the_start_up_with_their_names(graph):
     from timely_llm_ros.robots.plugins import create_backend
     from timely_llm_ros.robots.ros_backend_map import MappingError
 
-    mapping = {"wait_for_servers": 0.5, "skills": {
-        **MAPPING["skills"], "drive": {"action": "test_msgs/action/Fibonacci", "name": "no_such_drive",
-                                       "goal": {"order": "$steps"}}}}
+    mapping = {
+        "wait_for_servers": 0.5,
+        "skills": {
+            **MAPPING["skills"],
+            "drive": {
+                "action": "test_msgs/action/Fibonacci",
+                "name": "no_such_drive",
+                "goal": {"order": "$steps"},
+            },
+        },
+    }
     shared = graph.robot.skill_set
-    graph.robot.skill_set = load_skill_set_file(write_skill_set(graph.tmp / "missing", skill_set_doc(mapping)))
+    graph.robot.skill_set = load_skill_set_file(
+        write_skill_set(graph.tmp / "missing", skill_set_doc(mapping))
+    )
     try:
         backend = create_backend("ros", graph.robot)
-        with pytest.raises(MappingError, match=r"no server within 0.5 s .* action 'no_such_drive' .* as "
-                                               r"/rv/no_such_drive"):
+        with pytest.raises(
+            MappingError,
+            match=r"no server within 0.5 s .* action 'no_such_drive' .* as "
+            r"/rv/no_such_drive",
+        ):
             backend.start()
     finally:
         graph.robot.skill_set = shared
@@ -288,35 +359,62 @@ def _ros(doc: dict) -> dict:
     return doc["backends"]["ros"]["skills"]
 
 
-@pytest.mark.parametrize("change,fragment", [
-    (lambda d: _ros(d)["drive"].update(action="nav2_msgs/action/NavigateToPose"),
-     "backends.ros.skills.drive.action: interface package 'nav2_msgs' is not installed"),
-    (lambda d: _ros(d)["drive"].update(action="test_msgs/action/Fib"),
-     "backends.ros.skills.drive.action: test_msgs.action has no 'Fib'"),
-    (lambda d: _ros(d)["drive"].update(action="std_srvs/srv/SetBool"),
-     "backends.ros.skills.drive.action: 'std_srvs/srv/SetBool' is not valid here"),
-    (lambda d: _ros(d)["drive"]["goal"].update(speed=3),
-     "backends.ros.skills.drive.goal: test_msgs/Fibonacci_Goal has no field 'speed'"),
-    (lambda d: _ros(d)["drive"].update(goal={"order": "$distance"}),
-     "backends.ros.skills.drive.goal.order: 'distance' is not an argument of skill 'drive' (arguments: steps)"),
-    (lambda d: _ros(d)["say"].update(message={"data": 5}),
-     "backends.ros.skills.say.message.data: constant 5 does not fit field 'data' of type string"),
-    (lambda d: _ros(d)["light"].update(request={"data": "$lit"}, success="message"),
-     "backends.ros.skills.light.success: field 'message' is a string; give {field: ..., equals: <value>}"),
-    (lambda d: _ros(d)["odo"].pop("returns"),
-     "backends.ros.skills.odo: skill 'odo' returns int; say which field of the result it returns"),
-    (lambda d: _ros(d)["drive"].update(returns="sequence"),
-     "backends.ros.skills.drive.returns: field 'sequence' is a sequence<int32>; it must be a scalar"),
-    (lambda d: _ros(d)["say"].update(returns="data"),
-     "backends.ros.skills.say.returns: a topic message has no reply to read 'returns' from"),
-    (lambda d: _ros(d).pop("slow"), "backends.ros.skills: no mapping for skill(s) slow"),
-    (lambda d: _ros(d).update(fly={"topic": "std_msgs/msg/String", "name": "x"}),
-     "backends.ros.skills.fly: 'fly' is not a skill of this set"),
-    (lambda d: _ros(d)["drive"].update(service="std_srvs/srv/Trigger"),
-     "backends.ros.skills.drive: give exactly one of 'action', 'service' or 'topic'"),
-    (lambda d: _ros(d)["drive"].update(timeout=-1), "backends.ros.skills.drive.timeout: must be > 0"),
-    (lambda d: d["backends"].pop("ros"), "has no 'backends: ros:' section"),
-])
+@pytest.mark.parametrize(
+    "change,fragment",
+    [
+        (
+            lambda d: _ros(d)["drive"].update(action="nav2_msgs/action/NavigateToPose"),
+            "backends.ros.skills.drive.action: interface package 'nav2_msgs' is not installed",
+        ),
+        (
+            lambda d: _ros(d)["drive"].update(action="test_msgs/action/Fib"),
+            "backends.ros.skills.drive.action: test_msgs.action has no 'Fib'",
+        ),
+        (
+            lambda d: _ros(d)["drive"].update(action="std_srvs/srv/SetBool"),
+            "backends.ros.skills.drive.action: 'std_srvs/srv/SetBool' is not valid here",
+        ),
+        (
+            lambda d: _ros(d)["drive"]["goal"].update(speed=3),
+            "backends.ros.skills.drive.goal: test_msgs/Fibonacci_Goal has no field 'speed'",
+        ),
+        (
+            lambda d: _ros(d)["drive"].update(goal={"order": "$distance"}),
+            "backends.ros.skills.drive.goal.order: 'distance' is not an argument of skill 'drive' (arguments: steps)",
+        ),
+        (
+            lambda d: _ros(d)["say"].update(message={"data": 5}),
+            "backends.ros.skills.say.message.data: constant 5 does not fit field 'data' of type string",
+        ),
+        (
+            lambda d: _ros(d)["light"].update(request={"data": "$lit"}, success="message"),
+            "backends.ros.skills.light.success: field 'message' is a string; give {field: ..., equals: <value>}",
+        ),
+        (
+            lambda d: _ros(d)["odo"].pop("returns"),
+            "backends.ros.skills.odo: skill 'odo' returns int; say which field of the result it returns",
+        ),
+        (
+            lambda d: _ros(d)["drive"].update(returns="sequence"),
+            "backends.ros.skills.drive.returns: field 'sequence' is a sequence<int32>; it must be a scalar",
+        ),
+        (
+            lambda d: _ros(d)["say"].update(returns="data"),
+            "backends.ros.skills.say.returns: a topic message has no reply to read 'returns' from",
+        ),
+        (lambda d: _ros(d).pop("slow"), "backends.ros.skills: no mapping for skill(s) slow"),
+        (
+            lambda d: _ros(d).update(fly={"topic": "std_msgs/msg/String", "name": "x"}),
+            "backends.ros.skills.fly: 'fly' is not a skill of this set",
+        ),
+        (
+            lambda d: _ros(d)["drive"].update(service="std_srvs/srv/Trigger"),
+            "backends.ros.skills.drive: give exactly one of 'action', 'service' or 'topic'",
+        ),
+        (lambda d: _ros(d)["drive"].update(timeout=-1), "backends.ros.skills.drive.timeout: must be > 0"),
+        (lambda d: d["backends"].pop("ros"), "has no 'backends: ros:' section"),
+    ],
+)
 def test_malformed_mappings_are_refused_with_file_field_and_reason(tmp_path, change, fragment):
     from timely_llm_ros.core.skills import SkillSetError, load_skill_set_file
     from timely_llm_ros.robots.plugins import check_backend

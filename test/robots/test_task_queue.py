@@ -36,7 +36,13 @@ def take(q: TaskQueue) -> tuple[str, str, int] | None:
 def test_segments_of_another_task_wait_until_the_current_task_is_over():
     """The flood finding: interleaved arrivals never run interleaved."""
     q, clock = make()
-    for task, idx, final in [("a", 0, False), ("b", 0, False), ("a", 1, False), ("b", 1, True), ("a", 2, True)]:
+    for task, idx, final in [
+        ("a", 0, False),
+        ("b", 0, False),
+        ("a", 1, False),
+        ("b", 1, True),
+        ("a", 2, True),
+    ]:
         put(q, clock, task, idx, final=final)
     order = []
     while (h := q.poll()) is not None:
@@ -206,8 +212,9 @@ def test_get_blocks_until_a_segment_arrives_and_close_wakes_it():
     assert [i.index for i in q.drain()] == [2]
 
 
-@pytest.mark.parametrize("text,final,marker", [("", True, True), ("  ", True, True), ("", False, False),
-                                               ("}", True, False)])
+@pytest.mark.parametrize(
+    "text,final,marker", [("", True, True), ("  ", True, True), ("", False, False), ("}", True, False)]
+)
 def test_marker_is_a_final_segment_without_text(text, final, marker):
     assert SegmentItem("a", 1, text, final).marker is marker
 

@@ -26,8 +26,12 @@ from ros_dds_samples import TOPIC_PREFIX, differences, samples, service_cases, t
 
 from timely_llm_ros.srv import EstimateExecTime
 
-QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE,
-                 durability=DurabilityPolicy.TRANSIENT_LOCAL)
+QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=10,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.TRANSIENT_LOCAL,
+)
 SERVICE = f"{TOPIC_PREFIX}/estimate_exec_time"
 
 
@@ -55,10 +59,13 @@ def run_pub(node: Node, deadline: float) -> dict[str, Any]:
         return response
 
     node.create_service(EstimateExecTime, SERVICE, handle)
-    publishers = {topic: (node.create_publisher(msg_type, f"{TOPIC_PREFIX}/{topic}", QOS), items)
-                  for topic, (msg_type, items) in samples().items()}
-    matched = spin_until(node, lambda: all(p.get_subscription_count() > 0 for p, _ in publishers.values()),
-                         deadline)
+    publishers = {
+        topic: (node.create_publisher(msg_type, f"{TOPIC_PREFIX}/{topic}", QOS), items)
+        for topic, (msg_type, items) in samples().items()
+    }
+    matched = spin_until(
+        node, lambda: all(p.get_subscription_count() > 0 for p, _ in publishers.values()), deadline
+    )
     if not matched:
         missing = [t for t, (p, _) in publishers.items() if p.get_subscription_count() == 0]
         return {"ok": False, "error": f"no subscriber discovered on {missing}"}
@@ -77,16 +84,20 @@ def run_sub(node: Node, deadline: float) -> dict[str, Any]:
     expected = samples()
     received: dict[str, list[Any]] = {topic: [] for topic in expected}
     for topic, (msg_type, _) in expected.items():
-        node.create_subscription(msg_type, f"{TOPIC_PREFIX}/{topic}",
-                                 lambda msg, topic=topic: received[topic].append(msg), QOS)
-    complete = spin_until(node, lambda: all(len(received[t]) >= len(expected[t][1]) for t in expected),
-                          deadline)
+        node.create_subscription(
+            msg_type, f"{TOPIC_PREFIX}/{topic}", lambda msg, topic=topic: received[topic].append(msg), QOS
+        )
+    complete = spin_until(
+        node, lambda: all(len(received[t]) >= len(expected[t][1]) for t in expected), deadline
+    )
     errors = []
     for topic, (_, items) in expected.items():
         errors += [f"{topic}{d}" for d in differences(to_plain(items), to_plain(received[topic]))]
     if not complete:
-        errors.append("timed out waiting for samples: "
-                      + ", ".join(f"{t} {len(received[t])}/{len(expected[t][1])}" for t in expected))
+        errors.append(
+            "timed out waiting for samples: "
+            + ", ".join(f"{t} {len(received[t])}/{len(expected[t][1])}" for t in expected)
+        )
     client = node.create_client(EstimateExecTime, SERVICE)
     if not spin_until(node, client.service_is_ready, deadline):
         return {"ok": False, "errors": errors + ["service never became available"]}

@@ -25,14 +25,17 @@ def _time(sec: int, nanosec: int) -> Time:
 
 
 def _tufs() -> list[Tuf]:
-    return [Tuf(ert=1.0, alpha=-2.0, beta=1.0), Tuf(ert=0.2, alpha=-6.666666666666667, beta=2.0),
-            Tuf(ert=0.0, alpha=0.0, beta=1e-9)]
+    return [
+        Tuf(ert=1.0, alpha=-2.0, beta=1.0),
+        Tuf(ert=0.2, alpha=-6.666666666666667, beta=2.0),
+        Tuf(ert=0.0, alpha=0.0, beta=1e-9),
+    ]
 
 
 def _calls() -> list[SkillCall]:
     return [
         SkillCall(name="move_forward", args=["50"], source="mf(50)"),
-        SkillCall(name="say", args=[f'"{UNICODE}"', "'a, b'"], source=f'say("{UNICODE}", \'a, b\')'),
+        SkillCall(name="say", args=[f'"{UNICODE}"', "'a, b'"], source=f"say(\"{UNICODE}\", 'a, b')"),
         SkillCall(name="land", args=[], source="l()"),
     ]
 
@@ -43,42 +46,138 @@ def samples() -> dict[str, tuple[type, list[Any]]]:
     return {
         "tuf": (Tuf, _tufs()),
         "skill_call": (SkillCall, calls),
-        "task": (Task, [
-            Task(header=Header(stamp=_time(1_700_000_000, 999_999_999), frame_id="map"),
-                 task_id="task-1", agent_id="drone_1", robot_type="drone", skill_set="tello_minispec",
-                 instruction=f"Find the apple and land next to it. {UNICODE}", scene="apple; banana\nline 2",
-                 tuf=_tufs()[1], max_tokens=4_294_967_295, task_class=f"urgent {UNICODE}",
-                 trace_id=4_294_967_295, overrun="skip-next"),
-            Task(header=Header(), task_id="", agent_id="arm_2", robot_type="arm", skill_set="robot_arm",
-                 instruction="stack the blocks", scene="", tuf=_tufs()[0], max_tokens=0),
-        ]),
-        "segment": (Segment, [
-            Segment(task_id="task-1", agent_id="drone_1", index=0, text=f'mf(50);say("{UNICODE}", \'a, b\');',
-                    calls=calls[:2], final=False, gen_start=_time(10, 5), gen_end=_time(10, 500_000_000),
-                    tokens=17, exec_time_min=1.25, exec_time_expected=2.5),
-            Segment(task_id="task-1", agent_id="drone_1", index=4_294_967_295, text="", calls=[], final=True,
-                    gen_start=_time(0, 0), gen_end=_time(0, 0), tokens=0, exec_time_min=0.0,
-                    exec_time_expected=0.0),
-        ]),
-        "segment_feedback": (SegmentFeedback, [
-            SegmentFeedback(task_id="task-1", agent_id="drone_1", index=3, state=SegmentFeedback.FAILED,
-                            stamp=_time(-5, 1), duration=0.125, detail=f"obstacle ahead: {UNICODE}"),
-            SegmentFeedback(task_id="", agent_id="", index=0, state=SegmentFeedback.STARTED,
-                            stamp=_time(0, 0), duration=0.0, detail=""),
-        ]),
-        "task_status": (TaskStatus, [
-            TaskStatus(task_id="task-1", agent_id="drone_1", state=TaskStatus.COMPLETED, reason="",
-                       stamp=_time(12, 3), has_response=True, response_time=0.8125, utility=-1.5),
-            TaskStatus(task_id="task-2", agent_id="arm_2", state=TaskStatus.REJECTED,
-                       reason=f"unknown skill set 'x' ({UNICODE})", stamp=_time(1, 0), has_response=False,
-                       response_time=0.0, utility=0.0),
-        ]),
-        "trace_event": (TraceEvent, [
-            TraceEvent(stamp=_time(7, 7), task_id="task-1", agent_id="drone_1", segment_index=-1,
-                       kind=TraceEvent.FAIL, value=-3.5e-7, detail=UNICODE),
-            TraceEvent(stamp=_time(8, 0), task_id="task-1", agent_id="drone_1", segment_index=2_147_483_647,
-                       kind=TraceEvent.ARRIVAL, value=0.0, detail=""),
-        ]),
+        "task": (
+            Task,
+            [
+                Task(
+                    header=Header(stamp=_time(1_700_000_000, 999_999_999), frame_id="map"),
+                    task_id="task-1",
+                    agent_id="drone_1",
+                    robot_type="drone",
+                    skill_set="tello_minispec",
+                    instruction=f"Find the apple and land next to it. {UNICODE}",
+                    scene="apple; banana\nline 2",
+                    tuf=_tufs()[1],
+                    max_tokens=4_294_967_295,
+                    task_class=f"urgent {UNICODE}",
+                    trace_id=4_294_967_295,
+                    overrun="skip-next",
+                ),
+                Task(
+                    header=Header(),
+                    task_id="",
+                    agent_id="arm_2",
+                    robot_type="arm",
+                    skill_set="robot_arm",
+                    instruction="stack the blocks",
+                    scene="",
+                    tuf=_tufs()[0],
+                    max_tokens=0,
+                ),
+            ],
+        ),
+        "segment": (
+            Segment,
+            [
+                Segment(
+                    task_id="task-1",
+                    agent_id="drone_1",
+                    index=0,
+                    text=f"mf(50);say(\"{UNICODE}\", 'a, b');",
+                    calls=calls[:2],
+                    final=False,
+                    gen_start=_time(10, 5),
+                    gen_end=_time(10, 500_000_000),
+                    tokens=17,
+                    exec_time_min=1.25,
+                    exec_time_expected=2.5,
+                ),
+                Segment(
+                    task_id="task-1",
+                    agent_id="drone_1",
+                    index=4_294_967_295,
+                    text="",
+                    calls=[],
+                    final=True,
+                    gen_start=_time(0, 0),
+                    gen_end=_time(0, 0),
+                    tokens=0,
+                    exec_time_min=0.0,
+                    exec_time_expected=0.0,
+                ),
+            ],
+        ),
+        "segment_feedback": (
+            SegmentFeedback,
+            [
+                SegmentFeedback(
+                    task_id="task-1",
+                    agent_id="drone_1",
+                    index=3,
+                    state=SegmentFeedback.FAILED,
+                    stamp=_time(-5, 1),
+                    duration=0.125,
+                    detail=f"obstacle ahead: {UNICODE}",
+                ),
+                SegmentFeedback(
+                    task_id="",
+                    agent_id="",
+                    index=0,
+                    state=SegmentFeedback.STARTED,
+                    stamp=_time(0, 0),
+                    duration=0.0,
+                    detail="",
+                ),
+            ],
+        ),
+        "task_status": (
+            TaskStatus,
+            [
+                TaskStatus(
+                    task_id="task-1",
+                    agent_id="drone_1",
+                    state=TaskStatus.COMPLETED,
+                    reason="",
+                    stamp=_time(12, 3),
+                    has_response=True,
+                    response_time=0.8125,
+                    utility=-1.5,
+                ),
+                TaskStatus(
+                    task_id="task-2",
+                    agent_id="arm_2",
+                    state=TaskStatus.REJECTED,
+                    reason=f"unknown skill set 'x' ({UNICODE})",
+                    stamp=_time(1, 0),
+                    has_response=False,
+                    response_time=0.0,
+                    utility=0.0,
+                ),
+            ],
+        ),
+        "trace_event": (
+            TraceEvent,
+            [
+                TraceEvent(
+                    stamp=_time(7, 7),
+                    task_id="task-1",
+                    agent_id="drone_1",
+                    segment_index=-1,
+                    kind=TraceEvent.FAIL,
+                    value=-3.5e-7,
+                    detail=UNICODE,
+                ),
+                TraceEvent(
+                    stamp=_time(8, 0),
+                    task_id="task-1",
+                    agent_id="drone_1",
+                    segment_index=2_147_483_647,
+                    kind=TraceEvent.ARRIVAL,
+                    value=0.0,
+                    detail="",
+                ),
+            ],
+        ),
     }
 
 
@@ -86,10 +185,14 @@ def service_cases() -> list[tuple[Any, Any]]:
     """(request, response) pairs: the server answers each known request with its paired response."""
     req, res = EstimateExecTime.Request, EstimateExecTime.Response
     return [
-        (req(robot_type="drone", skill_set="tello_minispec", segment_text=f'mf(50); say("{UNICODE}");'),
-         res(ok=True, error="", minimum=1.5, expected=2.25, maximum=4.0)),
-        (req(robot_type="", skill_set="", segment_text=""),
-         res(ok=False, error=f"unknown robot type '' — {UNICODE}", minimum=0.0, expected=0.0, maximum=0.0)),
+        (
+            req(robot_type="drone", skill_set="tello_minispec", segment_text=f'mf(50); say("{UNICODE}");'),
+            res(ok=True, error="", minimum=1.5, expected=2.25, maximum=4.0),
+        ),
+        (
+            req(robot_type="", skill_set="", segment_text=""),
+            res(ok=False, error=f"unknown robot type '' — {UNICODE}", minimum=0.0, expected=0.0, maximum=0.0),
+        ),
     ]
 
 

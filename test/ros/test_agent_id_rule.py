@@ -17,11 +17,44 @@ from timely_llm_ros.interfaces import topics
 from timely_llm_ros.ros import topics as ros_topics
 
 VALID = ["drone_1", "_x", "arm", "A1", "a_", "a" * MAX_AGENT_ID]
-INVALID = ["", "0", "17", "1a", "a__b", "a" * (MAX_AGENT_ID + 1), "b" * 300, "drone_1\n", "\ndrone_1",
-           "drone-1", "é", "a/b", " a", "a b", "drone_1\x00", "__ns", "/drone_1"]
+INVALID = [
+    "",
+    "0",
+    "17",
+    "1a",
+    "a__b",
+    "a" * (MAX_AGENT_ID + 1),
+    "b" * 300,
+    "drone_1\n",
+    "\ndrone_1",
+    "drone-1",
+    "é",
+    "a/b",
+    " a",
+    "a b",
+    "drone_1\x00",
+    "__ns",
+    "/drone_1",
+]
 # ids the planner gets in Task messages: the inbound fuzz corpus plus the cases above
-CORPUS = VALID + INVALID + ["🙂ü\u202eé" * 50, "\x01\x7f", "/../", "__ns", "0abc", "d1", "é" * 65,
-                            "drone_1" * 40, "x" * 70_000, "agent_", "a__", "_"]
+CORPUS = (
+    VALID
+    + INVALID
+    + [
+        "🙂ü\u202eé" * 50,
+        "\x01\x7f",
+        "/../",
+        "__ns",
+        "0abc",
+        "d1",
+        "é" * 65,
+        "drone_1" * 40,
+        "x" * 70_000,
+        "agent_",
+        "a__",
+        "_",
+    ]
+)
 
 
 @pytest.mark.parametrize("agent", VALID)

@@ -28,8 +28,12 @@ bootstrap = _load_bootstrap()
 def _fake_environment(tmp_path: Path):
     """A Bootstrap over a scratch venv/stamps/build dir whose step outputs all exist."""
     boot = bootstrap.Bootstrap(tmp_path / "venv", tmp_path / "stamps", tmp_path / "build" / "cmake", jobs=1)
-    for output in [boot.py, boot.venv / "pyvenv.cfg", boot.site_packages() / "rclpy" / "__init__.py",
-                   boot.build_dir / "CMakeCache.txt"]:
+    for output in [
+        boot.py,
+        boot.venv / "pyvenv.cfg",
+        boot.site_packages() / "rclpy" / "__init__.py",
+        boot.build_dir / "CMakeCache.txt",
+    ]:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text("")
     return boot
@@ -80,7 +84,8 @@ def test_baked_build_machine_paths_are_rewritten(tmp_path, monkeypatch):
     cmake_file.parent.mkdir(parents=True)
     cmake_file.write_text(
         'INTERFACE_INCLUDE_DIRECTORIES "/opt/python/cp311-cp311/include/python3.11;'
-        '/opt/python/cp311-cp311/lib/python3.11/site-packages/numpy/_core/include"\n')
+        '/opt/python/cp311-cp311/lib/python3.11/site-packages/numpy/_core/include"\n'
+    )
     boot.do_patch()
     text = cmake_file.read_text()
     assert "/opt/python" not in text
@@ -91,8 +96,15 @@ def test_a_failing_command_reports_step_log_tail_and_what_to_do(tmp_path):
     """A real pip failure (offline, nonexistent package) becomes a short, actionable report."""
     log = tmp_path / "logs" / "pip.log"
     env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1"}
-    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--disable-pip-version-check",
-           "timely-no-such-package==0.0.0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--dry-run",
+        "--disable-pip-version-check",
+        "timely-no-such-package==0.0.0",
+    ]
     with pytest.raises(bootstrap.BootstrapError) as info:
         bootstrap.run_logged("pip", cmd, log, "check that PyPI is reachable", env=env)
     report = info.value.report()
@@ -104,9 +116,23 @@ def test_a_failing_command_reports_step_log_tail_and_what_to_do(tmp_path):
 
 def test_missing_compiler_stops_in_preflight_with_a_clear_message(tmp_path):
     env = {**os.environ, "CC": str(tmp_path / "no-such-cc")}
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--check", "--venv", str(tmp_path / "venv"),
-                           "--stamps", str(tmp_path / "stamps"), "--build-dir", str(tmp_path / "build")],
-                          env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--check",
+            "--venv",
+            str(tmp_path / "venv"),
+            "--stamps",
+            str(tmp_path / "stamps"),
+            "--build-dir",
+            str(tmp_path / "build"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert "FAILED at step 'preflight'" in proc.stderr
     assert "no C compiler" in proc.stderr and "build-essential" in proc.stderr
@@ -120,7 +146,11 @@ def test_second_bootstrap_has_nothing_to_install():
     if Path(sys.prefix).resolve() != venv.resolve():
         pytest.skip(f"not running in the bootstrap's venv {venv}")
     for _ in range(2):
-        proc = subprocess.run([sys.executable, str(SCRIPT), "--check", "--venv", str(venv)],
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, str(SCRIPT), "--check", "--venv", str(venv)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "check: up to date" in proc.stdout

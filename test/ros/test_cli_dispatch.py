@@ -16,14 +16,16 @@ def fake_commands(tmp_path, monkeypatch):
     pkg = tmp_path / "fake_cmds"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "good.py").write_text(textwrap.dedent("""
+    (pkg / "good.py").write_text(
+        textwrap.dedent("""
         def add_arguments(parser):
             parser.add_argument("--times", type=int, default=1)
 
         def run(args):
             print("good ran", args.times)
             return 3
-    """))
+    """)
+    )
     (pkg / "broken.py").write_text("import timely_no_such_dependency\n")
     (pkg / "incomplete.py").write_text("def add_arguments(parser):\n    pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -47,11 +49,14 @@ def test_broken_modules_are_not_imported_for_other_commands(fake_commands):
     assert "fake_cmds.broken" not in sys.modules
 
 
-@pytest.mark.parametrize(("name", "expected"), [
-    ("broken", "needs the missing module 'timely_no_such_dependency'"),
-    ("incomplete", "does not define run()"),
-    ("absent", "module fake_cmds.absent does not exist"),
-])
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("broken", "needs the missing module 'timely_no_such_dependency'"),
+        ("incomplete", "does not define run()"),
+        ("absent", "module fake_cmds.absent does not exist"),
+    ],
+)
 def test_an_unavailable_command_gets_a_clear_error(fake_commands, capsys, name, expected):
     assert cli.main([name], commands=fake_commands) == 2
     err = capsys.readouterr().err

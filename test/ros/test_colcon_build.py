@@ -18,8 +18,21 @@ import pytest
 pytestmark = [pytest.mark.ros, pytest.mark.build, pytest.mark.slow]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PACKAGE_FILES = ["package.xml", "CMakeLists.txt", "setup.py", "setup.cfg", "README.md", "msg", "srv", "action",
-                 "timely_llm_ros", "config", "launch", "resource", "plugin.xml"]
+PACKAGE_FILES = [
+    "package.xml",
+    "CMakeLists.txt",
+    "setup.py",
+    "setup.cfg",
+    "README.md",
+    "msg",
+    "srv",
+    "action",
+    "timely_llm_ros",
+    "config",
+    "launch",
+    "resource",
+    "plugin.xml",
+]
 
 
 def _copy_package(dest: Path) -> None:
@@ -39,13 +52,16 @@ def test_colcon_builds_the_package_on_the_venv_underlay(tmp_path, subprocess_env
         pytest.fail(f"colcon or {setup} missing in {venv}: run make (tools/bootstrap.py) first")
     ws = tmp_path / "ws"
     _copy_package(ws / "src" / "timely_llm_ros")
-    env = {k: v for k, v in subprocess_env.items()
-           if k not in ("PYTHONPATH", "AMENT_PREFIX_PATH", "CMAKE_PREFIX_PATH", "VIRTUAL_ENV")}
+    env = {
+        k: v
+        for k, v in subprocess_env.items()
+        if k not in ("PYTHONPATH", "AMENT_PREFIX_PATH", "CMAKE_PREFIX_PATH", "VIRTUAL_ENV")
+    }
     env["COLCON_HOME"] = str(tmp_path / "colcon_home")
     command = f'source "{setup}" && colcon build --base-paths src --event-handlers console_cohesion+'
     build = subprocess.run(
-        ["bash", "-c", command],
-        cwd=ws, env=env, capture_output=True, text=True, timeout=900)
+        ["bash", "-c", command], cwd=ws, env=env, capture_output=True, text=True, timeout=900
+    )
     assert build.returncode == 0, f"colcon build failed:\n{build.stdout[-6000:]}\n{build.stderr[-3000:]}"
 
     prefix = ws / "install" / "timely_llm_ros"
@@ -75,7 +91,12 @@ def test_colcon_builds_the_package_on_the_venv_underlay(tmp_path, subprocess_env
     fresh = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
     run = subprocess.run(
         ["bash", "-c", f'source "{ws}/install/setup.bash" && python -c "{probe}" && timely-llm --version'],
-        cwd=tmp_path, env=fresh, capture_output=True, text=True, timeout=120)
+        cwd=tmp_path,
+        env=fresh,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     msg_file, core_file, version = run.stdout.splitlines()[-3:]
     assert Path(msg_file).is_relative_to(prefix) and Path(core_file).is_relative_to(prefix)

@@ -23,9 +23,15 @@ TIMEOUT_S = 90.0
 
 
 def _start(role: str, env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(PEER), role, "--timeout", str(TIMEOUT_S)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, encoding="utf-8",
-                            start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, str(PEER), role, "--timeout", str(TIMEOUT_S)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        encoding="utf-8",
+        start_new_session=True,
+    )
 
 
 def _finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
@@ -42,7 +48,7 @@ def _finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
 def _result(output: str) -> dict:
     lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
     assert lines, f"peer printed no RESULT line; output was:\n{output}"
-    return json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def test_every_interface_crosses_dds_between_two_processes(subprocess_env):
@@ -59,5 +65,12 @@ def test_every_interface_crosses_dds_between_two_processes(subprocess_env):
     pub_result = _result(pub_out)
     assert pub_rc == 0 and pub_result["ok"], f"publisher side failed:\n{pub_out}"
     assert pub_result["served"] == sub_result["service_calls"] == 2
-    assert sub_result["received"] == {"tuf": 3, "skill_call": 3, "task": 2, "segment": 2,
-                                      "segment_feedback": 2, "task_status": 2, "trace_event": 2}
+    assert sub_result["received"] == {
+        "tuf": 3,
+        "skill_call": 3,
+        "task": 2,
+        "segment": 2,
+        "segment_feedback": 2,
+        "task_status": 2,
+        "trace_event": 2,
+    }

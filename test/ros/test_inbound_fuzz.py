@@ -13,25 +13,58 @@ import pytest
 
 pytestmark = pytest.mark.ros
 
-STRINGS = ["", " ", "x" * 70_000, "🙂ü\u202eé" * 50, "\x01\x7f", "/../", "a/b", "__ns", "0abc", "d1",
-           "é" * 65, "drone_1" * 40, "tello_minispec", "drone", "[A] Take a picture."]
+STRINGS = [
+    "",
+    " ",
+    "x" * 70_000,
+    "🙂ü\u202eé" * 50,
+    "\x01\x7f",
+    "/../",
+    "a/b",
+    "__ns",
+    "0abc",
+    "d1",
+    "é" * 65,
+    "drone_1" * 40,
+    "tello_minispec",
+    "drone",
+    "[A] Take a picture.",
+]
 FLOATS = [math.nan, math.inf, -math.inf, 1e308, -1e308, 5e-324, -0.0, 0.0, 1e12, -1e-12, 1e6, -1e6, 2.0, -2.0]
 UINTS = [0, 1, 2**31, 2**32 - 1]
 
 
-FIELDS = {"task_id": STRINGS, "agent_id": STRINGS, "robot_type": STRINGS, "skill_set": STRINGS,
-          "instruction": STRINGS, "scene": STRINGS, "task_class": STRINGS, "max_tokens": UINTS, "trace_id": UINTS,
-          "tuf.ert": FLOATS, "tuf.alpha": FLOATS, "tuf.beta": FLOATS, "header.stamp.sec": [-(2**31), 0, 2**31 - 1],
-          "header.stamp.nanosec": UINTS, "header.frame_id": STRINGS,
-          "overrun": [*STRINGS, "kill", " skip-next ", "continue", "KILL"]}
+FIELDS = {
+    "task_id": STRINGS,
+    "agent_id": STRINGS,
+    "robot_type": STRINGS,
+    "skill_set": STRINGS,
+    "instruction": STRINGS,
+    "scene": STRINGS,
+    "task_class": STRINGS,
+    "max_tokens": UINTS,
+    "trace_id": UINTS,
+    "tuf.ert": FLOATS,
+    "tuf.alpha": FLOATS,
+    "tuf.beta": FLOATS,
+    "header.stamp.sec": [-(2**31), 0, 2**31 - 1],
+    "header.stamp.nanosec": UINTS,
+    "header.frame_id": STRINGS,
+    "overrun": [*STRINGS, "kill", " skip-next ", "continue", "KILL"],
+}
 
 
 def _rand_task(rng: random.Random):
     """A valid task with 0-3 fields set to extreme values."""
     from timely_llm_ros.msg import Task, Tuf
 
-    msg = Task(task_id="t", agent_id="d1", robot_type="drone", skill_set="tello_minispec",
-               instruction="[A] Take a picture.")
+    msg = Task(
+        task_id="t",
+        agent_id="d1",
+        robot_type="drone",
+        skill_set="tello_minispec",
+        instruction="[A] Take a picture.",
+    )
     msg.tuf = Tuf(ert=1.0, alpha=-2.0, beta=1.0)
     for path in rng.sample(sorted(FIELDS), rng.randrange(4)):
         *parents, last = path.split(".")
@@ -44,10 +77,9 @@ def _rand_task(rng: random.Random):
 
 def test_random_tasks_are_accepted_with_finite_times_or_rejected_with_a_reason():
     from timely_llm_ros.core.planner import PlannerCore
-    from timely_llm_ros.msg import Task
-
     from timely_llm_ros.core.task import TaskRejected
     from timely_llm_ros.engines.sim import SimEngine
+    from timely_llm_ros.msg import Task
     from timely_llm_ros.ros import convert
 
     assert set(Task.get_fields_and_field_types()) == {k.split(".")[0] for k in FIELDS}  # every field
@@ -76,24 +108,30 @@ def test_random_tasks_are_accepted_with_finite_times_or_rejected_with_a_reason()
 
 
 def test_random_feedback_is_converted_or_refused_and_never_moves_a_task_it_does_not_own():
-    from timely_llm_ros.msg import SegmentFeedback
-
     from timely_llm_ros.core import events as ev
     from timely_llm_ros.core.planner import PlannerCore
     from timely_llm_ros.core.task import TaskSpec
     from timely_llm_ros.core.tuf import NORMAL_TUF
     from timely_llm_ros.engines.sim import SimEngine
+    from timely_llm_ros.msg import SegmentFeedback
     from timely_llm_ros.ros import convert
 
     core = PlannerCore(SimEngine())
-    rec = core.submit(TaskSpec("live", "d1", "drone", "tello_minispec", "go", NORMAL_TUF, reference_plan="mu(40);tp;"))
+    rec = core.submit(
+        TaskSpec("live", "d1", "drone", "tello_minispec", "go", NORMAL_TUF, reference_plan="mu(40);tp;")
+    )
     while core.has_work():
         core.step()
     rng = random.Random(7)
     for _ in range(3000):
-        fb = SegmentFeedback(task_id=rng.choice(STRINGS + ["live"]), agent_id=rng.choice(STRINGS),
-                             index=rng.choice(UINTS), state=rng.randrange(256), duration=rng.choice(FLOATS),
-                             detail=rng.choice(STRINGS + ["y" * 2_000_000]))
+        fb = SegmentFeedback(
+            task_id=rng.choice(STRINGS + ["live"]),
+            agent_id=rng.choice(STRINGS),
+            index=rng.choice(UINTS),
+            state=rng.randrange(256),
+            duration=rng.choice(FLOATS),
+            detail=rng.choice(STRINGS + ["y" * 2_000_000]),
+        )
         fb.stamp.sec = rng.choice([-(2**31), 0, 2**31 - 1])
         fb.stamp.nanosec = rng.choice(UINTS)
         try:

@@ -14,16 +14,26 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-INTERFACE_FILES = sorted([*REPO_ROOT.glob("msg/*.msg"), *REPO_ROOT.glob("srv/*.srv"),
-                          *REPO_ROOT.glob("action/*.action")])
+INTERFACE_FILES = sorted(
+    [*REPO_ROOT.glob("msg/*.msg"), *REPO_ROOT.glob("srv/*.srv"), *REPO_ROOT.glob("action/*.action")]
+)
 FIELD_LINE = re.compile(r"^\s*[A-Za-z][\w/]*(\[\d*\])?\s+[A-Za-z]\w*\s*(=.*)?(#.*)?$")
 
 
 def test_expected_interfaces_exist():
     names = {p.name for p in INTERFACE_FILES}
-    assert names == {"Tuf.msg", "Task.msg", "SkillCall.msg", "Segment.msg", "SegmentFeedback.msg",
-                     "TaskStatus.msg", "TraceEvent.msg", "EstimateExecTime.srv", "CancelTask.srv",
-                     "PlanTask.action"}
+    assert names == {
+        "Tuf.msg",
+        "Task.msg",
+        "SkillCall.msg",
+        "Segment.msg",
+        "SegmentFeedback.msg",
+        "TaskStatus.msg",
+        "TraceEvent.msg",
+        "EstimateExecTime.srv",
+        "CancelTask.srv",
+        "PlanTask.action",
+    }
 
 
 @pytest.mark.parametrize("path", INTERFACE_FILES, ids=lambda p: p.name)
@@ -48,8 +58,11 @@ def test_constants_match_core_names():
     from timely_llm_ros.core import events
     from timely_llm_ros.msg import SegmentFeedback, TaskStatus, TraceEvent
 
-    for msg_type, names in ((TraceEvent, events.EVENT_KINDS), (TaskStatus, events.TASK_STATES),
-                            (SegmentFeedback, events.FEEDBACK_STATES)):
+    for msg_type, names in (
+        (TraceEvent, events.EVENT_KINDS),
+        (TaskStatus, events.TASK_STATES),
+        (SegmentFeedback, events.FEEDBACK_STATES),
+    ):
         constants = {k: v for k, v in vars(msg_type).items() if k.isupper() and isinstance(v, int)}
         assert constants == {name: i for i, name in enumerate(names)}, msg_type.__name__
 
@@ -79,8 +92,14 @@ def test_samples_exercise_every_field():
 def test_installed_interfaces_match_the_source():
     """The venv (or colcon prefix) must hold the interfaces of THIS tree: catches a stale build."""
     prefixes = [Path(p) for p in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep) if p]
-    share = next((p / "share" / "timely_llm_ros" for p in prefixes
-                  if (p / "share" / "timely_llm_ros" / "package.xml").exists()), None)
+    share = next(
+        (
+            p / "share" / "timely_llm_ros"
+            for p in prefixes
+            if (p / "share" / "timely_llm_ros" / "package.xml").exists()
+        ),
+        None,
+    )
     assert share is not None, f"timely_llm_ros is not installed in any AMENT_PREFIX_PATH prefix {prefixes}"
     for source in INTERFACE_FILES:
         installed = share / source.parent.name / source.name

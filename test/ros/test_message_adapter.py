@@ -42,15 +42,32 @@ def _spec(**over):
     from timely_llm_ros.core.task import TaskSpec
     from timely_llm_ros.core.tuf import TUF
 
-    base = dict(task_id="t-1", agent_id="drone_1", robot_type="drone", skill_set="tello_minispec",
-                instruction="[A] Take a picture.", tuf=TUF(ert=1.5, alpha=-0.25, beta=2.0), arrival=12.25,
-                scene="a kitchen, two cups", max_tokens=300, task_class="urgent", trace_id=7)
+    base = dict(
+        task_id="t-1",
+        agent_id="drone_1",
+        robot_type="drone",
+        skill_set="tello_minispec",
+        instruction="[A] Take a picture.",
+        tuf=TUF(ert=1.5, alpha=-0.25, beta=2.0),
+        arrival=12.25,
+        scene="a kitchen, two cups",
+        max_tokens=300,
+        task_class="urgent",
+        trace_id=7,
+    )
     base.update(over)
     return TaskSpec(**base)
 
 
-@pytest.mark.parametrize("over", [{}, {"tuf": None}, {"scene": "", "task_class": "", "trace_id": None},
-                                  {"max_tokens": 0, "trace_id": 2**33}])
+@pytest.mark.parametrize(
+    "over",
+    [
+        {},
+        {"tuf": None},
+        {"scene": "", "task_class": "", "trace_id": None},
+        {"max_tokens": 0, "trace_id": 2**33},
+    ],
+)
 def test_task_maps_every_field_the_same_on_both_back_ends(sides, over) -> None:
     from timely_llm_ros.interfaces.mapping import DEFAULT_MAX_TOKENS, TASK_TEXT_FIELDS, UINT32_MAX
     from timely_llm_ros.msg import Task
@@ -62,8 +79,11 @@ def test_task_maps_every_field_the_same_on_both_back_ends(sides, over) -> None:
     back_r, back_b = ros.task_from_msg(r, arrival=spec.arrival), bag.task_from_msg(b, arrival=spec.arrival)
     assert back_r == back_b
     # core -> msg -> core keeps every field the message carries (out-of-range numbers: clamped / none)
-    expected = dataclasses.replace(spec, max_tokens=spec.max_tokens or DEFAULT_MAX_TOKENS,
-                                   trace_id=spec.trace_id if (spec.trace_id or 0) <= UINT32_MAX else None)
+    expected = dataclasses.replace(
+        spec,
+        max_tokens=spec.max_tokens or DEFAULT_MAX_TOKENS,
+        trace_id=spec.trace_id if (spec.trace_id or 0) <= UINT32_MAX else None,
+    )
     assert back_r == expected
     assert math.isclose(r.header.stamp.sec + r.header.stamp.nanosec * 1e-9, spec.arrival)
     # the table of copied string fields covers every string field of Task.msg
@@ -93,14 +113,36 @@ def test_segment_maps_the_same_on_both_back_ends(sides) -> None:
     from timely_llm_ros.ros import convert
 
     _ros, bag, store = sides
-    calls = (SkillCall("move_forward", (50,), "move_forward(50)"),
-             SkillCall("say", ("hi, you",), "say('hi, you')"),
-             SkillCall("take_picture", (), "take_picture()"),
-             SkillCall("answer", ("yes", 2), "answer yes"))
-    seg = Segment(idx=2, text="move_forward(50);say('hi, you')", n_tokens=17, gen_start=3.5, gen_end=4.25,
-                  dispatch=4.25, min_exec=1.5, expected_exec=2.5, final=True, calls=calls)
-    d = Dispatch(task_id="t-1", agent_id="drone_1", robot_type="drone", seg=2, text=seg.text, calls=calls,
-                 t=4.25, min_exec=1.5, expected_exec=2.5, final=True)
+    calls = (
+        SkillCall("move_forward", (50,), "move_forward(50)"),
+        SkillCall("say", ("hi, you",), "say('hi, you')"),
+        SkillCall("take_picture", (), "take_picture()"),
+        SkillCall("answer", ("yes", 2), "answer yes"),
+    )
+    seg = Segment(
+        idx=2,
+        text="move_forward(50);say('hi, you')",
+        n_tokens=17,
+        gen_start=3.5,
+        gen_end=4.25,
+        dispatch=4.25,
+        min_exec=1.5,
+        expected_exec=2.5,
+        final=True,
+        calls=calls,
+    )
+    d = Dispatch(
+        task_id="t-1",
+        agent_id="drone_1",
+        robot_type="drone",
+        seg=2,
+        text=seg.text,
+        calls=calls,
+        t=4.25,
+        min_exec=1.5,
+        expected_exec=2.5,
+        final=True,
+    )
     r = convert.segment_to_msg(d, gen_start=3.5, tokens=17)
     b = lcv.segment_to_msg(store, "t-1", "drone_1", seg)
     # SkillCall.args: the exact source text of each argument on both back-ends (msg/SkillCall.msg)
@@ -112,8 +154,19 @@ def test_segment_maps_the_same_on_both_back_ends(sides) -> None:
     odd = dataclasses.replace(d, min_exec=-1.0, expected_exec=math.nan, calls=calls[:1])
     r = convert.segment_to_msg(odd, gen_start=9.0)
     assert (r.exec_time_min, r.exec_time_expected, r.gen_start == r.gen_end) == (0.0, 0.0, True)
-    b = bag.segment_to_msg("t-1", "drone_1", 2, seg.text, calls[:1], final=True, gen_start=9.0, gen_end=4.25,
-                           tokens=0, min_exec=-1.0, expected_exec=math.nan)
+    b = bag.segment_to_msg(
+        "t-1",
+        "drone_1",
+        2,
+        seg.text,
+        calls[:1],
+        final=True,
+        gen_start=9.0,
+        gen_end=4.25,
+        tokens=0,
+        min_exec=-1.0,
+        expected_exec=math.nan,
+    )
     _same_on_the_wire(r, b, store)
 
 

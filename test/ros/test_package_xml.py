@@ -10,19 +10,35 @@ import xml.etree.ElementTree as ET
 
 # import name -> rosdep key
 ROSDEP = {
-    "rclpy": "rclpy", "rcl_interfaces": "rcl_interfaces", "rosgraph_msgs": "rosgraph_msgs",
-    "builtin_interfaces": "builtin_interfaces", "std_msgs": "std_msgs",
-    "ament_index_python": "ament_index_python", "launch": "launch", "launch_ros": "launch_ros",
-    "yaml": "python3-yaml", "ruamel": "python3-ruamel.yaml", "lz4": "python3-lz4",
-    "numpy": "python3-numpy", "matplotlib": "python3-matplotlib",
-    "python_qt_binding": "python_qt_binding", "rqt_gui_py": "rqt_gui_py",
-    "jsonschema": "python3-jsonschema", "jinja2": "python3-jinja2", "action_msgs": "action_msgs",
+    "rclpy": "rclpy",
+    "rcl_interfaces": "rcl_interfaces",
+    "rosgraph_msgs": "rosgraph_msgs",
+    "builtin_interfaces": "builtin_interfaces",
+    "std_msgs": "std_msgs",
+    "ament_index_python": "ament_index_python",
+    "launch": "launch",
+    "launch_ros": "launch_ros",
+    "yaml": "python3-yaml",
+    "ruamel": "python3-ruamel.yaml",
+    "lz4": "python3-lz4",
+    "numpy": "python3-numpy",
+    "matplotlib": "python3-matplotlib",
+    "python_qt_binding": "python_qt_binding",
+    "rqt_gui_py": "rqt_gui_py",
+    "jsonschema": "python3-jsonschema",
+    "jinja2": "python3-jinja2",
+    "action_msgs": "action_msgs",
     "lifecycle_msgs": "lifecycle_msgs",
 }
 # import name -> the pip distribution the README names (no rosdep key); compression is the
 # Python >= 3.14 standard library, backports.zstd its fallback that rosbags already pulls in
-PIP_ONLY = {"rosbags": "rosbags", "llama_cpp": "llama-cpp-python", "djitellopy": "djitellopy",
-            "backports": "rosbags", "compression": "rosbags"}
+PIP_ONLY = {
+    "rosbags": "rosbags",
+    "llama_cpp": "llama-cpp-python",
+    "djitellopy": "djitellopy",
+    "backports": "rosbags",
+    "compression": "rosbags",
+}
 
 
 def _imports(repo_root) -> set[str]:
@@ -47,4 +63,6 @@ def test_every_imported_package_is_declared(repo_root):
     assert not missing, f"package.xml lacks exec_depend {missing}"
     readme = (repo_root / "README.md").read_text(encoding="utf-8")
     for module in sorted(imported & set(PIP_ONLY)):
-        assert PIP_ONLY[module] in readme, f"README does not tell distro users to pip install {PIP_ONLY[module]}"
+        assert PIP_ONLY[module] in readme, (
+            f"README does not tell distro users to pip install {PIP_ONLY[module]}"
+        )

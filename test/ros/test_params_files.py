@@ -15,8 +15,11 @@ def _declared() -> dict[str, dict]:
     from timely_llm_ros.nodes.robot_base import common_params
 
     sets = {
-        "planner": planner.PARAMS, "recorder": recorder.PARAMS, "replay": replay.PARAMS,
-        "timemodel": timemodel.PARAMS, "workload": workload.PARAMS,
+        "planner": planner.PARAMS,
+        "recorder": recorder.PARAMS,
+        "replay": replay.PARAMS,
+        "timemodel": timemodel.PARAMS,
+        "workload": workload.PARAMS,
         "drone": [*common_params("drone", "tello_minispec", ("sim", "tello")), *drone.TELLO_PARAMS],
         "arm": common_params("arm", "robot_arm", ("sim",)),
     }
@@ -35,4 +38,5 @@ def test_params_files_match_the_nodes_declarations(repo_root):
             p = declared[f.stem].get(key)
             assert p is not None, f"{f.name}: {key!r} is not a parameter of the {f.stem} node"
             assert type(value) is type(p.default) and value == p.default, (
-                f"{f.name}: {key} = {value!r} but the node's default is {p.default!r}; update the file")
+                f"{f.name}: {key} = {value!r} but the node's default is {p.default!r}; update the file"
+            )

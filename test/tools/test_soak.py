@@ -39,9 +39,15 @@ def test_ledger_counts_lost_separately_from_tasks_sent_while_the_planner_was_dow
     assert s["lost"] == 2 and s["lost_after_a_status"] == 1 and s["lost_never_seen"] == 1
     assert set(s["lost_tasks"]) == {"b", "e"}
     assert s["lost_open_at_a_planner_kill"] == 1 and s["lost_with_the_planner_running"] == 1  # b / e
-    assert (s["published_while_planner_down"], s["answered_while_down"], s["unanswered_while_down"]) == (2, 1, 1)
+    assert (s["published_while_planner_down"], s["answered_while_down"], s["unanswered_while_down"]) == (
+        2,
+        1,
+        1,
+    )
     assert s["repeated_finals"] == 1 and s["unknown_statuses"] == 1
-    assert s["latency_s"]["max"] == 8.8 and s["top_reasons"] == {"no robot node for agent 'arm_#' within # s": 1}
+    assert s["latency_s"]["max"] == 8.8 and s["top_reasons"] == {
+        "no robot node for agent 'arm_#' within # s": 1
+    }
     assert led.open_count() == 3
 
 
@@ -63,10 +69,33 @@ def test_rss_growth_is_measured_on_the_last_generation_after_its_warm_up():
 def test_a_short_soak_with_robot_and_recorder_kills_accounts_for_every_task(tmp_path):
     out = tmp_path / "soak"
     res = subprocess.run(
-        [sys.executable, str(TOOLS / "soak.py"), "--rate", "2", "--minutes", "0.25", "--drones", "1",
-         "--arms", "1", "--kill-every", "6", "--kill-targets", "robot,recorder", "--restart-delay", "1",
-         "--drain", "150", "--sample-period", "1", "--out", str(out)],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            str(TOOLS / "soak.py"),
+            "--rate",
+            "2",
+            "--minutes",
+            "0.25",
+            "--drones",
+            "1",
+            "--arms",
+            "1",
+            "--kill-every",
+            "6",
+            "--kill-targets",
+            "robot,recorder",
+            "--restart-delay",
+            "1",
+            "--drain",
+            "150",
+            "--sample-period",
+            "1",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     report = json.loads((out / "soak.json").read_text())
@@ -100,7 +129,8 @@ def test_tasks_without_any_status_are_due_for_a_retry_and_counted():
     s = led.summary()
     assert (s["retried"], s["retries"], s["retried_then_final"]) == (1, 2, 1)
     assert s["unanswered_while_down"] == 0 and "re-published after no status at all: 1 tasks" in table(
-        s, {}, [])
+        s, {}, []
+    )
 
 
 def test_rss_growth_is_taken_from_the_longest_lived_generation():

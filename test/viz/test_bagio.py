@@ -20,7 +20,6 @@ from ruamel.yaml import YAML  # noqa: E402
 from viz_testlib import SCENARIO, write_scenario_bag  # noqa: E402
 
 from timely_llm_ros.core import events as ev  # noqa: E402
-from timely_llm_ros.sim.simulator import SimConfig, simulate  # noqa: E402
 from timely_llm_ros.lrtrace import convert as cv  # noqa: E402
 from timely_llm_ros.lrtrace import typestore as ts  # noqa: E402
 from timely_llm_ros.lrtrace.bagio import (  # noqa: E402
@@ -32,6 +31,7 @@ from timely_llm_ros.lrtrace.bagio import (  # noqa: E402
     segments_topic,
 )
 from timely_llm_ros.lrtrace.simbag import write_sim_bag  # noqa: E402
+from timely_llm_ros.sim.simulator import SimConfig, simulate  # noqa: E402
 from timely_llm_ros.workload.fileformat import resolve_workload  # noqa: E402
 
 
@@ -331,15 +331,26 @@ def test_a_bag_recorded_with_an_older_task_definition_still_decodes(tmp_path, re
     for name in ts.MSG_NAMES:
         text = (repo_root / "msg" / f"{name}.msg").read_text(encoding="utf-8")
         if name == "Task":
-            text = "\n".join(line for line in text.splitlines()
-                             if not line.startswith(("string task_class", "uint32 trace_id", "string overrun")))
+            text = "\n".join(
+                line
+                for line in text.splitlines()
+                if not line.startswith(("string task_class", "uint32 trace_id", "string overrun"))
+            )
         (old_dir / f"{name}.msg").write_text(text, encoding="utf-8")
     old = make_typestore(old_dir)
     assert old.hash_rihs01(ts.TASK) != ts.shared_typestore().hash_rihs01(ts.TASK)
     tuf = old.types[ts.TUF_MSG](ert=0.2, alpha=-6.67, beta=2.0)
-    task = old.types[ts.TASK](header=old.types[ts.HEADER](stamp=ts.stamp(old, 1.0), frame_id=""),
-                              task_id="t1", agent_id="drone_1", robot_type="drone",
-                              skill_set="tello_minispec", instruction="go", scene="", tuf=tuf, max_tokens=0)
+    task = old.types[ts.TASK](
+        header=old.types[ts.HEADER](stamp=ts.stamp(old, 1.0), frame_id=""),
+        task_id="t1",
+        agent_id="drone_1",
+        robot_type="drone",
+        skill_set="tello_minispec",
+        instruction="go",
+        scene="",
+        tuf=tuf,
+        max_tokens=0,
+    )
     with BagWriter(tmp_path / "b", {"/tasks": ts.TASK}, flush_every_s=None, typestore=old) as w:
         w.write_msg("/tasks", 1_000_000_000, task)
     got = read_bag(tmp_path / "b")
@@ -349,7 +360,8 @@ def test_a_bag_recorded_with_an_older_task_definition_still_decodes(tmp_path, re
 
 
 def test_metadata_names_the_environment_distro_and_writes_empty_custom_data_as_a_mapping(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     from timely_llm_ros.lrtrace.bagio import ros_distro
 
     monkeypatch.setenv("ROS_DISTRO", "jazzy")

@@ -13,14 +13,17 @@ pytest.importorskip("rosbags", reason="rosbags is installed in the project venv 
 from timely_llm_ros.cli import main  # noqa: E402
 from timely_llm_ros.core import events as ev  # noqa: E402
 from timely_llm_ros.core.planner_options import PlannerOptions  # noqa: E402
-from timely_llm_ros.sim.simulator import SimConfig, simulate  # noqa: E402
 from timely_llm_ros.core.tuf import TUF  # noqa: E402
-from timely_llm_ros.lrtrace.simbag import write_sim_bag  # noqa: E402
 from timely_llm_ros.lrtrace.from_bag import load_run  # noqa: E402
+from timely_llm_ros.lrtrace.simbag import write_sim_bag  # noqa: E402
+from timely_llm_ros.sim.simulator import SimConfig, simulate  # noqa: E402
 from timely_llm_ros.viz import report  # noqa: E402
 from timely_llm_ros.workload import resolve_workload  # noqa: E402
 
-COMMANDS = {"report": ("timely_llm_ros.viz.report", "report"), "timeline": ("timely_llm_ros.viz.timeline", "t")}
+COMMANDS = {
+    "report": ("timely_llm_ros.viz.report", "report"),
+    "timeline": ("timely_llm_ros.viz.timeline", "t"),
+}
 DOOMED = TUF(0.0, -10.0, 0.01)  # horizon 1 ms after arrival: no first segment can make it
 
 

@@ -37,8 +37,9 @@ def sim_node():
 
     ctx = Context()
     rclpy.init(context=ctx, signal_handler_options=SignalHandlerOptions.NO)
-    node = rclpy.create_node("timeline_sim_viewer", context=ctx,
-                             parameter_overrides=[Parameter("use_sim_time", value=True)])
+    node = rclpy.create_node(
+        "timeline_sim_viewer", context=ctx, parameter_overrides=[Parameter("use_sim_time", value=True)]
+    )
     executor = SingleThreadedExecutor(context=ctx)
     executor.add_node(node)
     thread = threading.Thread(target=executor.spin, daemon=True)
@@ -57,8 +58,10 @@ def _wait(cond, what: str, procs=()) -> None:
     while not cond():
         for proc in procs:
             if proc.poll() is not None and proc.returncode != 0:
-                raise AssertionError(f"{what}: {proc.args[:3]} exited with {proc.returncode}:\n"
-                                     f"{proc.log_path.read_text()[-3000:]}")
+                raise AssertionError(
+                    f"{what}: {proc.args[:3]} exited with {proc.returncode}:\n"
+                    f"{proc.log_path.read_text()[-3000:]}"
+                )
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
@@ -68,8 +71,9 @@ def _start(module, params, env, log):
     argv = [sys.executable, "-m", module, "--ros-args"]
     for key, value in params.items():
         argv += ["-p", f"{key}:={value}"]
-    proc = subprocess.Popen(argv, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        argv, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
+    )
     proc.log_path = log
     return proc
 
@@ -94,9 +98,12 @@ def test_a_replayed_bag_shows_in_the_widget_under_sim_time(sim_node, subprocess_
 
     app = QApplication.instance() or QApplication(["test"])  # noqa: F841 - owns the widgets
     bag = write_scenario_bag(tmp_path / "bag")
-    recorder = _start("timely_llm_ros.nodes.recorder",
-                      {"output": str(tmp_path / "rec"), "use_sim_time": "true", "discover": "false"},
-                      subprocess_env, tmp_path / "recorder.log")
+    recorder = _start(
+        "timely_llm_ros.nodes.recorder",
+        {"output": str(tmp_path / "rec"), "use_sim_time": "true", "discover": "false"},
+        subprocess_env,
+        tmp_path / "recorder.log",
+    )
     replay = None
     sim = TimelineWidget(window_s=30.0, clock=ros_source.node_clock(sim_node), start_timer=False)
     wall = TimelineWidget(window_s=30.0, clock=wall_clock, start_timer=False)
@@ -107,12 +114,24 @@ def test_a_replayed_bag_shows_in_the_widget_under_sim_time(sim_node, subprocess_
         subs = ros_source.attach(sim_node, sim) + ros_source.attach(sim_node, wall)
         _wait(lambda: "recording to" in (tmp_path / "recorder.log").read_text(), "the recorder", [recorder])
         # the replay starts once the recorder and this viewer both subscribe to its topics and /clock
-        replay = _start("timely_llm_ros.nodes.replay",
-                        {"bag": str(bag), "topics": "['/tasks','/trace_events']", "wait_for_subscribers": 60.0,
-                         "min_subscribers": 2, "clock_subscribers": 2, "clock_frequency": 50.0},
-                        subprocess_env, tmp_path / "replay.log")
-        _wait(lambda: (sim.process_pending(), sim.events_processed)[1] >= len(SCENARIO),
-              "every replayed event at the viewer", [replay, recorder])
+        replay = _start(
+            "timely_llm_ros.nodes.replay",
+            {
+                "bag": str(bag),
+                "topics": "['/tasks','/trace_events']",
+                "wait_for_subscribers": 60.0,
+                "min_subscribers": 2,
+                "clock_subscribers": 2,
+                "clock_frequency": 50.0,
+            },
+            subprocess_env,
+            tmp_path / "replay.log",
+        )
+        _wait(
+            lambda: (sim.process_pending(), sim.events_processed)[1] >= len(SCENARIO),
+            "every replayed event at the viewer",
+            [replay, recorder],
+        )
         assert replay.wait(timeout=WAIT_S) == 0, (tmp_path / "replay.log").read_text()
         sim.process_pending()
         wall.process_pending()

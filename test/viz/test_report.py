@@ -108,18 +108,20 @@ def test_a_task_sent_without_an_id_is_scored_under_the_id_the_planner_gave_it(tm
     recorder keeps the message as sent; the report pairs the two and scores the task."""
     import dataclasses
 
+    from viz_testlib import SCENARIO, scenario_specs
+
     from timely_llm_ros.lrtrace import convert as cv
     from timely_llm_ros.lrtrace import typestore as ts
     from timely_llm_ros.lrtrace.bagio import DEFAULT_TOPICS, TOPIC_TASKS, TOPIC_TRACE, BagWriter
-
-    from viz_testlib import SCENARIO, scenario_specs
 
     renamed = {"n1": "drone_2-1"}
     store = ts.shared_typestore()
     with BagWriter(tmp_path / "b", dict(DEFAULT_TOPICS), flush_every_s=None) as w:
         for spec in scenario_specs():
             sent = dataclasses.replace(spec, task_id="") if spec.task_id in renamed else spec
-            w.write_msg(TOPIC_TASKS, ts.seconds_to_ns(spec.arrival), cv.task_to_msg(store, sent, spec.arrival))
+            w.write_msg(
+                TOPIC_TASKS, ts.seconds_to_ns(spec.arrival), cv.task_to_msg(store, sent, spec.arrival)
+            )
         for e in SCENARIO:
             e = dataclasses.replace(e, task_id=renamed.get(e.task_id, e.task_id))
             w.write_msg(TOPIC_TRACE, ts.seconds_to_ns(e.t), cv.event_to_msg(store, e))

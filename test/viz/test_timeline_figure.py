@@ -14,10 +14,10 @@ from matplotlib.colors import to_hex  # noqa: E402
 from viz_testlib import write_scenario_bag  # noqa: E402
 
 from timely_llm_ros.cli import main  # noqa: E402
-from timely_llm_ros.sim.simulator import SimConfig, simulate  # noqa: E402
 from timely_llm_ros.lrtrace.bagio import TOPIC_TRACE, BagWriter, read_bag  # noqa: E402
 from timely_llm_ros.lrtrace.from_bag import load_run  # noqa: E402
 from timely_llm_ros.lrtrace.simbag import write_sim_bag  # noqa: E402
+from timely_llm_ros.sim.simulator import SimConfig, simulate  # noqa: E402
 from timely_llm_ros.viz import style  # noqa: E402
 from timely_llm_ros.viz.layout import make_layout  # noqa: E402
 from timely_llm_ros.viz.timeline import draw  # noqa: E402

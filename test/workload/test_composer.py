@@ -178,7 +178,9 @@ def test_bursty_keeps_the_plain_draws_and_the_mean_rate():
 def test_compress_scales_event_times_and_unique_agents_skips_nothing():
     plain = compose(_spec(unique_agents=True))
     half = compose(_spec(unique_agents=True, compress=0.5))
-    assert half.event_sizes == plain.event_sizes and len(half.tasks) == len(plain.tasks) == sum(plain.event_sizes)
+    assert half.event_sizes == plain.event_sizes and len(half.tasks) == len(plain.tasks) == sum(
+        plain.event_sizes
+    )
     assert not plain.skipped and not half.skipped
     assert len({t.agent_id for t in half.tasks}) == len(half.tasks)  # one agent per task
     # an event at time x arrives at 0.5·x (start 0); the tasks of one event stay 1 ms apart
@@ -202,18 +204,24 @@ def test_family_overrides_reproduce_from_the_name_and_bad_values_are_errors():
     assert wl.name == "wid1:bursty=10,compress=0.5,unique_agents=true"
     again = resolve_workload(wl.name)
     assert _key(again.tasks) == _key(wl.tasks)
-    for bad, field in (("bursty=0.5", "bursty"), ("compress=0", "compress"), ("unique_agents=3", "unique_agents"),
-                       ("burst_s=-1", "burst_s")):
+    for bad, field in (
+        ("bursty=0.5", "bursty"),
+        ("compress=0", "compress"),
+        ("unique_agents=3", "unique_agents"),
+        ("burst_s=-1", "burst_s"),
+    ):
         with pytest.raises(WorkloadError, match=field):
             resolve_workload(f"wid1:{bad}")
 
 
 def test_reshape_applies_to_task_lists(tmp_path):
     path = tmp_path / "w.yaml"
-    path.write_text("tasks:\n"
-                    "  - {trace: 1, arrival: 2.0, agent: a}\n"
-                    "  - {trace: 6, arrival: 4.0, agent: a}\n"
-                    "  - {trace: 6, arrival: 10.0, agent: b}\n")
+    path.write_text(
+        "tasks:\n"
+        "  - {trace: 1, arrival: 2.0, agent: a}\n"
+        "  - {trace: 6, arrival: 4.0, agent: a}\n"
+        "  - {trace: 6, arrival: 10.0, agent: b}\n"
+    )
     wl = resolve_workload(f"{path}:compress=0.5,unique_agents=true")
     assert [t.arrival for t in wl.tasks] == [2.0, 3.0, 6.0]  # offsets from the first arrival halved
     assert [t.agent_id for t in wl.tasks] == ["u0", "u1", "u2"]

@@ -61,7 +61,10 @@ def test_explicit_task_list(tmp_path):
         ("tasks:\n  - {trace: 6, agent: a}\n", "'arrival': missing"),
         ("tasks:\n  - {trace: 60, arrival: 1, agent: a}\n", "unknown trace id 60"),
         ("tasks:\n  - {trace: 6, arrival: -1, agent: a}\n", r"tasks\[0\].arrival: must be >= 0, got -1"),
-        ("tasks:\n  - {trace: 6, arrival: 1, agent: a, tuff: [1, 1, 2]}\n", r"tasks\[0\]: unknown field\(s\) 'tuff'"),
+        (
+            "tasks:\n  - {trace: 6, arrival: 1, agent: a, tuff: [1, 1, 2]}\n",
+            r"tasks\[0\]: unknown field\(s\) 'tuff'",
+        ),
         ("tasks:\n  - {trace: 6, arrival: 1, agent: a, tuf: [1, 2, 2]}\n", "t_zero"),
         ("tasks:\n  - {arrival: 1, agent: a, instruction: x}\n", "required for a task without 'trace'"),
         (

@@ -46,8 +46,13 @@ from timely_llm_ros.core.policy_timely import VARIANTS
 VARIANT_NAMES = ("timely", *VARIANTS, "timely-paper", "edf-seg")
 # Default scenario set: three low-load cases and five loaded ones (kept small: two shared cores).
 DEFAULT_SPECS = (
-    ("sample1", None), ("wid2", None), ("arm", None),
-    (sc.batch_spec(), 4), (sc.BURSTS[2], None), (sc.OVERLOAD_SPECS[0], 6), (sc.OVERLOAD_SPECS[2], 8),
+    ("sample1", None),
+    ("wid2", None),
+    ("arm", None),
+    (sc.batch_spec(), 4),
+    (sc.BURSTS[2], None),
+    (sc.OVERLOAD_SPECS[0], 6),
+    (sc.OVERLOAD_SPECS[2], 8),
     (sc.rate_spec(0.5), None),
 )
 
@@ -71,8 +76,10 @@ def summary(rows: list[dict[str, Any]], key: str = "pct_beta_clamped") -> str:
     variants = list(dict.fromkeys(r["policy"] for r in rows))
     cell = {(r["scenario"], r["policy"]): r["classes"] for r in rows}
     width = 13
-    lines = [f"{key}: urgent/normal per scenario (single-class workloads: that class)",
-             f"{'variant':<20}" + "".join(f"{f's{i + 1}':>{width}}" for i in range(len(scen)))]
+    lines = [
+        f"{key}: urgent/normal per scenario (single-class workloads: that class)",
+        f"{'variant':<20}" + "".join(f"{f's{i + 1}':>{width}}" for i in range(len(scen))),
+    ]
     for v in variants:
         parts = []
         for s in scen:
@@ -94,8 +101,12 @@ def tables(rows: list[dict[str, Any]]) -> list[str]:
         if len([c for c in classes if c != "all"]) == 1:
             classes = [c for c in classes if c != "all"]
         for cls in classes:
-            out.append(render_table(f"== {s} | task type: {cls}",
-                                    [(r["policy"], r["classes"][cls]) for r in runs if cls in r["classes"]]))
+            out.append(
+                render_table(
+                    f"== {s} | task type: {cls}",
+                    [(r["policy"], r["classes"][cls]) for r in runs if cls in r["classes"]],
+                )
+            )
     return out
 
 
@@ -103,8 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="results", help="output directory (ablation.json, ablation.txt)")
     ap.add_argument("--variants", default=",".join(VARIANT_NAMES), help="comma-separated policy names")
-    ap.add_argument("--groups", default="", help="scenario groups instead of the default set "
-                    f"({', '.join(sc.GROUPS)})")
+    ap.add_argument(
+        "--groups", default="", help=f"scenario groups instead of the default set ({', '.join(sc.GROUPS)})"
+    )
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     from timely_llm_ros.core.scheduler import UnknownPolicy, parse_policy

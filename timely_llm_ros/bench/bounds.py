@@ -19,8 +19,8 @@ import dataclasses
 import math
 from typing import Any
 
-from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.core.task import TaskSpec, task_class
+from timely_llm_ros.sim.simulator import SimConfig, simulate
 
 GAP_S = 10_000.0  # seconds between the warm-up copy and the measured one (both long done by then)
 
@@ -55,6 +55,7 @@ def class_bounds(tasks: list[TaskSpec], config: SimConfig | None = None) -> dict
             acc = sums.setdefault(cls, [0.0, 0.0])
             acc[0] += spec.tuf.beta
             acc[1] += u
-    return {cls: {"sum_beta": b, "sum_utility": u, "pct_beta": 100.0 * u / b if b > 0 else math.nan}
-            for cls, (b, u) in sums.items()}
-
+    return {
+        cls: {"sum_beta": b, "sum_utility": u, "pct_beta": 100.0 * u / b if b > 0 else math.nan}
+        for cls, (b, u) in sums.items()
+    }

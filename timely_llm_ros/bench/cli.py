@@ -132,8 +132,13 @@ def _add_mode_arguments(parser: argparse.ArgumentParser) -> None:
 def _add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
     """How the simulator runs: seed, workers, execution times, engine profile, latency, Figure 6."""
     parser.add_argument("--seed", type=int, default=0, help="simulator seed (default: %(default)s)")
-    parser.add_argument("--workers", type=int, default=1, metavar="N",
-                        help="--suite related: simulations run in parallel (default: %(default)s)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="--suite related: simulations run in parallel (default: %(default)s)",
+    )
     parser.add_argument(
         "--exec-mode",
         choices=("recorded", "min", "sampled"),
@@ -217,8 +222,8 @@ def _list() -> int:
 
 def _write_bags(bench: rn.Bench, jobs: list, out: Path) -> list[Path]:
     """One bag per (workload, policy) run, named so that reruns never overwrite (the writer refuses)."""
-    from timely_llm_ros.sim.simulator import SimResult
     from timely_llm_ros.lrtrace.simbag import write_sim_bag
+    from timely_llm_ros.sim.simulator import SimResult
 
     paths = []
     for job in jobs:
@@ -272,8 +277,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_jobs(plan: RunPlan, options: rn.BenchOptions, args: argparse.Namespace,
-              note: _Notes) -> tuple[rn.Bench, float]:
+def _run_jobs(
+    plan: RunPlan, options: rn.BenchOptions, args: argparse.Namespace, note: _Notes
+) -> tuple[rn.Bench, float]:
     """Every run of the plan (workloads resolved first: bad input fails before any run), and the bags;
     returns the bench and when the runs started (``time.perf_counter``)."""
     progress = rn.Progress(len(plan.jobs), enabled=not args.quiet)
@@ -309,8 +315,9 @@ def _workload_tables(bench: rn.Bench, plan: RunPlan, spec: str) -> list[str]:
     return text
 
 
-def _report(bench: rn.Bench, plan: RunPlan, options: rn.BenchOptions,
-            note: _Notes) -> tuple[list[str], dict[str, Any]]:
+def _report(
+    bench: rn.Bench, plan: RunPlan, options: rn.BenchOptions, note: _Notes
+) -> tuple[list[str], dict[str, Any]]:
     """The printed tables (per workload, scenario summary, overheads) and the extra results."""
     text: list[str] = []
     for spec in plan.workloads():
@@ -333,13 +340,17 @@ def _report(bench: rn.Bench, plan: RunPlan, options: rn.BenchOptions,
     return text, extra
 
 
-def _write_results(out: Path, bench: rn.Bench, text: list[str], extra: dict[str, Any], total_s: float) -> None:
+def _write_results(
+    out: Path, bench: rn.Bench, text: list[str], extra: dict[str, Any], total_s: float
+) -> None:
     """results.json, tables.txt, timing.json and (with the overhead report) overhead.json."""
     out.mkdir(parents=True, exist_ok=True)
     results = bench.results_json({k: v for k, v in extra.items() if k != "overhead"})
     (out / "results.json").write_text(json.dumps(results, indent=1, sort_keys=False) + "\n")
     (out / "tables.txt").write_text("\n".join(text) + "\n")
-    (out / "timing.json").write_text(json.dumps({"runs_s": bench.timing, "total_s": total_s}, indent=1) + "\n")
+    (out / "timing.json").write_text(
+        json.dumps({"runs_s": bench.timing, "total_s": total_s}, indent=1) + "\n"
+    )
     if "overhead" in extra:
         (out / "overhead.json").write_text(json.dumps(extra["overhead"], indent=1) + "\n")
 
@@ -364,8 +375,12 @@ def _scenario_summary(bench: rn.Bench, policies: list[str], options: rn.BenchOpt
     from timely_llm_ros.bench.scenario_table import summary_rows
     from timely_llm_ros.sim.simulator import SimConfig
 
-    config = SimConfig(profile=options.profile, exec_mode=options.exec_mode,
-                       network_latency=options.network_latency, seed=options.seed)
+    config = SimConfig(
+        profile=options.profile,
+        exec_mode=options.exec_mode,
+        network_latency=options.network_latency,
+        seed=options.seed,
+    )
     bounds: dict[str, dict[str, dict[str, Any]]] = {}
 
     def bound_of(spec: str) -> dict[str, dict[str, Any]]:
@@ -377,8 +392,14 @@ def _scenario_summary(bench: rn.Bench, policies: list[str], options: rn.BenchOpt
         run_ = bench.runs.get((spec, policy))
         return None if run_ is None else run_.classes
 
-    return summary_rows(sc.SUITE, classes_of, bound_of, lambda spec: len(bench.workload(spec).skipped),
-                        sc.policy_for, timely=policies[0] if policies[0].startswith("timely") else "timely")
+    return summary_rows(
+        sc.SUITE,
+        classes_of,
+        bound_of,
+        lambda spec: len(bench.workload(spec).skipped),
+        sc.policy_for,
+        timely=policies[0] if policies[0].startswith("timely") else "timely",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

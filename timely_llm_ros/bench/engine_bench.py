@@ -65,8 +65,16 @@ def suspend_resume(eng: LlamaCppEngine, n_prompt: int, repeats: int) -> dict:
     sset = load_skill_set("tello_minispec")
     base = eng.tokenize(sset.prompt)
     ids = (base * (n_prompt // len(base) + 1))[:n_prompt]
-    keys = ("decode_ms", "keep_resume_ms", "spill_ms", "restore_ms", "spill_resume_ms",
-            "reprefill_resume_ms", "spill_bytes", "reprefill_tokens")
+    keys = (
+        "decode_ms",
+        "keep_resume_ms",
+        "spill_ms",
+        "restore_ms",
+        "spill_resume_ms",
+        "reprefill_resume_ms",
+        "spill_bytes",
+        "reprefill_tokens",
+    )
     out: dict[str, list[float]] = {k: [] for k in keys}
     eng.ignore_eos = True
     try:
@@ -130,9 +138,13 @@ def segmentation_overhead(eng: LlamaCppEngine, tasks: list[str], repeats: int) -
         def med(seg: bool, key: str) -> float:
             return statistics.median(x[key] for x in runs[seg])  # noqa: B023 - used right here
 
-        row = {"task": task, "plan": eng.detokenize(ref), "tokens": len(ref),
-               "segments": runs[True][0]["suspensions"] + 1,
-               "extra_tokens_submitted": runs[True][0]["submitted"] - runs[False][0]["submitted"]}
+        row = {
+            "task": task,
+            "plan": eng.detokenize(ref),
+            "tokens": len(ref),
+            "segments": runs[True][0]["suspensions"] + 1,
+            "extra_tokens_submitted": runs[True][0]["submitted"] - runs[False][0]["submitted"],
+        }
         for key in ("wall", "cpu"):
             row[f"{key}_unsegmented_ms"] = med(False, key) * 1e3
             row[f"{key}_segmented_ms"] = med(True, key) * 1e3
@@ -166,10 +178,20 @@ def main(argv: list[str] | None = None) -> int:
         args.repeats, args.steps, args.prompt_tokens, args.tasks = 1, 4, 200, 1
     load0 = os.getloadavg()[0]
     with LlamaCppEngine(n_ctx=4096, n_threads=args.threads) as eng:
-        results: dict = {"machine": f"{platform.node()} {os.cpu_count()} CPUs",
-                         "engine": {k: v for k, v in eng.info.extra.items() if k != "model"}}
-        results |= run_benchmarks(eng, args.steps, args.prompt_tokens, args.tasks, args.repeats,
-                                  throughput, suspend_resume, segmentation_overhead)
+        results: dict = {
+            "machine": f"{platform.node()} {os.cpu_count()} CPUs",
+            "engine": {k: v for k, v in eng.info.extra.items() if k != "model"},
+        }
+        results |= run_benchmarks(
+            eng,
+            args.steps,
+            args.prompt_tokens,
+            args.tasks,
+            args.repeats,
+            throughput,
+            suspend_resume,
+            segmentation_overhead,
+        )
     results["load_average"] = [load0, os.getloadavg()[0]]
     print(json.dumps(results, indent=1))
     if args.out:

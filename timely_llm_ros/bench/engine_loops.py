@@ -20,10 +20,16 @@ from typing import Any, NamedTuple
 from timely_llm_ros.core.engine import Engine
 from timely_llm_ros.core.skills import SkillSet, load_skill_set
 
-TASKS = ["[A] Could you find the cat? If so, go to it.", "[A] Take a picture of the door.",
-         "[A] Fly up 50 cm and turn around.", "[Q] Find a person and tell me how far away they are.",
-         "[A] Look for a red ball and take a picture of it.", "[A] Go forward 2 meters then land.",
-         "[Q] Is there a bottle on the table?", "[A] Turn left 90 degrees and move forward 1 meter."]
+TASKS = [
+    "[A] Could you find the cat? If so, go to it.",
+    "[A] Take a picture of the door.",
+    "[A] Fly up 50 cm and turn around.",
+    "[Q] Find a person and tell me how far away they are.",
+    "[A] Look for a red ball and take a picture of it.",
+    "[A] Go forward 2 meters then land.",
+    "[Q] Is there a bottle on the table?",
+    "[A] Turn left 90 degrees and move forward 1 meter.",
+]
 SKILL_SET = "tello_minispec"
 
 
@@ -39,7 +45,7 @@ class DecodeStep(NamedTuple):
 def prompt_ids(eng: Engine, sset: SkillSet, task: str) -> tuple[list[int], int]:
     """The ids of ``task``'s request and how many leading ones are the shared skill prompt."""
     pre = eng.tokenize(sset.prompt)
-    return pre + eng.tokenize(sset.format_request(task)[len(sset.prompt):]), len(pre)
+    return pre + eng.tokenize(sset.format_request(task)[len(sset.prompt) :]), len(pre)
 
 
 def admit_batch(eng: Engine, sset: SkillSet, b: int, first_gid: int, max_tokens: int) -> list[int]:
@@ -53,12 +59,17 @@ def admit_batch(eng: Engine, sset: SkillSet, b: int, first_gid: int, max_tokens:
 def rates(b: int, durations: list[float]) -> dict:
     """Tokens/s of a batch of ``b`` from its decode-step durations (median)."""
     med = statistics.median(durations)
-    return {"step_ms": med * 1e3, "tokens_per_s": b / med, "per_seq_tokens_per_s": 1 / med,
-            "steps": len(durations)}
+    return {
+        "step_ms": med * 1e3,
+        "tokens_per_s": b / med,
+        "per_seq_tokens_per_s": 1 / med,
+        "steps": len(durations),
+    }
 
 
-def decode_throughput(eng: Any, batches: tuple[int, ...], steps: int,
-                      measure: Callable[[Any], DecodeStep]) -> dict:
+def decode_throughput(
+    eng: Any, batches: tuple[int, ...], steps: int, measure: Callable[[Any], DecodeStep]
+) -> dict:
     """Aggregate and per-sequence decode tokens/s at each batch size: ``b`` requests admitted (EOS
     ignored), one step for their prompts, then ``steps`` steps of which those that decoded all ``b``
     count. ``measure(eng)`` runs one step and says what it did. ``eng`` must have ``ignore_eos``."""
@@ -86,9 +97,16 @@ def decode_throughput(eng: Any, batches: tuple[int, ...], steps: int,
     return res
 
 
-def run_benchmarks(eng: Any, steps: int, prompt_tokens: int, tasks: int, repeats: int,
-                   throughput: Callable[..., dict], suspend_resume: Callable[..., dict],
-                   segmentation_overhead: Callable[..., dict]) -> dict:
+def run_benchmarks(
+    eng: Any,
+    steps: int,
+    prompt_tokens: int,
+    tasks: int,
+    repeats: int,
+    throughput: Callable[..., dict],
+    suspend_resume: Callable[..., dict],
+    segmentation_overhead: Callable[..., dict],
+) -> dict:
     """The three measurements of an engine benchmark in order, with progress on stderr: decode
     throughput at batch 1, 4, 8, suspend/resume of a ``prompt_tokens`` context, segmentation
     overhead on the first ``tasks`` of :data:`TASKS`."""
@@ -101,8 +119,14 @@ def run_benchmarks(eng: Any, steps: int, prompt_tokens: int, tasks: int, repeats
     return out
 
 
-def generate(eng: Engine, sset: SkillSet, gid: int, task: str, segmented: bool,
-             submitted: Callable[[], int] | None = None) -> dict:
+def generate(
+    eng: Engine,
+    sset: SkillSet,
+    gid: int,
+    task: str,
+    segmented: bool,
+    submitted: Callable[[], int] | None = None,
+) -> dict:
     """One request from admission to EOS (greedy, under the skill grammar), unsegmented or segmented:
     wall and CPU time, tokens, the time of the segmentation work, suspensions and (``submitted``: the
     engine's counter of tokens fed to the model) the tokens submitted."""
@@ -137,15 +161,16 @@ def generate(eng: Engine, sset: SkillSet, gid: int, task: str, segmented: bool,
     return out
 
 
-def interleaved_runs(eng: Engine, task: str, repeats: int, first_gid: int,
-                     submitted: Callable[[], int] | None = None) -> dict[bool, list[dict]]:
+def interleaved_runs(
+    eng: Engine, task: str, repeats: int, first_gid: int, submitted: Callable[[], int] | None = None
+) -> dict[bool, list[dict]]:
     """``repeats`` unsegmented and segmented generations of ``task`` (key: segmented), alternating
     which mode goes first so that a drift of the machine's speed hits both alike."""
     sset = load_skill_set(SKILL_SET)
     runs: dict[bool, list[dict]] = {False: [], True: []}
     gid = first_gid
     for r in range(repeats):
-        for segmented in ((False, True) if r % 2 == 0 else (True, False)):
+        for segmented in (False, True) if r % 2 == 0 else (True, False):
             runs[segmented].append(generate(eng, sset, gid, task, segmented, submitted))
             gid += 1
     return runs

@@ -97,10 +97,19 @@ def explicit(ctx: FigureContext) -> list[Path]:
                 fg.fig_per_task_type([(spec, runs)], out / f"tasktypes_{name}.png", f"{spec}: per task type")
             )
         if len(plan.batches) > 1:
-            series = {p: [(b, bench.runs[(spec, rn.batch_policy(p, b))]) for b in plan.batches]
-                      for p in plan.policies}
-            written.append(fg.fig_sweep(series, out / f"batch_sweep_{name}.png", xlabel="max batch size",
-                                        title=bench.workload(spec).name, class_keys=load_keys(series)))
+            series = {
+                p: [(b, bench.runs[(spec, rn.batch_policy(p, b))]) for b in plan.batches]
+                for p in plan.policies
+            }
+            written.append(
+                fg.fig_sweep(
+                    series,
+                    out / f"batch_sweep_{name}.png",
+                    xlabel="max batch size",
+                    title=bench.workload(spec).name,
+                    class_keys=load_keys(series),
+                )
+            )
     return written
 
 
@@ -120,8 +129,15 @@ def sweeps(ctx: FigureContext) -> list[Path]:
                 pol = rn.batch_policy(p, b)
                 series[pol] = [(float(yaml.safe_load(v)), bench.runs[(spec, pol)]) for v, spec in variants]
             name = f"sweep_{key}_{base_name}" + (f"_b{b}" if b is not None else "")
-            written.append(fg.fig_sweep(series, ctx.out / f"{name}.png", xlabel=key,
-                                        title=f"{base_name}: % of Σβ vs {key}", class_keys=load_keys(series)))
+            written.append(
+                fg.fig_sweep(
+                    series,
+                    ctx.out / f"{name}.png",
+                    xlabel=key,
+                    title=f"{base_name}: % of Σβ vs {key}",
+                    class_keys=load_keys(series),
+                )
+            )
     return written
 
 
@@ -129,9 +145,13 @@ def figure5(ctx: FigureContext) -> list[Path]:
     from timely_llm_ros.bench import figures as fg
 
     pols = ctx.plan.policies
-    return [fg.fig_per_task_type(
-        [("WID1 (LW)", ctx.runs_of("wid1", pols)), ("WID2 (HW)", ctx.runs_of("wid2", pols))],
-        ctx.out / "fig5_task_types.png", "Figure 5: end-to-end performance per task type")]
+    return [
+        fg.fig_per_task_type(
+            [("WID1 (LW)", ctx.runs_of("wid1", pols)), ("WID2 (HW)", ctx.runs_of("wid2", pols))],
+            ctx.out / "fig5_task_types.png",
+            "Figure 5: end-to-end performance per task type",
+        )
+    ]
 
 
 def figure6(ctx: FigureContext) -> list[Path]:
@@ -140,7 +160,9 @@ def figure6(ctx: FigureContext) -> list[Path]:
     plan = ctx.plan
     runs = ctx.runs_of(plan.fig6_workload, plan.pair)
     ids = fig6_pick(runs, plan.fig6_tasks)
-    panels = [(run.policy, run, [next(r for r in run.records if r.task_id == i) for i in ids]) for run in runs]
+    panels = [
+        (run.policy, run, [next(r for r in run.records if r.task_id == i) for i in ids]) for run in runs
+    ]
     title = f"Figure 6: tasks {', '.join(ids)} of {plan.fig6_workload} under {' and '.join(plan.pair)}"
     return [fg.fig_timeline(panels, ctx.out / "fig6_timeline.png", title)]
 
@@ -148,26 +170,44 @@ def figure6(ctx: FigureContext) -> list[Path]:
 def figure7(ctx: FigureContext) -> list[Path]:
     from timely_llm_ros.bench import figures as fg
 
-    series = {p: [(b, ctx.bench.runs[("wid2", rn.batch_policy(p, b))]) for b in rn.FIG7_BATCHES]
-              for p in ctx.plan.pair}
-    return [fg.fig_sweep(series, ctx.out / "fig7_batch_size.png", xlabel="max batch size",
-                         title="Figure 7: WID2 utility vs max batch size", class_keys=FIG7_KEYS)]
+    series = {
+        p: [(b, ctx.bench.runs[("wid2", rn.batch_policy(p, b))]) for b in rn.FIG7_BATCHES]
+        for p in ctx.plan.pair
+    }
+    return [
+        fg.fig_sweep(
+            series,
+            ctx.out / "fig7_batch_size.png",
+            xlabel="max batch size",
+            title="Figure 7: WID2 utility vs max batch size",
+            class_keys=FIG7_KEYS,
+        )
+    ]
 
 
 def figure8(ctx: FigureContext) -> list[Path]:
     from timely_llm_ros.bench import figures as fg
 
-    return [fg.fig_policies(f"Figure 8: {w}", ctx.runs_of(w, ctx.plan.policies), ctx.out / f"fig8_policies_{w}.png",
-                            classes=("urgent", "normal", "all"))
-            for w in ("wid1", "wid2")]
+    return [
+        fg.fig_policies(
+            f"Figure 8: {w}",
+            ctx.runs_of(w, ctx.plan.policies),
+            ctx.out / f"fig8_policies_{w}.png",
+            classes=("urgent", "normal", "all"),
+        )
+        for w in ("wid1", "wid2")
+    ]
 
 
 def figure9(ctx: FigureContext) -> list[Path]:
     from timely_llm_ros.bench import figures as fg
 
     runs = ctx.runs_of("wid3", ctx.plan.policies)
-    return [fg.fig_per_task_type([("WID3 robot arm", runs)], ctx.out / "fig9_arm.png",
-                                 "Figure 9: robot-arm workload per task type")]
+    return [
+        fg.fig_per_task_type(
+            [("WID3 robot arm", runs)], ctx.out / "fig9_arm.png", "Figure 9: robot-arm workload per task type"
+        )
+    ]
 
 
 def scenario_loads(ctx: FigureContext) -> list[Path]:
@@ -177,17 +217,37 @@ def scenario_loads(ctx: FigureContext) -> list[Path]:
 
     runs = ctx.bench.runs
     axes = (
-        ("rate", [(r, sc.rate_spec(r), None) for r in sc.RATES], "events per second (WID2, one agent per task)"),
-        ("agents", [(sc.WID2_AGENTS * f, sc.agents_spec(f), None) for f in sc.AGENT_FACTORS],
-         "agents (WID2; robots per event scaled alike)"),
-        ("batch", [(c, sc.batch_spec(), c) for c in sc.BATCH_CAPS], "max batch size (WID2, one agent per task)"),
+        (
+            "rate",
+            [(r, sc.rate_spec(r), None) for r in sc.RATES],
+            "events per second (WID2, one agent per task)",
+        ),
+        (
+            "agents",
+            [(sc.WID2_AGENTS * f, sc.agents_spec(f), None) for f in sc.AGENT_FACTORS],
+            "agents (WID2; robots per event scaled alike)",
+        ),
+        (
+            "batch",
+            [(c, sc.batch_spec(), c) for c in sc.BATCH_CAPS],
+            "max batch size (WID2, one agent per task)",
+        ),
     )
     written: list[Path] = []
     for name, points, label in axes:
-        series = {p: [(x, runs[(s, sc.policy_for(p, c))]) for x, s, c in points if (s, sc.policy_for(p, c)) in runs]
-                  for p in ctx.plan.policies}
-        written.append(fg.fig_sweep(series, ctx.out / f"load_{name}.png", xlabel=label,
-                                    title=f"% of Σβ vs load ({name})", class_keys=load_keys(series)))
+        series = {
+            p: [(x, runs[(s, sc.policy_for(p, c))]) for x, s, c in points if (s, sc.policy_for(p, c)) in runs]
+            for p in ctx.plan.policies
+        }
+        written.append(
+            fg.fig_sweep(
+                series,
+                ctx.out / f"load_{name}.png",
+                xlabel=label,
+                title=f"% of Σβ vs load ({name})",
+                class_keys=load_keys(series),
+            )
+        )
     return written
 
 

@@ -137,7 +137,7 @@ def fig_sweep(
     rows = -(-len(class_keys) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 3.8 * rows), squeeze=False)
     flat = [ax for row in axes for ax in row]
-    for ax in flat[len(class_keys):]:
+    for ax in flat[len(class_keys) :]:
         ax.set_visible(False)
     for ax, (cls, key) in zip(flat, class_keys):
         for i, (policy, points) in enumerate(series.items()):

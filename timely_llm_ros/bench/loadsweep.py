@@ -27,12 +27,18 @@ from timely_llm_ros.bench.runner import clean
 POLICIES = ("timely", "timely-paper", "edf-seg", "fcfs-seg", "vllm-stream", "vllm")
 CLASSES = ("urgent", "normal")
 MARKERS = ("o", "s", "^", "v", "D", "x", "P", "*")
-METRICS = ("pct_beta_clamped", "pct_beta", "utility_mean", "utility_mean_clamped", "response_p99",
-           "response_max", "waiting_mean")
+METRICS = (
+    "pct_beta_clamped",
+    "pct_beta",
+    "utility_mean",
+    "utility_mean_clamped",
+    "response_p99",
+    "response_max",
+    "waiting_mean",
+)
 
 
-def sweep(rates: list[float], policies: list[str], caps: list[int | None],
-          log=None) -> list[dict[str, Any]]:
+def sweep(rates: list[float], policies: list[str], caps: list[int | None], log=None) -> list[dict[str, Any]]:
     """One row per (cap, rate, policy): the run's per-class metric dicts."""
     rows = []
     for cap in caps:
@@ -42,12 +48,20 @@ def sweep(rates: list[float], policies: list[str], caps: list[int | None],
                 t0 = time.perf_counter()
                 classes = sc.run(scen, pol)
                 if log is not None:
-                    log(f"{scen.name:<40} {sc.with_suffix(pol, scen.suffix):<22} "
-                        f"{time.perf_counter() - t0:6.1f} s")
-                rows.append({"rate": rate, "cap": cap, "policy": pol, "scenario": scen.name,
-                             "classes": clean(classes)})
+                    log(
+                        f"{scen.name:<40} {sc.with_suffix(pol, scen.suffix):<22} "
+                        f"{time.perf_counter() - t0:6.1f} s"
+                    )
+                rows.append(
+                    {
+                        "rate": rate,
+                        "cap": cap,
+                        "policy": pol,
+                        "scenario": scen.name,
+                        "classes": clean(classes),
+                    }
+                )
     return rows
-
 
 
 def plot(rows: list[dict[str, Any]], path: Path, metric: str = "pct_beta") -> Path:
@@ -59,24 +73,37 @@ def plot(rows: list[dict[str, Any]], path: Path, metric: str = "pct_beta") -> Pa
 
     caps = list(dict.fromkeys(r["cap"] for r in rows))
     policies = list(dict.fromkeys(r["policy"] for r in rows))
-    fig, axes = plt.subplots(len(caps), len(CLASSES), figsize=(5.2 * len(CLASSES), 3.6 * len(caps)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(caps), len(CLASSES), figsize=(5.2 * len(CLASSES), 3.6 * len(caps)), squeeze=False
+    )
     for i, cap in enumerate(caps):
         for j, cls in enumerate(CLASSES):
             ax = axes[i][j]
             for k, pol in enumerate(policies):
-                pts = [(r["rate"], (r["classes"].get(cls) or {}).get(metric)) for r in rows
-                       if r["cap"] == cap and r["policy"] == pol]
+                pts = [
+                    (r["rate"], (r["classes"].get(cls) or {}).get(metric))
+                    for r in rows
+                    if r["cap"] == cap and r["policy"] == pol
+                ]
                 pts = [(x, y) for x, y in pts if y is not None]
                 if pts:  # distinct markers: fcfs-seg and vllm-stream coincide (free resumption)
                     style = "-" if pol.startswith("timely") else "--"
-                    ax.plot(*zip(*pts), style, marker=MARKERS[k % len(MARKERS)], label=pol,
-                            linewidth=2 if pol == "timely" else 1, markersize=7 - (k % 3))
+                    ax.plot(
+                        *zip(*pts),
+                        style,
+                        marker=MARKERS[k % len(MARKERS)],
+                        label=pol,
+                        linewidth=2 if pol == "timely" else 1,
+                        markersize=7 - (k % 3),
+                    )
             cap_txt = f"max batch {cap}" if cap else "max batch 8 (default)"
             ax.set_title(f"{cls} tasks, WID 2, {cap_txt}", fontsize=10)
             ax.set_xlabel("event rate (events/s)")
-            ax.set_ylabel({"pct_beta": "% of Σβ (Eq. 1, unclamped)",
-                           "pct_beta_clamped": "% of Σβ (clamped at 0)"}.get(metric, f"[{metric}]"))
+            ax.set_ylabel(
+                {"pct_beta": "% of Σβ (Eq. 1, unclamped)", "pct_beta_clamped": "% of Σβ (clamped at 0)"}.get(
+                    metric, f"[{metric}]"
+                )
+            )
             ax.grid(alpha=0.3)
             if metric.startswith("pct_beta"):
                 ax.set_ylim(top=102)
@@ -103,8 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="results", help="output directory (loadsweep.json, loadsweep.png)")
     ap.add_argument("--rates", type=_floats, default=list(sc.RATES), help="comma-separated events/s")
     ap.add_argument("--policies", default=",".join(POLICIES), help="comma-separated policy names")
-    ap.add_argument("--cap", type=int, action="append", default=None,
-                    help="also sweep with this fixed max batch (repeatable)")
+    ap.add_argument(
+        "--cap",
+        type=int,
+        action="append",
+        default=None,
+        help="also sweep with this fixed max batch (repeatable)",
+    )
     ap.add_argument("--metric", default="pct_beta", choices=METRICS, help="plotted metric")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
@@ -123,9 +155,19 @@ def main(argv: list[str] | None = None) -> int:
     rows = sweep(args.rates, policies, caps, log)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "loadsweep.json").write_text(json.dumps(
-        {"axis": "WID 2 event rate (events/s)", "rates": args.rates, "caps": caps, "policies": policies,
-         "metric": args.metric, "rows": rows}, indent=1))
+    (out / "loadsweep.json").write_text(
+        json.dumps(
+            {
+                "axis": "WID 2 event rate (events/s)",
+                "rates": args.rates,
+                "caps": caps,
+                "policies": policies,
+                "metric": args.metric,
+                "rows": rows,
+            },
+            indent=1,
+        )
+    )
     png = plot(rows, out / "loadsweep.png", args.metric)
     print(_text(rows, args.metric))
     print(f"wrote {out / 'loadsweep.json'} and {png}")

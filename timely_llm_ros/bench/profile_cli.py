@@ -46,8 +46,13 @@ from timely_llm_ros.engines.base import Engine, script_kwargs
 PROFILE_PARAMS: dict[str, dict[str, object]] = {
     "llamacpp": {"chat_template": "none", "grammar": None, "ignore_eos": True},
     # vLLM: a short context and no compilation suit the CPU build (on a GPU: --param enforce_eager=false)
-    "vllm": {"chat_template": "none", "grammar": None, "ignore_eos": True, "max_model_len": 2048,
-             "enforce_eager": True},
+    "vllm": {
+        "chat_template": "none",
+        "grammar": None,
+        "ignore_eos": True,
+        "max_model_len": 2048,
+        "enforce_eager": True,
+    },
     "sim": {},
 }
 PRIVATE = 8  # private prompt tokens per generation in the decode sweep
@@ -129,8 +134,14 @@ def measure(engine: Engine, plan: SweepPlan, progress: Callable[[str], None] | N
         for b in plan.batches:
             gens = [next(gid) for _ in range(b)]
             for g in gens:
-                engine.admit(g, prefix + ids.take(PRIVATE), max_tokens=plan.decode_steps + 1,
-                             prefix_key=key, prefix_len=shared, **script)
+                engine.admit(
+                    g,
+                    prefix + ids.take(PRIVATE),
+                    max_tokens=plan.decode_steps + 1,
+                    prefix_key=key,
+                    prefix_len=shared,
+                    **script,
+                )
             engine.step()  # admission: prefill of the private parts (and the prefix once)
             generated = 1
             for _ in range(plan.decode_steps):
@@ -141,7 +152,7 @@ def measure(engine: Engine, plan: SweepPlan, progress: Callable[[str], None] | N
                 generated += 1
             for g in gens:
                 engine.release(g)
-            recent = [m[2] for m in meas.decode[-plan.decode_steps:]]
+            recent = [m[2] for m in meas.decode[-plan.decode_steps :]]
             say(f"decode K={k} B={b}: {statistics.median(recent) * 1000:.1f} ms/step")
     if hasattr(engine, "spill"):
         for n in plan.swap_sizes:
@@ -158,8 +169,10 @@ def measure(engine: Engine, plan: SweepPlan, progress: Callable[[str], None] | N
             engine.step()
             meas.swap_in.append((n, nbytes, engine.last_step.restore_s))  # type: ignore[attr-defined]
             engine.release(g)
-            say(f"swap N={n}: {nbytes} B out {meas.swap_out[-1][2] * 1000:.2f} ms, "
-                f"in {meas.swap_in[-1][2] * 1000:.2f} ms")
+            say(
+                f"swap N={n}: {nbytes} B out {meas.swap_out[-1][2] * 1000:.2f} ms, "
+                f"in {meas.swap_in[-1][2] * 1000:.2f} ms"
+            )
     return meas
 
 
@@ -193,8 +206,11 @@ def _quality(pred: np.ndarray, t: np.ndarray) -> dict[str, float]:
     ss_res = float(np.sum((pred - t) ** 2))
     ss_tot = float(np.sum((t - t.mean()) ** 2)) or 1e-30
     rel = np.abs(pred - t) / np.maximum(t, 1e-12)
-    return {"r2": 1 - ss_res / ss_tot, "median_rel_err": float(np.median(rel)),
-            "max_rel_err": float(rel.max())}
+    return {
+        "r2": 1 - ss_res / ss_tot,
+        "median_rel_err": float(np.median(rel)),
+        "max_rel_err": float(rel.max()),
+    }
 
 
 def _medians(samples: list[tuple], key: Callable[[tuple], tuple], t_index: int) -> list[tuple]:
@@ -209,8 +225,9 @@ def _medians(samples: list[tuple], key: Callable[[tuple], tuple], t_index: int) 
     out = []
     for g in groups.values():
         cols = list(zip(*g, strict=True))
-        out.append(tuple(statistics.median(c) if i == t_index else float(np.mean(c))
-                         for i, c in enumerate(cols)))
+        out.append(
+            tuple(statistics.median(c) if i == t_index else float(np.mean(c)) for i, c in enumerate(cols))
+        )
     return out
 
 
@@ -218,8 +235,9 @@ def fit(meas: Measurements, robust: bool = True) -> dict:
     """Coefficients (non-negative) and fit diagnostics from the measurements (per-configuration
     medians when ``robust``; the decode sweep's configuration is (prefix length, batch))."""
     if len(meas.prefill) < 3 or len(meas.decode) < 3:
-        raise ProfileError(f"too few measurements to fit ({len(meas.prefill)} prefill, "
-                           f"{len(meas.decode)} decode)")
+        raise ProfileError(
+            f"too few measurements to fit ({len(meas.prefill)} prefill, {len(meas.decode)} decode)"
+        )
     pre, dec = meas.prefill, meas.decode
     if robust:  # decode samples may carry their configuration's prefix length K as a 4th value
         pre = _medians(pre, key=lambda s: (s[0],), t_index=1)
@@ -241,11 +259,19 @@ def fit(meas: Measurements, robust: bool = True) -> dict:
         (q, p), zd0 = _nonneg([np.ones_like(kv), kv], td, tuple(float(x) for x in coef))
         r, zd = 0.0, zd0 + [2]
     names_p, names_d = ("prefill_a", "prefill_b", "prefill_c"), ("decode_q", "decode_p", "decode_r")
-    out = {"prefill_a": a, "prefill_b": b, "prefill_c": c, "decode_q": q, "decode_p": p, "decode_r": r,
-           "clamped": [names_p[i] for i in zp] + [names_d[i] for i in zd],
-           "prefill_fit": _quality(a * n * n + b * n + c, tp),
-           "decode_fit": _quality(q + p * kv + r * bb, td),
-           "n_prefill": len(tp), "n_decode": len(td)}
+    out = {
+        "prefill_a": a,
+        "prefill_b": b,
+        "prefill_c": c,
+        "decode_q": q,
+        "decode_p": p,
+        "decode_r": r,
+        "clamped": [names_p[i] for i in zp] + [names_d[i] for i in zd],
+        "prefill_fit": _quality(a * n * n + b * n + c, tp),
+        "decode_fit": _quality(q + p * kv + r * bb, td),
+        "n_prefill": len(tp),
+        "n_decode": len(td),
+    }
     if meas.swap_out and meas.swap_in:
         out["bytes_per_token_state"] = statistics.median(by / t for t, by, _ in meas.swap_out)
         out["swap_out_s_per_token"] = statistics.median(s / t for t, _, s in meas.swap_out)
@@ -263,21 +289,30 @@ def machine_description() -> str:
                 break
     except OSError:
         pass
-    return (f"{cpu}, {os.cpu_count()} logical CPUs, host {platform.node()}, "
-            f"{platform.system()} {platform.release()}")
+    return (
+        f"{cpu}, {os.cpu_count()} logical CPUs, host {platform.node()}, "
+        f"{platform.system()} {platform.release()}"
+    )
 
 
 def build_profile(engine: Engine, coef: dict, name: str, device: str) -> EngineProfile:
     extra = engine.info.extra
     kvb = int(extra.get("kv_bytes_per_token") or EngineProfile.kv_bytes_per_token)
-    fields: dict = {k: max(0.0, float(coef[k])) for k in
-                    ("prefill_a", "prefill_b", "prefill_c", "decode_q", "decode_p", "decode_r")}
+    fields: dict = {
+        k: max(0.0, float(coef[k]))
+        for k in ("prefill_a", "prefill_b", "prefill_c", "decode_q", "decode_p", "decode_r")
+    }
     model = Path(str(extra["model"])).name if extra.get("model") else engine.info.name
     if extra.get("model_desc"):
         model += f" (llama.cpp: {extra['model_desc']})"
-    fields.update(name=name, model=model,
-                  device=device, kv_bytes_per_token=kvb, kv_capacity_tokens=int(engine.memory().capacity),
-                  context_limit=int(engine.info.context_limit))
+    fields.update(
+        name=name,
+        model=model,
+        device=device,
+        kv_bytes_per_token=kvb,
+        kv_capacity_tokens=int(engine.memory().capacity),
+        context_limit=int(engine.info.context_limit),
+    )
     host_cap = getattr(engine, "host_kv_budget", None)
     fields["host_kv_capacity_tokens"] = int(host_cap) if host_cap else HOST_BUDGET_BYTES // kvb
     if coef.get("swap_out_s_per_token", 0) > 0 and coef.get("swap_in_s_per_token", 0) > 0:
@@ -285,9 +320,11 @@ def build_profile(engine: Engine, coef: dict, name: str, device: str) -> EngineP
         fields["host_to_device_bytes_per_s"] = kvb / coef["swap_in_s_per_token"]
     if fields["decode_q"] + fields["decode_r"] <= 0:  # a profile's decode step must take time
         fields["decode_q"] = 1e-6
-    fields["description"] = (f"Fitted by `timely-llm profile` on {time.strftime('%Y-%m-%d')} "
-                             f"({coef['n_prefill']} prefill and {coef['n_decode']} decode samples); "
-                             "see the header.")
+    fields["description"] = (
+        f"Fitted by `timely-llm profile` on {time.strftime('%Y-%m-%d')} "
+        f"({coef['n_prefill']} prefill and {coef['n_decode']} decode samples); "
+        "see the header."
+    )
     return EngineProfile(**fields)
 
 
@@ -307,13 +344,17 @@ def header(args_line: str, engine: Engine, coef: dict, machine: str, load: tuple
         f"{df['median_rel_err'] * 100:.1f}%, max {df['max_rel_err'] * 100:.1f}%.",
     ]
     if "swap_out_s_per_token" in coef:
-        lines.append(f"Swap: host<->device bandwidths from saving/restoring suspended contexts "
-                     f"(llama_state_seq_get/set_data): {coef['swap_out_s_per_token'] * 1e6:.2f} / "
-                     f"{coef['swap_in_s_per_token'] * 1e6:.2f} µs per token out/in.")
+        lines.append(
+            f"Swap: host<->device bandwidths from saving/restoring suspended contexts "
+            f"(llama_state_seq_get/set_data): {coef['swap_out_s_per_token'] * 1e6:.2f} / "
+            f"{coef['swap_in_s_per_token'] * 1e6:.2f} µs per token out/in."
+        )
     else:
         lines.append("Swap bandwidths: not measured by this engine (profile defaults).")
-    lines.append("kv_capacity_tokens = the profiled engine's KV budget; host_kv_capacity_tokens = the "
-                 f"engine's host budget or ASSUMED {HOST_BUDGET_BYTES // 1024**3} GiB of host memory.")
+    lines.append(
+        "kv_capacity_tokens = the profiled engine's KV budget; host_kv_capacity_tokens = the "
+        f"engine's host budget or ASSUMED {HOST_BUDGET_BYTES // 1024**3} GiB of host memory."
+    )
     lines.append("Timing noise: shared machines give noisy samples; re-run on the target machine.")
     return "".join(f"# {ln}\n" for ln in lines)
 
@@ -343,14 +384,24 @@ def _param(text: str) -> tuple[str, object]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--engine", required=True, choices=("llamacpp", "vllm", "sim"),
-                        help="engine to profile")
-    parser.add_argument("--model", help="llamacpp: GGUF path (default: the embedded SmolLM2); "
-                        "vllm: model directory (default: $TIMELY_VLLM_MODEL or the one make vllm built)")
+    parser.add_argument(
+        "--engine", required=True, choices=("llamacpp", "vllm", "sim"), help="engine to profile"
+    )
+    parser.add_argument(
+        "--model",
+        help="llamacpp: GGUF path (default: the embedded SmolLM2); "
+        "vllm: model directory (default: $TIMELY_VLLM_MODEL or the one make vllm built)",
+    )
     parser.add_argument("--threads", type=int, help="llamacpp: CPU threads (default: half the CPUs)")
     parser.add_argument("--n-ctx", type=int, default=4096, help="llamacpp: KV cells of the context (4096)")
-    parser.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE",
-                        help="extra engine constructor parameter (YAML value), repeatable")
+    parser.add_argument(
+        "--param",
+        type=_param,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra engine constructor parameter (YAML value), repeatable",
+    )
     parser.add_argument("--name", help="profile name (default: derived from engine and model)")
     parser.add_argument("--device", help="device description for the profile (default: this machine)")
     parser.add_argument("--out", type=Path, help="profile YAML to write (default: ./<name>.yaml)")
@@ -382,8 +433,13 @@ def run(args: argparse.Namespace) -> int:
     from timely_llm_ros.engines.registry import create_engine
 
     plan = SweepPlan.quick() if args.quick else SweepPlan()
-    for attr, name in (("prefill_sizes", "prefill_sizes"), ("repeats", "prefill_repeats"),
-                       ("batches", "batches"), ("kv_sizes", "kv_sizes"), ("decode_steps", "decode_steps")):
+    for attr, name in (
+        ("prefill_sizes", "prefill_sizes"),
+        ("repeats", "prefill_repeats"),
+        ("batches", "batches"),
+        ("kv_sizes", "kv_sizes"),
+        ("decode_steps", "decode_steps"),
+    ):
         if getattr(args, attr):
             setattr(plan, name, getattr(args, attr))
     load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
@@ -402,15 +458,18 @@ def run(args: argparse.Namespace) -> int:
         cmd = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
         write_profile(out, prof, header(cmd, engine, coef, machine, (load0, load1)))
         if args.raw:
-            args.raw.write_text(json.dumps({"plan": asdict(plan), "measurements": asdict(meas), "fit": coef},
-                                           indent=1))
+            args.raw.write_text(
+                json.dumps({"plan": asdict(plan), "measurements": asdict(meas), "fit": coef}, indent=1)
+            )
     finally:
         close = getattr(engine, "close", None)
         if callable(close):
             close()
-    print(f"wrote {out}: prefill a={prof.prefill_a:.3e} b={prof.prefill_b:.3e} c={prof.prefill_c:.3e}; "
-          f"decode q={prof.decode_q:.3e} p={prof.decode_p:.3e} r={prof.decode_r:.3e}; "
-          f"R² prefill {coef['prefill_fit']['r2']:.3f}, decode {coef['decode_fit']['r2']:.3f}")
+    print(
+        f"wrote {out}: prefill a={prof.prefill_a:.3e} b={prof.prefill_b:.3e} c={prof.prefill_c:.3e}; "
+        f"decode q={prof.decode_q:.3e} p={prof.decode_p:.3e} r={prof.decode_r:.3e}; "
+        f"R² prefill {coef['prefill_fit']['r2']:.3f}, decode {coef['decode_fit']['r2']:.3f}"
+    )
     return 0
 
 

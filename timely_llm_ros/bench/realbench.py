@@ -45,9 +45,9 @@ from timely_llm_ros.core.planner import PlannerCore
 from timely_llm_ros.core.profile import EngineProfile, load_profile
 from timely_llm_ros.core.robot_sim import RobotSim
 from timely_llm_ros.core.task import TaskRejected, TaskSpec, task_class
-from timely_llm_ros.engines.sim_tokenizer import SimTokenizer
 from timely_llm_ros.engines.base import Engine
 from timely_llm_ros.engines.sim import SimEngine
+from timely_llm_ros.engines.sim_tokenizer import SimTokenizer
 
 GPU_URGENT_FIRST_SEGMENT = 0.12  # s, Llama-3-8B/RTX 4090 profile (demo.py docstring)
 #: Engine options of the runs (the planner node's defaults for llama.cpp; a short context for vLLM).
@@ -57,8 +57,11 @@ ENGINE_OPTIONS: dict[str, dict[str, Any]] = {
     "sim": {},
 }
 #: Profiles shipped in config/profiles for the engines' default models.
-DEFAULT_PROFILES = {"llamacpp": "smollm2-135m-q4_1-cpu", "vllm": "smollm2-135m-vllm-cpu",
-                    "sim": "llama3-8b-fp16-rtx4090"}
+DEFAULT_PROFILES = {
+    "llamacpp": "smollm2-135m-q4_1-cpu",
+    "vllm": "smollm2-135m-vllm-cpu",
+    "sim": "llama3-8b-fp16-rtx4090",
+}
 
 
 class ModelPieces(SimTokenizer):
@@ -93,8 +96,17 @@ class Run:
     wall: float
 
 
-def drive(engine: Engine, tasks: list[TaskSpec], policy: str, *, realtime: bool, seed: int = 0,
-          exec_mode: str = "sampled", network_latency: float = 0.008, options: Any = None) -> Run:
+def drive(
+    engine: Engine,
+    tasks: list[TaskSpec],
+    policy: str,
+    *,
+    realtime: bool,
+    seed: int = 0,
+    exec_mode: str = "sampled",
+    network_latency: float = 0.008,
+    options: Any = None,
+) -> Run:
     """Run ``tasks`` (arrivals relative to the start) through the planner on ``engine`` with
     simulated robots; wall time on a real engine (``realtime``), the engine's virtual clock else."""
     heap: list[tuple[float, int, int, Any]] = []
@@ -108,8 +120,14 @@ def drive(engine: Engine, tasks: list[TaskSpec], policy: str, *, realtime: bool,
 
     exec_model = load_exec_time_model()
     robot = RobotSim(exec_model, schedule, exec_mode=exec_mode, network_latency=network_latency, seed=seed)
-    planner = PlannerCore(engine, policy, dispatch=robot.dispatch, exec_model=exec_model,
-                          network_latency=network_latency, options=options)  # options: PlannerOptions
+    planner = PlannerCore(
+        engine,
+        policy,
+        dispatch=robot.dispatch,
+        exec_model=exec_model,
+        network_latency=network_latency,
+        options=options,
+    )  # options: PlannerOptions
     for spec in tasks:
         n += 1
         heap.append((t0 + spec.arrival, n, 0, dataclasses.replace(spec, arrival=t0 + spec.arrival)))
@@ -175,16 +193,21 @@ def fit_now(engine: Engine, out: Path) -> EngineProfile:
     coef = pc.fit(meas)
     prof = pc.build_profile(engine, coef, f"{Path(engine.info.name).name}-now", pc.machine_description())
     load = os.getloadavg()[0]
-    pc.write_profile(out, prof, pc.header("realbench --profile fit", engine, coef, pc.machine_description(),
-                                          (load, load)))
+    pc.write_profile(
+        out, prof, pc.header("realbench --profile fit", engine, coef, pc.machine_description(), (load, load))
+    )
     return prof
 
 
-def predictor(engine: Engine, profile: str | EngineProfile, probe: TaskSpec, skill_sets: list[str]) -> SimEngine:
+def predictor(
+    engine: Engine, profile: str | EngineProfile, probe: TaskSpec, skill_sets: list[str]
+) -> SimEngine:
     """The simulated engine that predicts the real runs, prepared like the real one: the same probe
     and warm-up before the first run (a warm prefix cache and speed meter, as on the real engine)."""
-    sim = SimEngine(profile if isinstance(profile, EngineProfile) else load_profile(profile),
-                    tokenizer=ModelPieces(engine))
+    sim = SimEngine(
+        profile if isinstance(profile, EngineProfile) else load_profile(profile),
+        tokenizer=ModelPieces(engine),
+    )
     first_segment_time(sim, probe)
     PlannerCore(sim, "timely").warm_up(skill_sets)
     return sim
@@ -232,13 +255,27 @@ def compare(real: Run, pred: Run) -> dict[str, Any]:
         err = abs(pr - rr) / rr if rr > 0 and math.isfinite(pr) else math.nan
         if math.isfinite(err):
             errs.append(err)
-        per_task.append({"task": r.task_id, "class": r.task_class, "state": r.state, "real_s": rr,
-                         "sim_s": pr, "rel_err": err, "plan": real.plans.get(r.task_id, "")})
-    return {"policy": real.policy, "real": {k: v.as_dict() for k, v in summarize(real.records).items()},
-            "sim": {k: v.as_dict() for k, v in summarize(pred.records).items()},
-            "per_task": per_task, "mean_abs_rel_err": statistics.fmean(errs) if errs else math.nan,
-            "completed": sum(r.state == ev.COMPLETED for r in real.records), "tasks": len(real.records),
-            "wall_s": real.wall}
+        per_task.append(
+            {
+                "task": r.task_id,
+                "class": r.task_class,
+                "state": r.state,
+                "real_s": rr,
+                "sim_s": pr,
+                "rel_err": err,
+                "plan": real.plans.get(r.task_id, ""),
+            }
+        )
+    return {
+        "policy": real.policy,
+        "real": {k: v.as_dict() for k, v in summarize(real.records).items()},
+        "sim": {k: v.as_dict() for k, v in summarize(pred.records).items()},
+        "per_task": per_task,
+        "mean_abs_rel_err": statistics.fmean(errs) if errs else math.nan,
+        "completed": sum(r.state == ev.COMPLETED for r in real.records),
+        "tasks": len(real.records),
+        "wall_s": real.wall,
+    }
 
 
 def ratios(results: list[dict[str, Any]], key: str, cls: str = "all") -> list[dict[str, float]]:
@@ -256,22 +293,33 @@ def ratios(results: list[dict[str, Any]], key: str, cls: str = "all") -> list[di
 
 
 def table(results: list[dict[str, Any]], engine: str) -> str:
-    lines = [f"real engine {engine} vs simulator (profile-predicted), per policy and class",
-             f"{'policy':10s} {'class':7s} {'n':>3s} {'%Σβ real':>9s} {'%Σβ sim':>8s} {'resp real':>10s} "
-             f"{'resp sim':>9s} {'on-time real':>12s} {'|err| mean':>10s}"]
+    lines = [
+        f"real engine {engine} vs simulator (profile-predicted), per policy and class",
+        f"{'policy':10s} {'class':7s} {'n':>3s} {'%Σβ real':>9s} {'%Σβ sim':>8s} {'resp real':>10s} "
+        f"{'resp sim':>9s} {'on-time real':>12s} {'|err| mean':>10s}",
+    ]
     for res in results:
         for cls in [c for c in res["real"] if c != "all"] + ["all"]:
             r, s = res["real"][cls], res["sim"].get(cls, {})
-            errs = [t["rel_err"] for t in res["per_task"] if (cls == "all" or t["class"] == cls)
-                    and math.isfinite(t["rel_err"])]
-            lines.append(f"{res['policy']:10s} {cls:7s} {r['n']:3d} {r['pct_beta']:9.1f} "
-                         f"{s.get('pct_beta', math.nan):8.1f} {r['response_mean']:10.2f} "
-                         f"{s.get('response_mean', math.nan):9.2f} {r['on_time_pct']:12.0f} "
-                         f"{100 * statistics.fmean(errs) if errs else math.nan:9.1f}%")
+            errs = [
+                t["rel_err"]
+                for t in res["per_task"]
+                if (cls == "all" or t["class"] == cls) and math.isfinite(t["rel_err"])
+            ]
+            lines.append(
+                f"{res['policy']:10s} {cls:7s} {r['n']:3d} {r['pct_beta']:9.1f} "
+                f"{s.get('pct_beta', math.nan):8.1f} {r['response_mean']:10.2f} "
+                f"{s.get('response_mean', math.nan):9.2f} {r['on_time_pct']:12.0f} "
+                f"{100 * statistics.fmean(errs) if errs else math.nan:9.1f}%"
+            )
     for key in ("response_mean", "pct_beta"):
-        lines.append(f"ratio to {results[0]['policy']} of {key} (all tasks): " + "; ".join(
-            f"{r['policy']} real {r['real']:.2f} sim {r['sim']:.2f} (diff {r['diff_pct']:.0f}%)"
-            for r in ratios(results, key)))
+        lines.append(
+            f"ratio to {results[0]['policy']} of {key} (all tasks): "
+            + "; ".join(
+                f"{r['policy']} real {r['real']:.2f} sim {r['sim']:.2f} (diff {r['diff_pct']:.0f}%)"
+                for r in ratios(results, key)
+            )
+        )
     return "\n".join(lines)
 
 
@@ -290,7 +338,9 @@ def figure(results: list[dict[str, Any]], engine: str, path: Path) -> Path:
             for k, side in enumerate(("real", "sim")):
                 xs = [i + (2 * j + k) * width - 0.4 + width / 2 for i in range(len(pols))]
                 ys = [r[side].get(cls, {}).get(key, math.nan) for r in results]
-                ax.bar(xs, ys, width, label=f"{cls} {side}", color=f"C{j}", alpha=1.0 if side == "real" else 0.45)
+                ax.bar(
+                    xs, ys, width, label=f"{cls} {side}", color=f"C{j}", alpha=1.0 if side == "real" else 0.45
+                )
         ax.set_xticks(range(len(pols)), pols)
         ax.set_ylabel(label)
     axes[0].legend(fontsize=7)
@@ -319,18 +369,36 @@ def _param(text: str) -> tuple[str, Any]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--engine", required=True, choices=sorted(ENGINE_OPTIONS), help="real engine "
-                        "(sim: the simulated engine in virtual time, to check this command itself)")
+    parser.add_argument(
+        "--engine",
+        required=True,
+        choices=sorted(ENGINE_OPTIONS),
+        help="real engine (sim: the simulated engine in virtual time, to check this command itself)",
+    )
     parser.add_argument("--policies", default="timely,edf-seg,vllm", help="comma-separated policies")
     parser.add_argument("--workload", default="demo", help="workload (preset, public sample or file)")
-    parser.add_argument("--tasks", type=int, default=7, help="the first N tasks of the workload (default 7: "
-                        "the demo's first two waves, the paper's Figure 2 situation)")
+    parser.add_argument(
+        "--tasks",
+        type=int,
+        default=7,
+        help="the first N tasks of the workload (default 7: "
+        "the demo's first two waves, the paper's Figure 2 situation)",
+    )
     parser.add_argument("--tuf-scale", default="auto", help="ERT multiplier, or auto (module docstring)")
-    parser.add_argument("--profile", help="profile the simulator predicts with: a name or file (default: "
-                        "the engine's shipped profile), or 'fit' to measure one on the engine right before "
-                        "the runs (a shared machine's load changes the engine's speed)")
-    parser.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE",
-                        help="engine constructor parameter (YAML value), repeatable")
+    parser.add_argument(
+        "--profile",
+        help="profile the simulator predicts with: a name or file (default: "
+        "the engine's shipped profile), or 'fit' to measure one on the engine right before "
+        "the runs (a shared machine's load changes the engine's speed)",
+    )
+    parser.add_argument(
+        "--param",
+        type=_param,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="engine constructor parameter (YAML value), repeatable",
+    )
     parser.add_argument("--seed", type=int, default=0, help="robot execution-time draws")
     parser.add_argument("--out", type=Path, default=Path("results/realbench"), help="output directory")
 
@@ -343,8 +411,11 @@ def run(args: argparse.Namespace) -> int:
     if profile != "fit":
         load_profile(profile)  # fail before the slow part
     params = {**ENGINE_OPTIONS[args.engine], **dict(args.param)}
-    engine = (create_engine(args.engine, **params) if args.engine != "sim"
-              else SimEngine(DEFAULT_PROFILES["sim"] if profile == "fit" else profile))
+    engine = (
+        create_engine(args.engine, **params)
+        if args.engine != "sim"
+        else SimEngine(DEFAULT_PROFILES["sim"] if profile == "fit" else profile)
+    )
     realtime = args.engine != "sim"
     try:
         probe = load_tasks(args.workload, args.tasks, 1.0)
@@ -352,7 +423,9 @@ def run(args: argparse.Namespace) -> int:
         if args.tuf_scale == "auto":
             first = first_segment_time(engine, urgent)
             scale = max(1.0, round(first / GPU_URGENT_FIRST_SEGMENT))
-            print(f"[realbench] urgent first segment alone: {first:.2f} s -> TUF scale x{scale:g}", flush=True)
+            print(
+                f"[realbench] urgent first segment alone: {first:.2f} s -> TUF scale x{scale:g}", flush=True
+            )
         else:
             scale = float(args.tuf_scale)
         tasks = load_tasks(args.workload, args.tasks, scale)
@@ -370,8 +443,11 @@ def run(args: argparse.Namespace) -> int:
             real = drive(engine, tasks, pol, realtime=realtime, seed=args.seed)
             pred = predict(sim, tasks, real, args.seed)
             results.append(compare(real, pred))
-            print(f"[realbench]   done in {real.wall:.0f} s; mean |err| "
-                  f"{100 * results[-1]['mean_abs_rel_err']:.1f}%", flush=True)
+            print(
+                f"[realbench]   done in {real.wall:.0f} s; mean |err| "
+                f"{100 * results[-1]['mean_abs_rel_err']:.1f}%",
+                flush=True,
+            )
     finally:
         close = getattr(engine, "close", None)
         if callable(close):
@@ -379,10 +455,19 @@ def run(args: argparse.Namespace) -> int:
     text = table(results, args.engine)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
-    out = {"engine": args.engine, "engine_options": params, "profile": profile, "tuf_scale": scale,
-           "workload": args.workload, "tasks": len(tasks), "skill_sets": sets, "seed": args.seed,
-           "load_average": os.getloadavg()[0], "results": results,
-           "ratios": {k: ratios(results, k) for k in ("response_mean", "pct_beta")}}
+    out = {
+        "engine": args.engine,
+        "engine_options": params,
+        "profile": profile,
+        "tuf_scale": scale,
+        "workload": args.workload,
+        "tasks": len(tasks),
+        "skill_sets": sets,
+        "seed": args.seed,
+        "load_average": os.getloadavg()[0],
+        "results": results,
+        "ratios": {k: ratios(results, k) for k in ("response_mean", "pct_beta")},
+    }
     (args.out / "realbench.json").write_text(json.dumps(_clean(out), indent=1))
     (args.out / "realbench.txt").write_text(text + "\n")
     figure(results, args.engine, args.out / "realbench.png")

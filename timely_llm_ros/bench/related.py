@@ -45,8 +45,8 @@ from timely_llm_ros.core.kv_policy import KVOptions
 from timely_llm_ros.core.metrics import summarize
 from timely_llm_ros.core.planner_options import PlannerOptions
 from timely_llm_ros.core.profile import load_profile
-from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.core.task import TaskSpec
+from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.workload import resolve_workload
 
 TOLERANCE = 1.0  # points of urgent / normal %Σβ an option on by default may cost on a low workload
@@ -54,7 +54,10 @@ MIN_GAIN = 0.1  # points of 'all' %Σβ an option must add on average (over ever
 TIGHT_KV_TOKENS = 6000  # device KV tokens of the "tight" profile (the default profile has 60,000)
 LOW = ("sample1", "sample2", "arm", "wid1", "wid2", "wid3")
 HIGH = ("wid2:rate=1.0,unique_agents=true", "wid2:bursty=10,compress=0.5,unique_agents=true", "mix")
-SHORT = {"wid2:rate=1.0,unique_agents=true": "overload", "wid2:bursty=10,compress=0.5,unique_agents=true": "bursty"}
+SHORT = {
+    "wid2:rate=1.0,unique_agents=true": "overload",
+    "wid2:bursty=10,compress=0.5,unique_agents=true": "bursty",
+}
 POLICY = "timely"
 W = 16  # table column width
 # The shipped defaults (PlannerOptions / KVOptions) and why they differ from the measured verdict.
@@ -86,16 +89,35 @@ class Variant:
 
 VARIANTS: tuple[Variant, ...] = (
     Variant("base", "-", "base", note="the shipped defaults (PlannerOptions(); every measured option off)"),
-    Variant("urgency=lexical", "urgency", "base", {"urgency": "lexical"}, hidden_tuf=True,
-            note="TUF derived by the rule model"),
-    Variant("urgency=llm", "urgency", "base", {"urgency": "llm"}, hidden_tuf=True,
-            note="TUF from the LLM probe (sim: the probe's cost; its answer is the true class)"),
+    Variant(
+        "urgency=lexical",
+        "urgency",
+        "base",
+        {"urgency": "lexical"},
+        hidden_tuf=True,
+        note="TUF derived by the rule model",
+    ),
+    Variant(
+        "urgency=llm",
+        "urgency",
+        "base",
+        {"urgency": "llm"},
+        hidden_tuf=True,
+        note="TUF from the LLM probe (sim: the probe's cost; its answer is the true class)",
+    ),
     Variant("length_predictor", "length_predictor", "base", {"length_predictor": True}),
-    Variant("length_predictor k=1.5", "length_predictor", "base", {"length_predictor": True, "pessimism": 1.5}),
+    Variant(
+        "length_predictor k=1.5", "length_predictor", "base", {"length_predictor": True, "pessimism": 1.5}
+    ),
     Variant("overrun=kill", "overrun", "base", {"overrun": "kill"}),
     Variant("overrun=skip-next", "overrun", "base", {"overrun": "skip-next"}),
-    Variant("token_budget=fixed-64", "token_budget", "base", {"token_budget": "fixed", "prefill_chunk": 64},
-            chunked=True),
+    Variant(
+        "token_budget=fixed-64",
+        "token_budget",
+        "base",
+        {"token_budget": "fixed", "prefill_chunk": 64},
+        chunked=True,
+    ),
     Variant("token_budget=slack", "token_budget", "base", {"token_budget": "slack"}, chunked=True),
     Variant("kv=evict (tight)", "kv", "kv=evict (tight)", tight=True, note="tight KV budget, current rule"),
     Variant("kv=keep", "kv", "kv=evict (tight)", kv={"policy": "keep"}, tight=True),
@@ -114,8 +136,11 @@ def mixed_tasks() -> list[TaskSpec]:
     agents stay unique): urgent drone tasks meet ~1.3k-token FLTRNN prompts."""
     base = list(resolve_workload("wid2").tasks)
     end = max(t.arrival for t in base)
-    arm = [dataclasses.replace(t, task_id=f"mix-{t.task_id}", agent_id=f"mix-{t.agent_id}")
-           for t in resolve_workload("arm").tasks if t.arrival <= end]
+    arm = [
+        dataclasses.replace(t, task_id=f"mix-{t.task_id}", agent_id=f"mix-{t.agent_id}")
+        for t in resolve_workload("arm").tasks
+        if t.arrival <= end
+    ]
     return sorted(base + arm, key=lambda t: t.arrival)
 
 
@@ -126,9 +151,15 @@ def workload_tasks(spec: str) -> list[TaskSpec]:
 def hide_tuf(tasks: list[TaskSpec]) -> list[TaskSpec]:
     """The tasks as a person would send them: no TUF; judged by the real one (``reference_tuf``),
     grouped by their real class."""
-    return [dataclasses.replace(t, tuf=None, reference_tuf=t.tuf,
-                                task_class=t.task_class or ("urgent" if t.tuf.ert < 1.0 else "normal"))
-            for t in tasks]
+    return [
+        dataclasses.replace(
+            t,
+            tuf=None,
+            reference_tuf=t.tuf,
+            task_class=t.task_class or ("urgent" if t.tuf.ert < 1.0 else "normal"),
+        )
+        for t in tasks
+    ]
 
 
 # ----------------------------------------------------------------------------------- one run
@@ -140,19 +171,26 @@ def run_one(spec: str, name: str) -> dict[str, Any]:
         tasks = hide_tuf(tasks)
     profile = load_profile(SimConfig().profile)
     if v.tight:
-        profile = dataclasses.replace(profile, name=f"{profile.name}-kv{TIGHT_KV_TOKENS}",
-                                      kv_capacity_tokens=TIGHT_KV_TOKENS)
+        profile = dataclasses.replace(
+            profile, name=f"{profile.name}-kv{TIGHT_KV_TOKENS}", kv_capacity_tokens=TIGHT_KV_TOKENS
+        )
     kv = KVOptions(**{"eviction": profile.eviction, **v.kv}) if v.kv else None
-    cfg = SimConfig(policy=POLICY, profile=profile, options=PlannerOptions(**v.options), kv=kv,
-                    chunked_prefill=v.chunked)
+    cfg = SimConfig(
+        policy=POLICY, profile=profile, options=PlannerOptions(**v.options), kv=kv, chunked_prefill=v.chunked
+    )
     t0 = time.perf_counter()
     res = simulate(tasks, cfg)
     wall = time.perf_counter() - t0
     classes = {k: _clean(m.as_dict()) for k, m in summarize(res.records).items()}
     keep = ("busy_time", "prefill_tokens", "reprefill_tokens", "swap_out", "swap_in", "discard", "steps")
     stats = {k: res.stats.get(f"engine_{k}") for k in keep}
-    stats.update({k: val for k, val in res.stats.items()
-                  if k.startswith(("predictor_", "urgency_", "overrun_")) or k in ("expired", "failed")})
+    stats.update(
+        {
+            k: val
+            for k, val in res.stats.items()
+            if k.startswith(("predictor_", "urgency_", "overrun_")) or k in ("expired", "failed")
+        }
+    )
     return {"workload": spec, "variant": name, "classes": classes, "stats": _clean(stats), "wall_s": wall}
 
 
@@ -190,11 +228,13 @@ def decide(name: str, d: dict[str, dict[str, float | None]]) -> tuple[bool, str]
     on a low workload and helps on average (mean Δ of the 'all' class over every workload at least
     :data:`MIN_GAIN`). An urgency classifier cannot beat the TUF it replaces: it qualifies when it
     costs no more than the tolerance anywhere."""
-    worst = min((x for spec in LOW for c, x in d.get(spec, {}).items() if c != "all" and x is not None),
-                default=0.0)
+    worst = min(
+        (x for spec in LOW for c, x in d.get(spec, {}).items() if c != "all" and x is not None), default=0.0
+    )
     if name in BY_NAME and BY_NAME[name].group == "urgency":
-        worst_any = min((x for row in d.values() for c, x in row.items() if c != "all" and x is not None),
-                        default=0.0)
+        worst_any = min(
+            (x for row in d.values() for c, x in row.items() if c != "all" and x is not None), default=0.0
+        )
         if worst_any < -TOLERANCE:
             return False, f"costs {-worst_any:.1f} points against the given TUF"
         return True, f"as good as the given TUF (worst {worst_any:+.2f})"
@@ -218,11 +258,12 @@ def ablation_table(runs: dict[tuple[str, str], dict[str, Any]], specs: list[str]
     engine busy time and re-prefilled tokens of the overload case, urgent response p99 of ``mix``."""
     d = deltas(runs)
     heads = [SHORT.get(s, s) for s in specs]
-    lines = ["# Δ %Σβ (Eq. 1, unclamped) vs the option's off state, per workload: urgent/normal "
-             "(arm: the arm class); busy = engine busy s, repre = re-prefilled tokens (overload); "
-             "mix p99 = urgent response p99 s with FLTRNN prompts mixed in",
-             "variant".ljust(26) + "".join(h.rjust(W) for h in heads)
-             + "   busy  repre  mix p99  default"]
+    lines = [
+        "# Δ %Σβ (Eq. 1, unclamped) vs the option's off state, per workload: urgent/normal "
+        "(arm: the arm class); busy = engine busy s, repre = re-prefilled tokens (overload); "
+        "mix p99 = urgent response p99 s with FLTRNN prompts mixed in",
+        "variant".ljust(26) + "".join(h.rjust(W) for h in heads) + "   busy  repre  mix p99  default",
+    ]
     for v in VARIANTS:
         cells = []
         for s in specs:
@@ -241,9 +282,12 @@ def ablation_table(runs: dict[tuple[str, str], dict[str, Any]], specs: list[str]
         mix = runs.get(("mix", v.name))
         p99 = pct(mix, "urgent", "response_p99") if mix else None
         verdict = "" if v.name == v.off else ("on" if decide(v.name, d.get(v.name, {}))[0] else "off")
-        lines.append(v.name.ljust(26) + "".join(c.rjust(W) for c in cells)
-                     + f"  {ov.get('busy_time') or 0:5.0f}  {ov.get('reprefill_tokens') or 0:5d}"
-                     + f"  {_fmt(p99, plus=False):>7}  {verdict:>7}")
+        lines.append(
+            v.name.ljust(26)
+            + "".join(c.rjust(W) for c in cells)
+            + f"  {ov.get('busy_time') or 0:5.0f}  {ov.get('reprefill_tokens') or 0:5d}"
+            + f"  {_fmt(p99, plus=False):>7}  {verdict:>7}"
+        )
     lines.append("# off-state rows (base, kv=evict (tight)) show absolute %Σβ; the others Δ points")
     return "\n".join(lines)
 
@@ -261,8 +305,10 @@ def figure(runs: dict[tuple[str, str], dict[str, Any]], path: Path) -> Path:
         for j, cls in enumerate(("urgent", "normal")):
             vals = []
             for n in names:
-                xs = [d.get(n, {}).get(s, {}).get(cls if cls in d.get(n, {}).get(s, {}) else "arm")
-                      for s in specs]
+                xs = [
+                    d.get(n, {}).get(s, {}).get(cls if cls in d.get(n, {}).get(s, {}) else "arm")
+                    for s in specs
+                ]
                 xs = [x for x in xs if x is not None]
                 vals.append(sum(xs) / len(xs) if xs else 0.0)
             ax.barh([i + 0.4 * j for i in range(len(names))], vals, height=0.4, label=f"Δ {cls} %Σβ")
@@ -280,8 +326,13 @@ def figure(runs: dict[tuple[str, str], dict[str, Any]], path: Path) -> Path:
 
 
 # ----------------------------------------------------------------------------------- the suite
-def run_suite(out: Path, workers: int = 1, specs: list[str] | None = None,
-              variants: list[str] | None = None, note: Callable[[str], None] | None = None) -> int:
+def run_suite(
+    out: Path,
+    workers: int = 1,
+    specs: list[str] | None = None,
+    variants: list[str] | None = None,
+    note: Callable[[str], None] | None = None,
+) -> int:
     specs = list(specs or (*LOW, *HIGH))
     names = list(variants or [v.name for v in VARIANTS])
     for n in list(names):  # every variant needs its off state
@@ -308,9 +359,15 @@ def run_suite(out: Path, workers: int = 1, specs: list[str] | None = None,
     text += "\n" + "\n".join(f"# {line}" for line in SHIPPED)
     text += "\n\n" + urgency_table()
     (out / "related.txt").write_text(text + "\n")
-    doc = {"policy": POLICY, "tolerance_points": TOLERANCE, "tight_kv_tokens": TIGHT_KV_TOKENS,
-           "variants": [dataclasses.asdict(v) for v in VARIANTS if v.name in names],
-           "runs": list(runs.values()), "deltas": d, "decisions": decisions}
+    doc = {
+        "policy": POLICY,
+        "tolerance_points": TOLERANCE,
+        "tight_kv_tokens": TIGHT_KV_TOKENS,
+        "variants": [dataclasses.asdict(v) for v in VARIANTS if v.name in names],
+        "runs": list(runs.values()),
+        "deltas": d,
+        "decisions": decisions,
+    }
     (out / "related.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     figure(runs, out / "related.png")
     print(text)

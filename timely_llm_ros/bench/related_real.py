@@ -48,7 +48,9 @@ def workload(rounds: int, scale: float) -> list[TaskSpec]:
         out.append(dataclasses.replace(arm[r % len(arm)], task_id=f"arm{r}", agent_id=f"arm{r}", arrival=t0))
         picks = (urgent[2 * r % len(urgent)], normal[r % len(normal)], urgent[(2 * r + 1) % len(urgent)])
         for k, (off, t) in enumerate(zip(DRONE_OFFSETS, picks)):
-            out.append(dataclasses.replace(t, task_id=f"d{r}.{k}", agent_id=f"drone{r}.{k}", arrival=t0 + off))
+            out.append(
+                dataclasses.replace(t, task_id=f"d{r}.{k}", agent_id=f"drone{r}.{k}", arrival=t0 + off)
+            )
     return [dataclasses.replace(t, tuf=t.tuf.scaled(scale)) for t in out]
 
 
@@ -56,32 +58,44 @@ def one_run(engine: Any, tasks: list[TaskSpec], mode: str) -> dict[str, Any]:
     run = drive(engine, tasks, "timely", realtime=True, options=PlannerOptions(token_budget=mode))
     urgent = [r.response_time for r in run.records if r.task_class == "urgent"]
     classes = {k: m.as_dict() for k, m in summarize(run.records).items()}
-    return {"token_budget": mode, "wall_s": run.wall, "urgent_first_segment_s": urgent,
-            "urgent_mean_s": statistics.fmean(urgent) if urgent else None,
-            "urgent_max_s": max(urgent) if urgent else None,
-            "pct_beta": {k: c.get("pct_beta") for k, c in classes.items()},
-            "states": sorted({r.state for r in run.records}), "load_average": os.getloadavg()[0]}
+    return {
+        "token_budget": mode,
+        "wall_s": run.wall,
+        "urgent_first_segment_s": urgent,
+        "urgent_mean_s": statistics.fmean(urgent) if urgent else None,
+        "urgent_max_s": max(urgent) if urgent else None,
+        "pct_beta": {k: c.get("pct_beta") for k, c in classes.items()},
+        "states": sorted({r.state for r in run.records}),
+        "load_average": os.getloadavg()[0],
+    }
 
 
 def table(results: list[dict[str, Any]], scale: float) -> str:
-    lines = [f"# slack token budget on a real engine (TUF scale x{scale:g}); urgent W(s0) = time to first segment",
-             f"{'token_budget':12s} {'urgent W mean s':>15s} {'urgent W max s':>14s} {'%Σβ urgent':>10s} "
-             f"{'%Σβ normal':>10s} {'%Σβ arm':>8s} {'load':>5s}"]
+    lines = [
+        f"# slack token budget on a real engine (TUF scale x{scale:g}); urgent W(s0) = time to first segment",
+        f"{'token_budget':12s} {'urgent W mean s':>15s} {'urgent W max s':>14s} {'%Σβ urgent':>10s} "
+        f"{'%Σβ normal':>10s} {'%Σβ arm':>8s} {'load':>5s}",
+    ]
     for r in results:
         pb = r["pct_beta"]
 
         def f(x: Any) -> str:
             return "-" if x is None else f"{x:.1f}"
-        lines.append(f"{r['token_budget']:12s} {f(r['urgent_mean_s']):>15s} {f(r['urgent_max_s']):>14s} "
-                     f"{f(pb.get('urgent')):>10s} {f(pb.get('normal')):>10s} {f(pb.get('arm')):>8s} "
-                     f"{r['load_average']:5.1f}")
+
+        lines.append(
+            f"{r['token_budget']:12s} {f(r['urgent_mean_s']):>15s} {f(r['urgent_max_s']):>14s} "
+            f"{f(pb.get('urgent')):>10s} {f(pb.get('normal')):>10s} {f(pb.get('arm')):>8s} "
+            f"{r['load_average']:5.1f}"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     from timely_llm_ros.engines.registry import create_engine
 
-    ap = argparse.ArgumentParser(prog="python -m timely_llm_ros.bench.related_real", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m timely_llm_ros.bench.related_real", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--engine", default="llamacpp", choices=("llamacpp", "vllm"))
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--tuf-scale", default="auto")
@@ -93,7 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.tuf_scale == "auto":
             first = first_segment_time(engine, next(t for t in probe if task_class(t) == "urgent"))
             scale = max(1.0, round(first / GPU_URGENT_FIRST_SEGMENT))
-            print(f"[related_real] urgent first segment alone: {first:.2f} s -> TUF scale x{scale:g}", flush=True)
+            print(
+                f"[related_real] urgent first segment alone: {first:.2f} s -> TUF scale x{scale:g}",
+                flush=True,
+            )
         else:
             scale = float(args.tuf_scale)
         tasks = workload(args.rounds, scale)
@@ -109,8 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     text = table(results, scale)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "related_real.json").write_text(json.dumps({"engine": args.engine, "tuf_scale": scale,
-                                                           "results": results}, indent=1, default=str))
+    (args.out / "related_real.json").write_text(
+        json.dumps({"engine": args.engine, "tuf_scale": scale, "results": results}, indent=1, default=str)
+    )
     (args.out / "related_real.txt").write_text(text + "\n")
     return 0
 

@@ -43,11 +43,11 @@ from timely_llm_ros.core.metrics import summarize
 from timely_llm_ros.core.planner import PlannerCore
 from timely_llm_ros.core.profile import load_profile
 from timely_llm_ros.core.robot_sim import RobotSim
-from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.core.skills import load_skill_set
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
 from timely_llm_ros.engines.base import Engine
 from timely_llm_ros.engines.replicas import simulated_replicas
+from timely_llm_ros.sim.simulator import SimConfig, simulate
 
 LOADS = (2, 4)  # × WID 2's event rate
 REPLICAS = (1, 2, 4, 8)
@@ -59,36 +59,57 @@ CPU_PROFILE = "smollm2-135m-q4_1-cpu"
 
 
 # ------------------------------------------------------------------------------ simulated scaling
-def scaling(loads: tuple[int, ...] = LOADS, replicas: tuple[int, ...] = REPLICAS, policy: str = "timely",
-            profile: str = "llama3-8b-fp16-rtx4090", seed: int = 0,
-            log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+def scaling(
+    loads: tuple[int, ...] = LOADS,
+    replicas: tuple[int, ...] = REPLICAS,
+    policy: str = "timely",
+    profile: str = "llama3-8b-fp16-rtx4090",
+    seed: int = 0,
+    log: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
     """One row per (load, replicas): per-class metrics and where generations were placed."""
     rows = []
     for load in loads:
         scen = sc.from_spec(sc.rate_spec(WID2_RATE * load))
         for n in replicas:
             t0 = time.perf_counter()
-            cfg = SimConfig(policy=f"{policy}@b{BATCH_PER_REPLICA * n}", profile=profile, replicas=n, seed=seed)
+            cfg = SimConfig(
+                policy=f"{policy}@b{BATCH_PER_REPLICA * n}", profile=profile, replicas=n, seed=seed
+            )
             res = simulate(scen.tasks, cfg)
-            classes = {k: {m: v for m, v in metric.as_dict().items() if m in KEYS}
-                       for k, metric in summarize(res.records).items()}
-            rows.append({"load": load, "replicas": n, "workload": scen.name, "policy": cfg.policy,
-                         "classes": clean(classes), "placed": res.stats.get("engine_placed")})
+            classes = {
+                k: {m: v for m, v in metric.as_dict().items() if m in KEYS}
+                for k, metric in summarize(res.records).items()
+            }
+            rows.append(
+                {
+                    "load": load,
+                    "replicas": n,
+                    "workload": scen.name,
+                    "policy": cfg.policy,
+                    "classes": clean(classes),
+                    "placed": res.stats.get("engine_placed"),
+                }
+            )
             if log is not None:
                 log(f"{load}x WID2, {n} replica(s): {time.perf_counter() - t0:.1f} s")
     return rows
 
 
 def scaling_table(rows: list[dict[str, Any]]) -> str:
-    head = (f"{'load':>5} {'repl':>4} | {'urgent %Σβ':>10} {'resp mean':>9} {'p99':>7} | "
-            f"{'normal %Σβ':>10} {'resp mean':>9} {'p99':>7}")
+    head = (
+        f"{'load':>5} {'repl':>4} | {'urgent %Σβ':>10} {'resp mean':>9} {'p99':>7} | "
+        f"{'normal %Σβ':>10} {'resp mean':>9} {'p99':>7}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         cells = []
         for c in CLASSES:
             m = r["classes"].get(c, {})
-            cells.append(f"{_f(m.get('pct_beta_clamped'), 1):>10} {_f(m.get('response_mean'), 3):>9} "
-                         f"{_f(m.get('response_p99'), 3):>7}")
+            cells.append(
+                f"{_f(m.get('pct_beta_clamped'), 1):>10} {_f(m.get('response_mean'), 3):>9} "
+                f"{_f(m.get('response_p99'), 3):>7}"
+            )
         lines.append(f"{str(r['load']) + 'x':>5} {r['replicas']:>4} | {cells[0]} | {cells[1]}")
     return "\n".join(lines)
 
@@ -98,10 +119,18 @@ def _f(v: Any, digits: int) -> str:
 
 
 # ------------------------------------------------------------------------------ real run
-def run_realtime(tasks: list[TaskSpec], engine: Engine, policy: str, *, exec_mode: str = "recorded",
-                 network_latency: float = 0.008, seed: int = 0, timeout: float = 900.0,
-                 hook: Callable[[float, PlannerCore], None] | None = None,
-                 log: Callable[[str], None] | None = None) -> PlannerCore:
+def run_realtime(
+    tasks: list[TaskSpec],
+    engine: Engine,
+    policy: str,
+    *,
+    exec_mode: str = "recorded",
+    network_latency: float = 0.008,
+    seed: int = 0,
+    timeout: float = 900.0,
+    hook: Callable[[float, PlannerCore], None] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> PlannerCore:
     """``tasks`` through :class:`PlannerCore` on a real ``engine`` in wall time, robots simulated.
 
     Arrivals are relative to the start. ``hook(elapsed, planner)`` runs before every scheduling point
@@ -115,13 +144,16 @@ def run_realtime(tasks: list[TaskSpec], engine: Engine, policy: str, *, exec_mod
         counter += 1
         heapq.heappush(heap, (t, counter, 1, (task_id, seg, state)))
 
-    robot = RobotSim(load_exec_time_model(), schedule, exec_mode=exec_mode, network_latency=network_latency,
-                     seed=seed)
+    robot = RobotSim(
+        load_exec_time_model(), schedule, exec_mode=exec_mode, network_latency=network_latency, seed=seed
+    )
     planner = PlannerCore(engine, policy, dispatch=robot.dispatch, network_latency=network_latency)
     t0 = engine.now()
     for spec in tasks:
         counter += 1
-        heapq.heappush(heap, (t0 + spec.arrival, counter, 0, dataclasses.replace(spec, arrival=t0 + spec.arrival)))
+        heapq.heappush(
+            heap, (t0 + spec.arrival, counter, 0, dataclasses.replace(spec, arrival=t0 + spec.arrival))
+        )
     done_before = -1
     while True:
         now = engine.now()
@@ -170,6 +202,7 @@ class ServerTokenizer:
     def token_text(self, token_id: int) -> str:
         if token_id not in self._text:
             from timely_llm_ros.engines.openai_http import call
+
             ep = self.engine.replicas[0].engine.endpoint
             ans = call(ep, "POST", "/detokenize", {"tokens": [int(token_id)]})
             self._text[token_id] = str((ans or {}).get("content", ""))  # type: ignore[union-attr]
@@ -180,14 +213,23 @@ def warm_replicas(engine: Any, skill_sets: list[str]) -> dict[str, float]:
     """Prefill each skill prompt on every replica and slot (what the first admission would do)."""
     took = {}
     for name in skill_sets:
-        for replica, seconds in engine.warm_prefix(engine.tokenize(load_skill_set(name).prompt), name).items():
+        for replica, seconds in engine.warm_prefix(
+            engine.tokenize(load_skill_set(name).prompt), name
+        ).items():
             took[f"{replica}:{name}"] = seconds
     return took
 
 
-def real_vs_predicted(endpoints: list[str], workload: str, policy: str, profile: str, tuf_scale: float,
-                      engine_options: dict | None = None, timeout: float = 900.0,
-                      log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def real_vs_predicted(
+    endpoints: list[str],
+    workload: str,
+    policy: str,
+    profile: str,
+    tuf_scale: float,
+    engine_options: dict | None = None,
+    timeout: float = 900.0,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """The real run over ``endpoints`` and the simulator's prediction of it (module docstring)."""
     from timely_llm_ros.engines.openai import OpenAIEngine
 
@@ -205,40 +247,72 @@ def real_vs_predicted(endpoints: list[str], workload: str, policy: str, profile:
         real = planner.records
         # the prediction: the same tasks, each emitting the plan the real model wrote
         plans = {r.task_id: "".join(s.text for s in r.segments) for r in real}
-        pred_tasks = [dataclasses.replace(t, reference_plan=plans.get(t.task_id) or t.reference_plan)
-                      for t in tasks]
+        pred_tasks = [
+            dataclasses.replace(t, reference_plan=plans.get(t.task_id) or t.reference_plan) for t in tasks
+        ]
         prof = load_profile(profile)
         slots = engine.replicas[0].engine.max_running or BATCH_PER_REPLICA
         cap = min(BATCH_PER_REPLICA, slots)
-        prof = dataclasses.replace(prof, kv_capacity_tokens=max(prof.kv_capacity_tokens,
-                                                                engine.replicas[0].engine.capacity))
+        prof = dataclasses.replace(
+            prof, kv_capacity_tokens=max(prof.kv_capacity_tokens, engine.replicas[0].engine.capacity)
+        )
         tokenizer = ServerTokenizer(engine)
 
         def predict(profile_: Any) -> Any:
             sim_engine = simulated_replicas(profile_, len(endpoints), tokenizer)
             for r in getattr(sim_engine, "replicas", []):  # warm like the real ones
                 r.prefixes.update(t.skill_set for t in tasks)
-            return simulate(pred_tasks, SimConfig(policy=f"{policy}@b{cap * len(endpoints)}", profile=profile_,
-                                                  replicas=len(endpoints)), engine=sim_engine)
+            return simulate(
+                pred_tasks,
+                SimConfig(
+                    policy=f"{policy}@b{cap * len(endpoints)}", profile=profile_, replicas=len(endpoints)
+                ),
+                engine=sim_engine,
+            )
 
         pred = predict(prof)
         measured = _measured(engine)
         out = {
-            "workload": wl.name, "policy": pol, "tuf_scale": tuf_scale, "profile": profile,
-            "endpoints": endpoints, "wall_s": wall, "warm_up_s": warm,
-            "real": _classes(real), "predicted": _classes(pred.records),
-            "replica_status": engine.status(), "engine_stats": engine.stats,
+            "workload": wl.name,
+            "policy": pol,
+            "tuf_scale": tuf_scale,
+            "profile": profile,
+            "endpoints": endpoints,
+            "wall_s": wall,
+            "warm_up_s": warm,
+            "real": _classes(real),
+            "predicted": _classes(pred.records),
+            "replica_status": engine.status(),
+            "engine_stats": engine.stats,
             "resume_cache": _resume_cache(engine),
             # the speeds the engine measured from the streams (gaps between tokens, time to first token:
             # they include waiting behind other slots' prompts) next to what the profile assumes
-            "measured_speed": {**{r.name: {"decode_tok_s_per_seq": r.engine.speed(),
-                                           "prefill_tok_s": r.engine.prefill_speed()} for r in engine.replicas},
-                               "mean": measured},
-            "profile_speed": {"decode_tok_s_per_seq": 1.0 / prof.decode_time(1, 1300),
-                              "prefill_tok_s": 1000 / prof.prefill_time(1000)},
-            "tasks": [{"task_id": r.task_id, "class": r.task_class, "state": r.state, "reason": r.reason,
-                       "response_real": r.response_time, "response_pred": p.response_time,
-                       "segments": len(r.segments)} for r, p in zip(real, pred.records)],
+            "measured_speed": {
+                **{
+                    r.name: {
+                        "decode_tok_s_per_seq": r.engine.speed(),
+                        "prefill_tok_s": r.engine.prefill_speed(),
+                    }
+                    for r in engine.replicas
+                },
+                "mean": measured,
+            },
+            "profile_speed": {
+                "decode_tok_s_per_seq": 1.0 / prof.decode_time(1, 1300),
+                "prefill_tok_s": 1000 / prof.prefill_time(1000),
+            },
+            "tasks": [
+                {
+                    "task_id": r.task_id,
+                    "class": r.task_class,
+                    "state": r.state,
+                    "reason": r.reason,
+                    "response_real": r.response_time,
+                    "response_pred": p.response_time,
+                    "segments": len(r.segments),
+                }
+                for r, p in zip(real, pred.records)
+            ],
         }
     finally:
         engine.close()
@@ -254,8 +328,10 @@ def _measured(engine: Any) -> dict[str, float | None]:
 
 
 def _classes(records: list[Any]) -> dict[str, dict[str, Any]]:
-    return {k: {m: v for m, v in metric.as_dict().items() if m in KEYS}
-            for k, metric in summarize(records).items()}
+    return {
+        k: {m: v for m, v in metric.as_dict().items() if m in KEYS}
+        for k, metric in summarize(records).items()
+    }
 
 
 def _resume_cache(engine: Any) -> dict[str, Any]:
@@ -263,9 +339,13 @@ def _resume_cache(engine: Any) -> dict[str, Any]:
     recs = [x for r in engine.replicas for x in getattr(r.engine, "resume_log", [])]
     counted = [x for x in recs if x.cached_tokens is not None]
     recomputed = [x.prompt_tokens - x.cached_tokens for x in counted]
-    return {"resumes": len(recs), "with_count": len(counted),
-            "prompt_tokens_mean": _mean([x.prompt_tokens for x in counted]),
-            "recomputed_mean": _mean(recomputed), "recomputed_max": max(recomputed) if recomputed else None}
+    return {
+        "resumes": len(recs),
+        "with_count": len(counted),
+        "prompt_tokens_mean": _mean([x.prompt_tokens for x in counted]),
+        "recomputed_mean": _mean(recomputed),
+        "recomputed_max": max(recomputed) if recomputed else None,
+    }
 
 
 def _mean(values: list[float]) -> float:
@@ -279,9 +359,11 @@ def real_table(res: dict[str, Any]) -> str:
         r, p = res["real"].get(c), res["predicted"].get(c, {})
         if r is None:
             continue
-        lines.append(f"{c:>7} | {_f(r.get('pct_beta_clamped'), 1):>8} {_f(p.get('pct_beta_clamped'), 1):>6} | "
-                     f"{_f(r.get('response_mean'), 2):>9} {_f(p.get('response_mean'), 2):>6} | "
-                     f"{r.get('n_completed')}/{r.get('n_failed')}")
+        lines.append(
+            f"{c:>7} | {_f(r.get('pct_beta_clamped'), 1):>8} {_f(p.get('pct_beta_clamped'), 1):>6} | "
+            f"{_f(r.get('response_mean'), 2):>9} {_f(p.get('response_mean'), 2):>6} | "
+            f"{r.get('n_completed')}/{r.get('n_failed')}"
+        )
     return "\n".join(lines)
 
 
@@ -300,10 +382,15 @@ def plot(rows: list[dict[str, Any]], real: dict[str, Any] | None, path: Path) ->
         for load in loads:
             sel = [r for r in rows if r["load"] == load]
             xs = [r["replicas"] for r in sel]
-            axes[0][j].plot(xs, [r["classes"].get(c, {}).get("pct_beta_clamped") for r in sel], "o-",
-                            label=f"{load}× WID 2")
-            axes[1][j].plot(xs, [r["classes"].get(c, {}).get("response_mean") for r in sel], "s-",
-                            label=f"{load}× WID 2")
+            axes[0][j].plot(
+                xs,
+                [r["classes"].get(c, {}).get("pct_beta_clamped") for r in sel],
+                "o-",
+                label=f"{load}× WID 2",
+            )
+            axes[1][j].plot(
+                xs, [r["classes"].get(c, {}).get("response_mean") for r in sel], "s-", label=f"{load}× WID 2"
+            )
         axes[0][j].set_title(f"{c}: % of Σβ (simulated)")
         axes[1][j].set_title(f"{c}: mean response time (s)")
         for i in (0, 1):
@@ -316,13 +403,22 @@ def plot(rows: list[dict[str, Any]], real: dict[str, Any] | None, path: Path) ->
         for i, key in enumerate(("pct_beta_clamped", "response_mean")):
             ax = axes[i][sim_cols]
             xs = range(len(CLASSES))
-            series = [("real", f"real ({len(real['endpoints'])} servers)"), ("predicted", "simulated prediction")]
+            series = [
+                ("real", f"real ({len(real['endpoints'])} servers)"),
+                ("predicted", "simulated prediction"),
+            ]
             for k, (name, label) in enumerate(series):
                 data = real.get(name) or {}
-                ax.bar([x + (k - 0.5) * 0.4 for x in xs], [data.get(c, {}).get(key) or 0 for c in CLASSES], 0.4,
-                       label=label)
+                ax.bar(
+                    [x + (k - 0.5) * 0.4 for x in xs],
+                    [data.get(c, {}).get(key) or 0 for c in CLASSES],
+                    0.4,
+                    label=label,
+                )
             ax.set_xticks(list(xs), list(CLASSES))
-            ax.set_title(("% of Σβ" if i == 0 else "mean response (s)") + f", {len(real['endpoints'])} replicas")
+            ax.set_title(
+                ("% of Σβ" if i == 0 else "mean response (s)") + f", {len(real['endpoints'])} replicas"
+            )
             ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -335,7 +431,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replicas", default=",".join(map(str, REPLICAS)), help="replica counts (simulated)")
     p.add_argument("--loads", default=",".join(map(str, LOADS)), help="multiples of WID 2's event rate")
     p.add_argument("--policy", default="timely")
-    p.add_argument("--profile", default="llama3-8b-fp16-rtx4090", help="engine profile of the simulated scaling")
+    p.add_argument(
+        "--profile", default="llama3-8b-fp16-rtx4090", help="engine profile of the simulated scaling"
+    )
     p.add_argument("--skip-sim", action="store_true", help="only the real run")
     p.add_argument("--endpoints", nargs="*", default=[], help="real servers for the real-vs-predicted run")
     p.add_argument("--workload", default="wid1:duration=30,rate=0.1", help="workload of the real run")
@@ -358,17 +456,30 @@ def run(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {"scaling": [], "real": None}
     if not args.skip_sim:
         result["scaling"] = scaling(loads, reps, args.policy, args.profile, log=log)
-        print(f"Simulated replica scaling (policy {args.policy}, max batch 8 per replica, profile {args.profile})")
+        print(
+            f"Simulated replica scaling (policy {args.policy}, max batch 8 per replica, profile {args.profile})"
+        )
         print(scaling_table(result["scaling"]))
     if args.endpoints:
-        result["real"] = real_vs_predicted(args.endpoints, args.workload, args.policy, args.real_profile,
-                                           args.tuf_scale, timeout=args.timeout, log=log)
-        print(f"\nReal run on {len(args.endpoints)} server(s) vs the simulator's prediction "
-              f"({args.workload}, TUF x{args.tuf_scale:g}):")
+        result["real"] = real_vs_predicted(
+            args.endpoints,
+            args.workload,
+            args.policy,
+            args.real_profile,
+            args.tuf_scale,
+            timeout=args.timeout,
+            log=log,
+        )
+        print(
+            f"\nReal run on {len(args.endpoints)} server(s) vs the simulator's prediction "
+            f"({args.workload}, TUF x{args.tuf_scale:g}):"
+        )
         print(real_table(result["real"]))
         print(f"resumed prompts taken from the servers' caches: {result['real']['resume_cache']}")
-        print(f"measured speeds {result['real']['measured_speed']}; the profile assumes "
-              f"{result['real']['profile_speed']}")
+        print(
+            f"measured speeds {result['real']['measured_speed']}; the profile assumes "
+            f"{result['real']['profile_speed']}"
+        )
     (args.out / "replicas.json").write_text(json.dumps(result, indent=1))
     if result["scaling"] or result["real"]:
         png = plot(result["scaling"], result["real"], args.out / "replicas.png")

@@ -91,10 +91,16 @@ class RunPlan:
         """The plan of the parsed ``timely-llm bench`` arguments (ValueError: bad option value)."""
         policies = parse_policies(args.policies)
         paper = list(rn.FIGURES) if args.suite == "paper" else []
-        plan = cls(policies, figures=list(dict.fromkeys((args.figure or []) + paper)),
-                   batches=parse_batches(args.max_batch), sweep=parse_sweep(args.sweep),
-                   scenarios=args.suite == "scenarios", overhead=bool(args.overhead or args.suite == "paper"),
-                   fig6_workload=args.fig6_workload, fig6_tasks=args.fig6_tasks)
+        plan = cls(
+            policies,
+            figures=list(dict.fromkeys((args.figure or []) + paper)),
+            batches=parse_batches(args.max_batch),
+            sweep=parse_sweep(args.sweep),
+            scenarios=args.suite == "scenarios",
+            overhead=bool(args.overhead or args.suite == "paper"),
+            fig6_workload=args.fig6_workload,
+            fig6_tasks=args.fig6_tasks,
+        )
         workloads = list(args.workload or [])
         if not workloads and not plan.figures and not args.suite and not args.overhead:
             workloads = ["wid1"]

@@ -33,11 +33,14 @@ def _pct(classes: dict[str, Any], cls: str, key: str) -> float:
     return math.nan if v is None else float(v)
 
 
-def summary_rows(entries: Sequence[tuple[str, str, int | None]],
-                 classes_of: Callable[[str, str], dict[str, Any] | None],
-                 bound_of: Callable[[str], dict[str, dict[str, Any]]],
-                 skipped_of: Callable[[str], int], policy_for: Callable[[str, int | None], str],
-                 timely: str = "timely") -> list[dict[str, Any]]:
+def summary_rows(
+    entries: Sequence[tuple[str, str, int | None]],
+    classes_of: Callable[[str, str], dict[str, Any] | None],
+    bound_of: Callable[[str], dict[str, dict[str, Any]]],
+    skipped_of: Callable[[str], int],
+    policy_for: Callable[[str, int | None], str],
+    timely: str = "timely",
+) -> list[dict[str, Any]]:
     """Rows for ``entries`` = (group, workload spec, cap); ``classes_of(spec, policy)`` gives a run's
     per-class metric dicts (None if not run), ``bound_of(spec)`` the alone bound per class."""
     rows = []
@@ -51,11 +54,16 @@ def summary_rows(entries: Sequence[tuple[str, str, int | None]],
         for cls in CLASSES:
             if cls not in mine:
                 continue
-            row: dict[str, Any] = {"group": group, "workload": spec, "cap": cap or 8, "class": cls,
-                                   "n": int((mine.get(cls) or {}).get("n") or 0),
-                                   "timely": _pct(mine, cls, "pct_beta"),
-                                   "timely_clamped": _pct(mine, cls, "pct_beta_clamped"),
-                                   "skipped": skipped_of(spec)}
+            row: dict[str, Any] = {
+                "group": group,
+                "workload": spec,
+                "cap": cap or 8,
+                "class": cls,
+                "n": int((mine.get(cls) or {}).get("n") or 0),
+                "timely": _pct(mine, cls, "pct_beta"),
+                "timely_clamped": _pct(mine, cls, "pct_beta_clamped"),
+                "skipped": skipped_of(spec),
+            }
             scored = [(_pct(c, cls, "pct_beta"), b) for b, c in base.items() if cls in c]
             if scored:
                 best, name = max(scored, key=lambda x: (x[0], x[1]))
@@ -69,8 +77,13 @@ def summary_rows(entries: Sequence[tuple[str, str, int | None]],
             row["bound"] = float((bound.get(cls) or {}).get("pct_beta", math.nan))
             row["bound_ratio"] = row["bound"] / edf if edf > 0 else math.nan
             if cls == "urgent":
-                row["goal"] = ("met" if row["ratio_edf"] >= GOAL else
-                               "impossible" if row["bound_ratio"] < GOAL else "missed")
+                row["goal"] = (
+                    "met"
+                    if row["ratio_edf"] >= GOAL
+                    else "impossible"
+                    if row["bound_ratio"] < GOAL
+                    else "missed"
+                )
             rows.append(row)
     return rows
 
@@ -83,23 +96,60 @@ def _f(v: Any, digits: int = 1) -> str:
 
 def render(rows: list[dict[str, Any]]) -> str:
     """Aligned text table + the trailing-row counts (module docstring)."""
-    header = ["group", "workload", "cap", "class", "timely", "best", "best policy", "Δ", "timely≥0", "best≥0",
-              "Δ≥0", "×edf", "bound", "bound/edf", "goal", "skip"]
+    header = [
+        "group",
+        "workload",
+        "cap",
+        "class",
+        "timely",
+        "best",
+        "best policy",
+        "Δ",
+        "timely≥0",
+        "best≥0",
+        "Δ≥0",
+        "×edf",
+        "bound",
+        "bound/edf",
+        "goal",
+        "skip",
+    ]
     body = []
     for r in rows:
-        body.append([r["group"], r["workload"], str(r["cap"]), r["class"], _f(r["timely"]), _f(r.get("best")),
-                     r.get("best_policy", "-"), _f(r.get("delta")), _f(r["timely_clamped"]),
-                     _f(r.get("best_clamped")), _f(r.get("delta_clamped")), _f(r["ratio_edf"], 2),
-                     _f(r["bound"]), _f(r["bound_ratio"], 2), r.get("goal", ""), str(r["skipped"])])
+        body.append(
+            [
+                r["group"],
+                r["workload"],
+                str(r["cap"]),
+                r["class"],
+                _f(r["timely"]),
+                _f(r.get("best")),
+                r.get("best_policy", "-"),
+                _f(r.get("delta")),
+                _f(r["timely_clamped"]),
+                _f(r.get("best_clamped")),
+                _f(r.get("delta_clamped")),
+                _f(r["ratio_edf"], 2),
+                _f(r["bound"]),
+                _f(r["bound_ratio"], 2),
+                r.get("goal", ""),
+                str(r["skipped"]),
+            ]
+        )
     widths = [max(len(x[i]) for x in [header, *body]) for i in range(len(header))]
     left = {0, 1, 3, 6, 14}
 
     def line(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        return "  ".join(
+            c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        )
 
-    out = ["== Scenario summary: % of Σβ, Eq. 1 unclamped first, clamped at 0 (≥0) beside; "
-           "×edf and bound/edf on clamped sums; bound = every task served alone at arrival",
-           line(header), "  ".join("-" * w for w in widths)]
+    out = [
+        "== Scenario summary: % of Σβ, Eq. 1 unclamped first, clamped at 0 (≥0) beside; "
+        "×edf and bound/edf on clamped sums; bound = every task served alone at arrival",
+        line(header),
+        "  ".join("-" * w for w in widths),
+    ]
     out += [line(b) for b in body]
     out.append(verdict(rows))
     return "\n".join(out)
@@ -112,11 +162,17 @@ def trailing(rows: list[dict[str, Any]], key: str = "delta") -> list[dict[str, A
 
 def verdict(rows: list[dict[str, Any]]) -> str:
     goals = [r["goal"] for r in rows if r.get("goal")]
-    lines = [f"# rows where timely trails the best baseline by > {TOLERANCE:g} point: "
-             f"{len(trailing(rows))} of {len(rows)} (unclamped), {len(trailing(rows, 'delta_clamped'))} (clamped)"]
+    lines = [
+        f"# rows where timely trails the best baseline by > {TOLERANCE:g} point: "
+        f"{len(trailing(rows))} of {len(rows)} (unclamped), {len(trailing(rows, 'delta_clamped'))} (clamped)"
+    ]
     for r in trailing(rows):
-        lines.append(f"#   {r['workload']} @b{r['cap']} {r['class']}: timely {r['timely']:.1f} vs "
-                     f"{r['best_policy']} {r['best']:.1f}")
-    lines.append(f"# urgent ×edf-seg ≥ {GOAL:g}: met {goals.count('met')}, impossible (bound/edf < {GOAL:g}) "
-                 f"{goals.count('impossible')}, missed {goals.count('missed')} of {len(goals)} urgent rows")
+        lines.append(
+            f"#   {r['workload']} @b{r['cap']} {r['class']}: timely {r['timely']:.1f} vs "
+            f"{r['best_policy']} {r['best']:.1f}"
+        )
+    lines.append(
+        f"# urgent ×edf-seg ≥ {GOAL:g}: met {goals.count('met')}, impossible (bound/edf < {GOAL:g}) "
+        f"{goals.count('impossible')}, missed {goals.count('missed')} of {len(goals)} urgent rows"
+    )
     return "\n".join(lines)

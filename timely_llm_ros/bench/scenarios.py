@@ -33,8 +33,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from timely_llm_ros.core.metrics import summarize
-from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.core.task import TaskSpec
+from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.workload import resolve_workload
 
 PUBLIC = ("sample1", "sample2", "arm")
@@ -48,12 +48,23 @@ OVERLOAD_CAPS = (4, 6, 8)
 UNIQUE = "unique_agents=true"
 # A burst: rare, large events (one every ~20 s on average, 16–32 tasks at once) with enough agents;
 # and two-state bursts (mean 10 s bursts at 10x the calm rate, every ~50 s; same mean rate).
-BURSTS = ("wid2:rate=0.05,max_tpe=32,min_tpe=16,agents=120", "wid1:rate=0.05,max_tpe=24,min_tpe=12,agents=80",
-          f"wid2:bursty=10,{UNIQUE}", f"wid1:bursty=10,{UNIQUE}")
-COMPRESSED = (f"sample1:compress=0.5,{UNIQUE}", f"sample2:compress=0.5,{UNIQUE}", f"wid2:compress=0.5,{UNIQUE}")
+BURSTS = (
+    "wid2:rate=0.05,max_tpe=32,min_tpe=16,agents=120",
+    "wid1:rate=0.05,max_tpe=24,min_tpe=12,agents=80",
+    f"wid2:bursty=10,{UNIQUE}",
+    f"wid1:bursty=10,{UNIQUE}",
+)
+COMPRESSED = (
+    f"sample1:compress=0.5,{UNIQUE}",
+    f"sample2:compress=0.5,{UNIQUE}",
+    f"wid2:compress=0.5,{UNIQUE}",
+)
 URGENT_HEAVY = (f"wid2:traces=1,6-8,{UNIQUE}",)
-OVERLOAD_SPECS = (f"wid2:bursty=10,compress=0.5,{UNIQUE}", f"wid2:traces=1,6-8,bursty=10,compress=0.5,{UNIQUE}",
-                  f"sample1:compress=0.5,{UNIQUE}")
+OVERLOAD_SPECS = (
+    f"wid2:bursty=10,compress=0.5,{UNIQUE}",
+    f"wid2:traces=1,6-8,bursty=10,compress=0.5,{UNIQUE}",
+    f"sample1:compress=0.5,{UNIQUE}",
+)
 ARM_OVERLOAD = f"arm:compress=0.5,{UNIQUE}"
 
 
@@ -204,7 +215,12 @@ def scenarios(groups: tuple[str, ...] | list[str] | None = None) -> list[Scenari
 def run(scenario: Scenario, policy: str, config: SimConfig | None = None) -> dict[str, dict[str, Any]]:
     """Simulate ``scenario`` under ``policy`` (the scenario's suffix applied): class → metric dict."""
     base = config or SimConfig()
-    cfg = SimConfig(policy=with_suffix(policy, scenario.suffix), profile=base.profile,
-                    exec_mode=base.exec_mode, network_latency=base.network_latency, seed=base.seed)
+    cfg = SimConfig(
+        policy=with_suffix(policy, scenario.suffix),
+        profile=base.profile,
+        exec_mode=base.exec_mode,
+        network_latency=base.network_latency,
+        seed=base.seed,
+    )
     result = simulate(scenario.tasks, cfg)
     return {k: m.as_dict() for k, m in summarize(result.records).items()}

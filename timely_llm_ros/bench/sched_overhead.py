@@ -51,8 +51,15 @@ MEM = 10**9  # free KV tokens (memory never binds here)
 def _generation(i: int, rng: random.Random, sets: list) -> Generation:
     sset = sets[i % 2]
     tuf = URGENT_TUF if rng.random() < 0.4 else NORMAL_TUF
-    spec = TaskSpec(task_id=str(i), agent_id=str(i), robot_type=sset.robot_type, skill_set=sset.name,
-                    instruction="x", tuf=tuf, arrival=T0 - rng.uniform(0.0, 1.0))
+    spec = TaskSpec(
+        task_id=str(i),
+        agent_id=str(i),
+        robot_type=sset.robot_type,
+        skill_set=sset.name,
+        instruction="x",
+        tuf=tuf,
+        arrival=T0 - rng.uniform(0.0, 1.0),
+    )
     gen = Generation(i, spec, TaskRecord.from_spec(spec), sset, 0.008)
     if i % 2:  # suspended: next segment k > 0, previous action ends around now
         gen.k = 1 + rng.randrange(5)
@@ -86,9 +93,17 @@ def measure(policy: str, n: int, repeats: int, seed: int = 0) -> dict:
         t += 0.001
     wall.sort()
     cpu.sort()
-    return {"policy": policy, "queued": n, "repeats": repeats, "mean_ms": statistics.fmean(wall),
-            "median_ms": statistics.median(wall), "p99_ms": _p99(wall), "cpu_mean_ms": statistics.fmean(cpu),
-            "cpu_median_ms": statistics.median(cpu), "cpu_p99_ms": _p99(cpu)}
+    return {
+        "policy": policy,
+        "queued": n,
+        "repeats": repeats,
+        "mean_ms": statistics.fmean(wall),
+        "median_ms": statistics.median(wall),
+        "p99_ms": _p99(wall),
+        "cpu_mean_ms": statistics.fmean(cpu),
+        "cpu_median_ms": statistics.median(cpu),
+        "cpu_p99_ms": _p99(cpu),
+    }
 
 
 def _p99(sorted_ms: list[float]) -> float:
@@ -105,13 +120,17 @@ def repeats_for(n: int, repeats: int) -> int:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["decision cost in ms: CPU time of the deciding thread (what the decision costs) and wall-clock "
-             "time (adds waits for the CPU on a shared machine)",
-             f"{'policy':<14}{'queued':>8}{'cpu median':>11}{'cpu mean':>10}{'cpu p99':>9}"
-             f"{'wall median':>12}{'wall mean':>10}{'wall p99':>10}"]
+    lines = [
+        "decision cost in ms: CPU time of the deciding thread (what the decision costs) and wall-clock "
+        "time (adds waits for the CPU on a shared machine)",
+        f"{'policy':<14}{'queued':>8}{'cpu median':>11}{'cpu mean':>10}{'cpu p99':>9}"
+        f"{'wall median':>12}{'wall mean':>10}{'wall p99':>10}",
+    ]
     for r in rows:
-        lines.append(f"{r['policy']:<14}{r['queued']:>8}{r['cpu_median_ms']:>11.4f}{r['cpu_mean_ms']:>10.4f}"
-                     f"{r['cpu_p99_ms']:>9.4f}{r['median_ms']:>12.4f}{r['mean_ms']:>10.4f}{r['p99_ms']:>10.4f}")
+        lines.append(
+            f"{r['policy']:<14}{r['queued']:>8}{r['cpu_median_ms']:>11.4f}{r['cpu_mean_ms']:>10.4f}"
+            f"{r['cpu_p99_ms']:>9.4f}{r['median_ms']:>12.4f}{r['mean_ms']:>10.4f}{r['p99_ms']:>10.4f}"
+        )
     return "\n".join(lines)
 
 
@@ -126,7 +145,7 @@ def plot(rows: list[dict], path: Path) -> Path:
     for k, pol in enumerate(dict.fromkeys(r["policy"] for r in rows)):
         pts = sorted((r["queued"], r["cpu_median_ms"], r["cpu_p99_ms"]) for r in rows if r["policy"] == pol)
         xs = [p[0] for p in pts]
-        line, = ax.plot(xs, [p[1] for p in pts], marker="os^vD"[k % 5], label=f"{pol} median")
+        (line,) = ax.plot(xs, [p[1] for p in pts], marker="os^vD"[k % 5], label=f"{pol} median")
         ax.plot(xs, [p[2] for p in pts], ":", color=line.get_color(), linewidth=1)
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
     ax.axhline(0.05, color="grey", linewidth=0.8, linestyle="--")
@@ -148,8 +167,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="results/sched_overhead.json", help="JSON output file")
     ap.add_argument("--png", default=None, help="figure (default: the JSON path with .png)")
-    ap.add_argument("--repeats", type=int, default=2000, help="decisions timed per (policy, size) up to 64 "
-                    "queued (a quarter up to 10,000, a twentieth beyond)")
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=2000,
+        help="decisions timed per (policy, size) up to 64 "
+        "queued (a quarter up to 10,000, a twentieth beyond)",
+    )
     ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     ap.add_argument("--policies", nargs="+", default=list(POLICIES))
     args = ap.parse_args(argv)
@@ -164,8 +188,12 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"python": platform.python_version(), "machine": platform.machine(),
-            "processor": platform.processor(), "platform": platform.platform()}
+    meta = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "platform": platform.platform(),
+    }
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     png = plot(rows, Path(args.png) if args.png else out.with_suffix(".png"))
     print(f"wrote {out} and {png}")

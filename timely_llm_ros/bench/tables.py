@@ -157,8 +157,14 @@ def overhead_tables(report: dict[str, Any]) -> list[str]:
         keys = [k for k in sched[0] if k != "queue"]
         cols = ["queue", *keys]
         rows = [[str(r["queue"]), *(_fmt_cell(r[k]) for k in keys)] for r in sched]
-        out.append(_grid("== Scheduling overhead vs queue size (paper Table 5; CPU time of one decision, "
-                         "Scheduler.select)", cols, rows))
+        out.append(
+            _grid(
+                "== Scheduling overhead vs queue size (paper Table 5; CPU time of one decision, "
+                "Scheduler.select)",
+                cols,
+                rows,
+            )
+        )
     return out
 
 

@@ -85,12 +85,21 @@ def _scores(items: list[Item], labels: list[str], latencies: list[float]) -> dic
         n = len(pairs)
         ok = sum(it.label == lab for it, lab in pairs)
         urg = [(it, lab) for it, lab in pairs if it.label == "urgent"]
-        acc[tag] = {"n": n, "accuracy_pct": 100.0 * ok / n,
-                    "urgent_recall_pct": (100.0 * sum(lab == "urgent" for _, lab in urg) / len(urg)) if urg else None,
-                    "false_urgent": sum(lab == "urgent" and it.label != "urgent" for it, lab in pairs)}
+        acc[tag] = {
+            "n": n,
+            "accuracy_pct": 100.0 * ok / n,
+            "urgent_recall_pct": (100.0 * sum(lab == "urgent" for _, lab in urg) / len(urg)) if urg else None,
+            "false_urgent": sum(lab == "urgent" and it.label != "urgent" for it, lab in pairs),
+        }
     lat = sorted(latencies)
-    return {"groups": acc, "latency_ms": {"median": 1000 * percentile(lat, 50),
-                                          "p99": 1000 * percentile(lat, 99), "max": 1000 * max(lat)}}
+    return {
+        "groups": acc,
+        "latency_ms": {
+            "median": 1000 * percentile(lat, 50),
+            "p99": 1000 * percentile(lat, 99),
+            "max": 1000 * max(lat),
+        },
+    }
 
 
 def measure_lexical(items: list[Item], repeats: int = 20) -> dict[str, Any]:
@@ -107,8 +116,9 @@ def measure_lexical(items: list[Item], repeats: int = 20) -> dict[str, Any]:
     return {"classifier": "lexical", **_scores(items, labels, lat), "misses": _misses(items, labels)}
 
 
-def classify_on_engine(engine, texts: Iterable[str], batch: int = 4,
-                       max_steps: int = 64) -> list[tuple[str, float, str]]:
+def classify_on_engine(
+    engine, texts: Iterable[str], batch: int = 4, max_steps: int = 64
+) -> list[tuple[str, float, str]]:
     """Run the LLM classifier's probes on an otherwise idle engine: (label, seconds, source) per text."""
     clf = LLMClassifier()
     book = ProbeBook(clf)
@@ -125,8 +135,14 @@ def classify_on_engine(engine, texts: Iterable[str], batch: int = 4,
             ids, plen = book.probe_prompt(engine, texts[i])
             gid += 1
             script = engine.tokenize(clf.labels[-1]) if engine.needs_script else None
-            engine.admit(gid, ids, max_tokens=max_tok, prefix_key=PROBE_KEY, prefix_len=plen,
-                         **script_kwargs(engine, script))
+            engine.admit(
+                gid,
+                ids,
+                max_tokens=max_tok,
+                prefix_key=PROBE_KEY,
+                prefix_len=plen,
+                **script_kwargs(engine, script),
+            )
             book.start(str(i), gid, engine.now())
             live[gid] = i
         for _ in range(max_steps):
@@ -157,15 +173,23 @@ def measure_llm(items: list[Item], engine=None, batch: int = 1) -> dict[str, Any
         if own:
             engine.close()
     labels = [r[0] for r in res]
-    out = {"classifier": "llm", "engine": engine.info.name, "batch": batch,
-           **_scores(items, labels, [r[1] for r in res]), "misses": _misses(items, labels),
-           "undecided": sum(r[2] == "default" for r in res)}
+    out = {
+        "classifier": "llm",
+        "engine": engine.info.name,
+        "batch": batch,
+        **_scores(items, labels, [r[1] for r in res]),
+        "misses": _misses(items, labels),
+        "undecided": sum(r[2] == "default" for r in res),
+    }
     return out
 
 
 def _misses(items: list[Item], labels: list[str]) -> list[dict[str, str]]:
-    return [{"text": it.text, "label": it.label, "got": lab, "tag": it.tag}
-            for it, lab in zip(items, labels, strict=True) if lab != it.label]
+    return [
+        {"text": it.text, "label": it.label, "got": lab, "tag": it.tag}
+        for it, lab in zip(items, labels, strict=True)
+        if lab != it.label
+    ]
 
 
 TAG_ORDER = ("lrtrace", "lrtrace-public", "paraphrase", "new", "hard", "held-out", "all")
@@ -174,15 +198,27 @@ TAG_ORDER = ("lrtrace", "lrtrace-public", "paraphrase", "new", "hard", "held-out
 def table(rows: list[dict[str, Any]]) -> str:
     """Accuracy % per text group and latency per classifier."""
     tags = [t for t in TAG_ORDER if any(t in r["groups"] for r in rows)]
-    head = f"{'classifier':<12}" + "".join(f"{t:>15}" for t in tags) + f"{'urgent recall':>15}{'false urgent':>14}" \
+    head = (
+        f"{'classifier':<12}"
+        + "".join(f"{t:>15}" for t in tags)
+        + f"{'urgent recall':>15}{'false urgent':>14}"
         + f"{'lat p50 ms':>12}{'lat p99 ms':>12}"
-    lines = ["urgency classifiers: accuracy % per text group (n), recall of urgent texts, normal texts "
-             "called urgent, added latency", head, "-" * len(head)]
+    )
+    lines = [
+        "urgency classifiers: accuracy % per text group (n), recall of urgent texts, normal texts "
+        "called urgent, added latency",
+        head,
+        "-" * len(head),
+    ]
     for r in rows:
         g = r["groups"]
-        cells = "".join(f"{g[t]['accuracy_pct']:>10.1f} ({g[t]['n']:>2})" if t in g else f"{'-':>15}" for t in tags)
-        lines.append(f"{r['classifier']:<12}{cells}{g['all']['urgent_recall_pct']:>15.1f}"
-                     f"{g['all']['false_urgent']:>14}{r['latency_ms']['median']:>12.3f}{r['latency_ms']['p99']:>12.3f}")
+        cells = "".join(
+            f"{g[t]['accuracy_pct']:>10.1f} ({g[t]['n']:>2})" if t in g else f"{'-':>15}" for t in tags
+        )
+        lines.append(
+            f"{r['classifier']:<12}{cells}{g['all']['urgent_recall_pct']:>15.1f}"
+            f"{g['all']['false_urgent']:>14}{r['latency_ms']['median']:>12.3f}{r['latency_ms']['p99']:>12.3f}"
+        )
     return "\n".join(lines)
 
 

@@ -82,15 +82,17 @@ def suspend_resume(eng: VllmEngine, n_prompt: int, repeats: int) -> dict:
             out["cached_tokens"].append(rec.cached_tokens or 0)
             out["resubmitted_tokens"].append(rec.prompt_tokens)
             eng.release(g)
-            fresh = ((base[::-1] + base) * (n_prompt // len(base) + 2))[r + 1:r + 1 + len(ctx.token_ids)]
+            fresh = ((base[::-1] + base) * (n_prompt // len(base) + 2))[r + 1 : r + 1 + len(ctx.token_ids)]
             eng.admit(g + 500, fresh, max_tokens=1)  # same length, nothing cached: a re-prefill
             _outs, dt = _timed(eng)
             out["reprefill_ms"].append(dt * 1e3)
             eng.release(g + 500)
     finally:
         eng.ignore_eos = False
-    return {k: statistics.median(v) for k, v in out.items() if v} | {"n_prompt": n_prompt,
-                                                                     "block_size": eng.block_size}
+    return {k: statistics.median(v) for k, v in out.items() if v} | {
+        "n_prompt": n_prompt,
+        "block_size": eng.block_size,
+    }
 
 
 def segmentation_overhead(eng: VllmEngine, tasks: list[str], repeats: int) -> dict:
@@ -109,38 +111,61 @@ def segmentation_overhead(eng: VllmEngine, tasks: list[str], repeats: int) -> di
         # (a superset), so greedy outputs may differ in length between the modes
         per_plain = statistics.median(x["wall"] / len(x["toks"]) for x in runs[False])
         per_seg = statistics.median(x["wall"] / len(x["toks"]) for x in runs[True])
-        rows.append({"task": task, "tokens": len(ref), "tokens_segmented": len(runs[True][0]["toks"]),
-                     "segments": runs[True][0]["suspensions"] + 1,
-                     "identical_tokens": same, "unsegmented_ms": plain * 1e3, "segmented_ms": seg * 1e3,
-                     "overhead_pct": 100 * (seg - plain) / seg,
-                     "per_token_overhead_pct": 100 * (per_seg - per_plain) / per_seg,
-                     "seg_work_ms": statistics.median(x["seg_work"] for x in runs[True]) * 1e3})
+        rows.append(
+            {
+                "task": task,
+                "tokens": len(ref),
+                "tokens_segmented": len(runs[True][0]["toks"]),
+                "segments": runs[True][0]["suspensions"] + 1,
+                "identical_tokens": same,
+                "unsegmented_ms": plain * 1e3,
+                "segmented_ms": seg * 1e3,
+                "overhead_pct": 100 * (seg - plain) / seg,
+                "per_token_overhead_pct": 100 * (per_seg - per_plain) / per_seg,
+                "seg_work_ms": statistics.median(x["seg_work"] for x in runs[True]) * 1e3,
+            }
+        )
     plain = sum(r["unsegmented_ms"] for r in rows)
     seg = sum(r["segmented_ms"] for r in rows)
-    return {"per_task": rows, "repeats": repeats, "total_unsegmented_ms": plain, "total_segmented_ms": seg,
-            "overhead_pct": 100 * (seg - plain) / seg,
-            "per_token_overhead_pct": statistics.fmean(r["per_token_overhead_pct"] for r in rows),
-            "identical_tokens": all(r["identical_tokens"] for r in rows)}
+    return {
+        "per_task": rows,
+        "repeats": repeats,
+        "total_unsegmented_ms": plain,
+        "total_segmented_ms": seg,
+        "overhead_pct": 100 * (seg - plain) / seg,
+        "per_token_overhead_pct": statistics.fmean(r["per_token_overhead_pct"] for r in rows),
+        "identical_tokens": all(r["identical_tokens"] for r in rows),
+    }
 
 
 def summary(res: dict) -> str:
-    lines = [f"vLLM {res['engine']['vllm_version']} on {res['engine']['device']} ({res['machine']})",
-             "decode throughput:  " + "; ".join(
-                 f"batch {b}: {v['tokens_per_s']:.1f} tok/s ({v['step_ms']:.0f} ms/step)"
-                 for b, v in res["throughput"].items())]
+    lines = [
+        f"vLLM {res['engine']['vllm_version']} on {res['engine']['device']} ({res['machine']})",
+        "decode throughput:  "
+        + "; ".join(
+            f"batch {b}: {v['tokens_per_s']:.1f} tok/s ({v['step_ms']:.0f} ms/step)"
+            for b, v in res["throughput"].items()
+        ),
+    ]
     sr = res["suspend_resume"]
-    lines.append(f"suspend/resume of a {sr['n_prompt']}-token context: abort {sr['abort_ms']:.2f} ms, resume "
-                 f"step {sr['resume_ms']:.0f} ms (cached {sr['cached_tokens']:.0f} of "
-                 f"{sr['resubmitted_tokens']:.0f} tokens) vs decode step {sr['decode_ms']:.0f} ms and "
-                 f"re-prefill {sr['reprefill_ms']:.0f} ms")
+    lines.append(
+        f"suspend/resume of a {sr['n_prompt']}-token context: abort {sr['abort_ms']:.2f} ms, resume "
+        f"step {sr['resume_ms']:.0f} ms (cached {sr['cached_tokens']:.0f} of "
+        f"{sr['resubmitted_tokens']:.0f} tokens) vs decode step {sr['decode_ms']:.0f} ms and "
+        f"re-prefill {sr['reprefill_ms']:.0f} ms"
+    )
     sg = res["segmentation"]
-    lines.append(f"segmentation overhead (Table 4): {sg['overhead_pct']:.1f}% of wall time, "
-                 f"{sg['per_token_overhead_pct']:.1f}% per generated token ({sg['total_segmented_ms']:.0f} vs "
-                 f"{sg['total_unsegmented_ms']:.0f} ms; identical tokens: {sg['identical_tokens']})")
+    lines.append(
+        f"segmentation overhead (Table 4): {sg['overhead_pct']:.1f}% of wall time, "
+        f"{sg['per_token_overhead_pct']:.1f}% per generated token ({sg['total_segmented_ms']:.0f} vs "
+        f"{sg['total_unsegmented_ms']:.0f} ms; identical tokens: {sg['identical_tokens']})"
+    )
     for r in sg["per_task"]:
-        lines.append(f"  {r['task'][:50]:50s} {r['tokens']:3d}/{r['tokens_segmented']:3d} tok {r['segments']} seg "
-                     f"{r['unsegmented_ms']:7.0f} -> {r['segmented_ms']:7.0f} ms ({r['overhead_pct']:+.1f}%, "
-                     f"per token {r['per_token_overhead_pct']:+.1f}%)")
+        lines.append(
+            f"  {r['task'][:50]:50s} {r['tokens']:3d}/{r['tokens_segmented']:3d} tok {r['segments']} seg "
+            f"{r['unsegmented_ms']:7.0f} -> {r['segmented_ms']:7.0f} ms ({r['overhead_pct']:+.1f}%, "
+            f"per token {r['per_token_overhead_pct']:+.1f}%)"
+        )
     return "\n".join(lines)
 
 
@@ -151,8 +176,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=12, help="decode steps per batch size")
     parser.add_argument("--prompt-tokens", type=int, default=1000)
     parser.add_argument("--tasks", type=int, default=4, help="requests in the segmentation benchmark")
-    parser.add_argument("--param", action="append", default=[], metavar="KEY=JSON",
-                        help="extra VllmEngine parameter, e.g. enforce_eager=false")
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="extra VllmEngine parameter, e.g. enforce_eager=false",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
     parser.add_argument("--out", type=Path, help="write the results as JSON")
     args = parser.parse_args(argv)
@@ -163,10 +193,21 @@ def main(argv: list[str] | None = None) -> int:
     load0 = os.getloadavg()[0]
     eng = VllmEngine(args.model, **opts)
     try:
-        res: dict = {"machine": f"{platform.node()} {os.cpu_count()} CPUs", "options": opts,
-                     "engine": {k: v for k, v in eng.info.extra.items() if k != "model"}}
-        res |= run_benchmarks(eng, args.steps, args.prompt_tokens, args.tasks, args.repeats,
-                              throughput, suspend_resume, segmentation_overhead)
+        res: dict = {
+            "machine": f"{platform.node()} {os.cpu_count()} CPUs",
+            "options": opts,
+            "engine": {k: v for k, v in eng.info.extra.items() if k != "model"},
+        }
+        res |= run_benchmarks(
+            eng,
+            args.steps,
+            args.prompt_tokens,
+            args.tasks,
+            args.repeats,
+            throughput,
+            suspend_resume,
+            segmentation_overhead,
+        )
     finally:
         eng.close()
     res["load_average"] = [load0, os.getloadavg()[0]]

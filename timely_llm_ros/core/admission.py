@@ -25,8 +25,9 @@ class Admission:
 
     name = "none"
 
-    def allow(self, t: float, cand: Generation, running: list[Generation], speed: float | None,
-              ranking: Ranking) -> bool:
+    def allow(
+        self, t: float, cand: Generation, running: list[Generation], speed: float | None, ranking: Ranking
+    ) -> bool:
         """Whether ``cand`` (the next in ``ranking``) may join ``running`` in this step."""
         return True
 
@@ -42,8 +43,14 @@ class LatencyGuidedAdmission(Admission):
 
     name = "latency-guided"
 
-    def allow(self, t: float, cand: Generation, running: list[Generation], speed: float | None,
-              ranking: Ranking | None = None) -> bool:
+    def allow(
+        self,
+        t: float,
+        cand: Generation,
+        running: list[Generation],
+        speed: float | None,
+        ranking: Ranking | None = None,
+    ) -> bool:
         if not running or speed is None or not speed > 0:
             return True
         urgent = running[0]

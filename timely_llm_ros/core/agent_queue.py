@@ -77,8 +77,10 @@ class AgentQueues:
         """Raise AgentQueueFull (with the queue state) if the robot cannot take one more task."""
         a = self._agents.get(agent)
         if a is not None and len(a) >= self.depth:
-            raise AgentQueueFull(f"robot {agent!r} already has {len(a)} open tasks (active {a.active!r}, "
-                                 f"{len(a.queued)} queued; agent_queue_depth = {self.depth})")
+            raise AgentQueueFull(
+                f"robot {agent!r} already has {len(a)} open tasks (active {a.active!r}, "
+                f"{len(a.queued)} queued; agent_queue_depth = {self.depth})"
+            )
 
     def enter(self, agent: str, task_id: str) -> str:
         """Queue a new task; returns its role (ACTIVE, AHEAD or WAITING). Raises AgentQueueFull."""

@@ -102,8 +102,7 @@ class Context:
         built from exactly these ids; a context from another generation or an edited one would
         silently continue the wrong text. Length, prompt split and last id are compared (O(1)).
         """
-        if (len(self.token_ids) != len(ids) or self.n_prompt != n_prompt
-                or self.token_ids[-1:] != ids[-1:]):
+        if len(self.token_ids) != len(ids) or self.n_prompt != n_prompt or self.token_ids[-1:] != ids[-1:]:
             raise EngineError(f"context of generation {gen_id} does not match the engine's copy")
 
 
@@ -182,8 +181,15 @@ class Engine(ABC):
         """Token ids of ``text`` without special tokens (the planner concatenates prefix + task)."""
 
     @abstractmethod
-    def admit(self, gen_id: int, prompt_ids: list[int], *, max_tokens: int, prefix_key: str | None = None,
-              prefix_len: int = 0) -> None:
+    def admit(
+        self,
+        gen_id: int,
+        prompt_ids: list[int],
+        *,
+        max_tokens: int,
+        prefix_key: str | None = None,
+        prefix_len: int = 0,
+    ) -> None:
         """Start a new generation; its prefill happens in the next :meth:`step`.
 
         ``prefix_key``/``prefix_len``: the first ``prefix_len`` prompt ids are a shared prefix (a skill

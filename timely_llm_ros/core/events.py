@@ -38,8 +38,24 @@ DROP = "DROP"
 EXPIRE = "EXPIRE"
 FAIL = "FAIL"
 CANCEL = "CANCEL"
-EVENT_KINDS = (ARRIVAL, ADMIT, REJECT, GEN_START, GEN_STOP, SEGMENT_READY, DISPATCH, EXEC_START,
-               EXEC_END, SUSPEND, RESUME, COMPLETE, DROP, EXPIRE, FAIL, CANCEL)
+EVENT_KINDS = (
+    ARRIVAL,
+    ADMIT,
+    REJECT,
+    GEN_START,
+    GEN_STOP,
+    SEGMENT_READY,
+    DISPATCH,
+    EXEC_START,
+    EXEC_END,
+    SUSPEND,
+    RESUME,
+    COMPLETE,
+    DROP,
+    EXPIRE,
+    FAIL,
+    CANCEL,
+)
 
 # Task states (TaskStatus)
 ACCEPTED = "ACCEPTED"
@@ -54,8 +70,18 @@ EXPIRED = "EXPIRED"
 # suspended or finished); the task leaves it when its generation resumes or it ends
 EXECUTING = "EXECUTING"
 CANCELLED = "CANCELLED"  # cancelled on request (PlanTask action cancel; PlannerCore.cancel)
-TASK_STATES = (ACCEPTED, REJECTED, QUEUED, GENERATING, SUSPENDED, COMPLETED, FAILED, EXPIRED, EXECUTING,
-               CANCELLED)
+TASK_STATES = (
+    ACCEPTED,
+    REJECTED,
+    QUEUED,
+    GENERATING,
+    SUSPENDED,
+    COMPLETED,
+    FAILED,
+    EXPIRED,
+    EXECUTING,
+    CANCELLED,
+)
 TERMINAL_STATES = frozenset((REJECTED, COMPLETED, FAILED, EXPIRED, CANCELLED))
 # The task state a terminal event leaves behind. One table for every reader that rebuilds states
 # from events (bag readers, timeline model, the simulator's bag writer): a DROP (the simulator's

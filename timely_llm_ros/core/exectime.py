@@ -214,8 +214,9 @@ class ExecTimeModel:
             total = total + self.estimate_call(robot_type, call)
         return total
 
-    def estimate_segment(self, robot_type: str, skill_set: SkillSet, earlier: Sequence[str],
-                         text: str) -> ExecEstimate:
+    def estimate_segment(
+        self, robot_type: str, skill_set: SkillSet, earlier: Sequence[str], text: str
+    ) -> ExecEstimate:
         """Bounds of what the robot executes when segment ``text`` arrives after ``earlier`` ones.
 
         See :func:`executed_calls`; raises the parser's ``SkillParseError`` for text that does not

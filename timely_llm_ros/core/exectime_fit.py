@@ -89,8 +89,9 @@ class Measurements:
         self.stats: dict[str, dict[str, SkillStats]] = defaultdict(lambda: defaultdict(SkillStats))
         self.ratios: dict[str, list[float]] = defaultdict(list)  # robot type -> measured / expected
 
-    def record(self, robot_type: str, calls: list[tuple[str, list[str]]], duration: float,
-               expected: float) -> bool:
+    def record(
+        self, robot_type: str, calls: list[tuple[str, list[str]]], duration: float, expected: float
+    ) -> bool:
         """One measured segment; True when it measured a skill (exactly one call), else False."""
         if expected > 0:
             self.ratios[robot_type].append(duration / expected)
@@ -113,8 +114,11 @@ class Measurements:
         """The model file content for ``robot_type`` with measured skills refitted (the configured
         ``config/exec_time/<robot_type>.yaml`` for the rest)."""
         path = config_path("exec_time", f"{robot_type}.yaml")
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {
-            "robot_type": robot_type, "skills": {}}
+        data = (
+            yaml.safe_load(path.read_text(encoding="utf-8"))
+            if path.is_file()
+            else {"robot_type": robot_type, "skills": {}}
+        )
         skills = dict(data.get("skills") or {})
         notes = {}
         for name, st in sorted(self.stats.get(robot_type, {}).items()):
@@ -126,13 +130,19 @@ class Measurements:
                 pts = [(a, d) for a, d in zip(st.args, st.durations) if a is not None]
                 line = fit_line([a for a, _ in pts], [d for _, d in pts]) if pts else None
             if line is not None and line[0] >= 0 and line[1] >= 0:
-                skills[name] = {"model": "poly", "coef": [round(line[0], 6), round(line[1], 6)],
-                                "arg_range": list(old["arg_range"])}
+                skills[name] = {
+                    "model": "poly",
+                    "coef": [round(line[0], 6), round(line[1], 6)],
+                    "arg_range": list(old["arg_range"]),
+                }
             else:
                 skills[name] = {"model": "samples", "samples": [round(d, 6) for d in st.durations]}
             notes[name] = st.summary()
-        return {"robot_type": robot_type, "skills": skills, "refit": {
-            "measured": notes, "segment_ratio_measured_over_expected": self.ratio(robot_type)}}
+        return {
+            "robot_type": robot_type,
+            "skills": skills,
+            "refit": {"measured": notes, "segment_ratio_measured_over_expected": self.ratio(robot_type)},
+        }
 
     def write(self, directory: Path, min_samples: int, header: str) -> list[Path]:
         """Write ``<directory>/<robot_type>.yaml`` for every measured robot type (atomically: a reader
@@ -144,23 +154,27 @@ class Measurements:
                 continue  # a robot type from the wire must not become a path outside the directory
             target = directory / f"{rtype}.yaml"
             tmp = target.with_suffix(".yaml.tmp")
-            tmp.write_text(header + yaml.safe_dump(self.refitted(rtype, min_samples), sort_keys=False),
-                           encoding="utf-8")
+            tmp.write_text(
+                header + yaml.safe_dump(self.refitted(rtype, min_samples), sort_keys=False), encoding="utf-8"
+            )
             os.replace(tmp, target)
             written.append(target)
         return written
 
 
-def estimate_segment(model: ExecTimeModel, defaults: Mapping[str, str], robot_type: str, skill_set: str,
-                     text: str) -> tuple[float, float, float]:
+def estimate_segment(
+    model: ExecTimeModel, defaults: Mapping[str, str], robot_type: str, skill_set: str, text: str
+) -> tuple[float, float, float]:
     """(minimum, expected, maximum) execution time of a segment, or ValueError/KeyError with the
     reason (SkillParseError, a ValueError, for text that does not parse). ``defaults``: robot type ->
     the skill set used when ``skill_set`` is empty."""
     if not robot_type.strip():
         raise ValueError("robot_type is empty")
     if robot_type not in model.robot_types():
-        raise ValueError(f"no execution-time model for robot type {robot_type!r}; available: "
-                         f"{', '.join(model.robot_types())}")
+        raise ValueError(
+            f"no execution-time model for robot type {robot_type!r}; available: "
+            f"{', '.join(model.robot_types())}"
+        )
     name = skill_set.strip() or defaults.get(robot_type)
     if not name:
         raise ValueError(f"no skill set for robot type {robot_type!r}; name one in skill_set")

@@ -82,12 +82,22 @@ class TaskRecord:
         when the planner had to derive one (semantic urgency)."""
         ref = getattr(spec, "reference_tuf", None)
         tuf = ref if isinstance(ref, TUF) else (spec.tuf if isinstance(spec.tuf, TUF) else None)
-        klass = spec.task_class if isinstance(spec.task_class, str) and spec.task_class else (
-            task_class(spec) if tuf is not None else "")
+        klass = (
+            spec.task_class
+            if isinstance(spec.task_class, str) and spec.task_class
+            else (task_class(spec) if tuf is not None else "")
+        )
         arrival = spec.arrival if isinstance(spec.arrival, (int, float)) else NAN
-        return cls(task_id=str(spec.task_id), agent_id=str(spec.agent_id), task_class=klass, tuf=tuf,
-                   arrival=float(arrival), robot_type=str(spec.robot_type), skill_set=str(spec.skill_set),
-                   trace_id=spec.trace_id)
+        return cls(
+            task_id=str(spec.task_id),
+            agent_id=str(spec.agent_id),
+            task_class=klass,
+            tuf=tuf,
+            arrival=float(arrival),
+            robot_type=str(spec.robot_type),
+            skill_set=str(spec.skill_set),
+            trace_id=spec.trace_id,
+        )
 
     # -- derived latencies ----------------------------------------------------------------------
     def waiting_times(self) -> list[float]:
@@ -194,10 +204,41 @@ class Generation:
     the planner→robot latency.
     """
 
-    __slots__ = ("gen_id", "seq", "spec", "record", "skill_set", "checker", "alpha", "beta", "ert", "g",
-                 "net", "max_seg_tokens", "k", "ref", "ert_k", "fixed_key", "state", "context", "prompt_ids",
-                 "prefix_len", "script", "max_tokens", "seg_tokens", "seg_start", "slot", "mem_need",
-                 "robot_type", "finished", "dispatched", "done_segments", "text", "held", "parked")
+    __slots__ = (
+        "gen_id",
+        "seq",
+        "spec",
+        "record",
+        "skill_set",
+        "checker",
+        "alpha",
+        "beta",
+        "ert",
+        "g",
+        "net",
+        "max_seg_tokens",
+        "k",
+        "ref",
+        "ert_k",
+        "fixed_key",
+        "state",
+        "context",
+        "prompt_ids",
+        "prefix_len",
+        "script",
+        "max_tokens",
+        "seg_tokens",
+        "seg_start",
+        "slot",
+        "mem_need",
+        "robot_type",
+        "finished",
+        "dispatched",
+        "done_segments",
+        "text",
+        "held",
+        "parked",
+    )
 
     def __init__(self, gen_id: int, spec: TaskSpec, record: TaskRecord, skill_set, net: float) -> None:
         self.gen_id = gen_id

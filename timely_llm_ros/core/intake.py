@@ -33,8 +33,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from timely_llm_ros.core.engine import Engine, EngineError
-from timely_llm_ros.core.skills import SkillParseError, SkillSet, load_skill_set
 from timely_llm_ros.core.limits import RecentIds, tuf_or_reject
+from timely_llm_ros.core.skills import SkillParseError, SkillSet, load_skill_set
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
 
 
@@ -74,22 +74,24 @@ class Intake:
             raise TaskRejected(exc.reason) from None
         try:  # a remote engine (engine: openai) tokenizes on its server, which may be unreachable
             prefix = self.prefix_ids(sset)
-            prompt = prefix + self.engine.tokenize(full[len(sset.prompt):] + seed)
+            prompt = prefix + self.engine.tokenize(full[len(sset.prompt) :] + seed)
         except EngineError as exc:
             raise TaskRejected(f"the engine cannot tokenize the prompt: {exc}") from None
         limit = self.engine.info.context_limit
         if len(prompt) >= limit:
-            raise TaskRejected(f"prompt of {len(prompt)} tokens does not fit the engine context of "
-                               f"{limit} tokens")
+            raise TaskRejected(
+                f"prompt of {len(prompt)} tokens does not fit the engine context of {limit} tokens"
+            )
         script = None
         if self.engine.needs_script:
             if not spec.reference_plan:
                 raise TaskRejected("the simulated engine needs a reference_plan to emit")
             plan = spec.reference_plan
             if not plan.startswith(seed):
-                raise TaskRejected("cannot resume: the plan sent before the restart is not the start of the "
-                                   "reference plan")
-            script = self.engine.tokenize(plan[len(seed):])
+                raise TaskRejected(
+                    "cannot resume: the plan sent before the restart is not the start of the reference plan"
+                )
+            script = self.engine.tokenize(plan[len(seed) :])
         return PreparedTask(sset, prompt, len(prefix), min(spec.max_tokens, limit - len(prompt)), script)
 
 
@@ -108,20 +110,26 @@ def check_robot_type(spec: TaskSpec, sset: SkillSet, agent_types: Mapping[str, s
     """The task's robot type matches its skill set and, when ``agent_types`` names the agent, the
     type that agent is known to be (a segment for the wrong robot would be unsafe)."""
     if sset.robot_type != spec.robot_type:
-        raise TaskRejected(f"robot type mismatch: the task is for a {spec.robot_type!r} robot but skill "
-                           f"set {spec.skill_set!r} is for {sset.robot_type!r} robots")
+        raise TaskRejected(
+            f"robot type mismatch: the task is for a {spec.robot_type!r} robot but skill "
+            f"set {spec.skill_set!r} is for {sset.robot_type!r} robots"
+        )
     expected = agent_types.get(spec.agent_id)
     if expected is not None and expected != spec.robot_type:
-        raise TaskRejected(f"robot type mismatch: agent {spec.agent_id!r} is a {expected!r} robot, the "
-                           f"task asks for a {spec.robot_type!r} robot")
+        raise TaskRejected(
+            f"robot type mismatch: agent {spec.agent_id!r} is a {expected!r} robot, the "
+            f"task asks for a {spec.robot_type!r} robot"
+        )
 
 
 def overload_reason(backlog: int, n_open: int, max_inbound: int, max_queued_tasks: int) -> str:
     """Why a new task cannot be taken now ('' = it can), naming the queue state for the sender:
     ``backlog`` tasks received but not yet taken by the planner thread, ``n_open`` open tasks."""
     if backlog >= max_inbound:
-        return (f"overloaded: {backlog} tasks received but not yet taken by the planner (limit "
-                f"max_inbound = {max_inbound}), {n_open} open tasks")
+        return (
+            f"overloaded: {backlog} tasks received but not yet taken by the planner (limit "
+            f"max_inbound = {max_inbound}), {n_open} open tasks"
+        )
     if n_open >= max_queued_tasks:
         return f"overloaded: {n_open} open tasks (limit max_queued_tasks = {max_queued_tasks})"
     return ""
@@ -157,8 +165,12 @@ class DuplicateTaskId(Refused):
     original task is not told its task was rejected."""
 
     def __init__(self, task_id: str, report_as: str) -> None:
-        super().__init__(f"duplicate task_id {task_id!r}: that id is in use (or was used recently); "
-                         f"this rejection is reported as {report_as!r}", "duplicate", report_as)
+        super().__init__(
+            f"duplicate task_id {task_id!r}: that id is in use (or was used recently); "
+            f"this rejection is reported as {report_as!r}",
+            "duplicate",
+            report_as,
+        )
 
 
 class TaskIds:

@@ -99,8 +99,10 @@ class Journal:
         except OSError:
             self._lock.close()
             self._lock = None
-            raise JournalError(f"journal {self.path} is in use by another planner; give each planner its "
-                               "own (parameter 'journal')") from None
+            raise JournalError(
+                f"journal {self.path} is in use by another planner; give each planner its "
+                "own (parameter 'journal')"
+            ) from None
         recovered = self._read()
         self._compact()
         return recovered
@@ -167,8 +169,10 @@ class Journal:
         self.stats["accepted"] += 1
 
     def segment(self, task_id: str, seg: int, text: str, min_exec: float, expected_exec: float) -> None:
-        self._write(task_id, {"e": "segment", "id": task_id, "seg": seg, "text": text, "min": min_exec,
-                              "exp": expected_exec})
+        self._write(
+            task_id,
+            {"e": "segment", "id": task_id, "seg": seg, "text": text, "min": min_exec, "exp": expected_exec},
+        )
 
     def started(self, task_id: str, seg: int, t_wall: float) -> None:
         self._write(task_id, {"e": "start", "id": task_id, "seg": seg, "t": t_wall})
@@ -214,13 +218,21 @@ class Journal:
 # ----------------------------------------------------------------------------- task <-> journal entry
 def task_entry(spec: Any, arrival_wall: float) -> dict[str, Any]:
     """The fields of a :class:`~timely_llm_ros.core.task.TaskSpec` a restarted planner needs."""
-    return {"task_id": spec.task_id, "agent_id": spec.agent_id, "robot_type": spec.robot_type,
-            "skill_set": spec.skill_set, "instruction": spec.instruction, "scene": spec.scene or "",
-            # None: sent without a TUF; a restarted planner derives it again (planner option urgency)
-            "tuf": None if spec.tuf is None else [spec.tuf.ert, spec.tuf.alpha, spec.tuf.beta],
-            "max_tokens": spec.max_tokens,
-            "task_class": spec.task_class or "", "trace_id": spec.trace_id, "arrival": arrival_wall,
-            "overrun": spec.overrun or ""}
+    return {
+        "task_id": spec.task_id,
+        "agent_id": spec.agent_id,
+        "robot_type": spec.robot_type,
+        "skill_set": spec.skill_set,
+        "instruction": spec.instruction,
+        "scene": spec.scene or "",
+        # None: sent without a TUF; a restarted planner derives it again (planner option urgency)
+        "tuf": None if spec.tuf is None else [spec.tuf.ert, spec.tuf.alpha, spec.tuf.beta],
+        "max_tokens": spec.max_tokens,
+        "task_class": spec.task_class or "",
+        "trace_id": spec.trace_id,
+        "arrival": arrival_wall,
+        "overrun": spec.overrun or "",
+    }
 
 
 def task_from_entry(entry: dict[str, Any], arrival: float) -> Any:
@@ -230,9 +242,17 @@ def task_from_entry(entry: dict[str, Any], arrival: float) -> Any:
 
     tuf = None if entry["tuf"] is None else TUF(*(float(v) for v in entry["tuf"]))
     trace = entry.get("trace_id")
-    return TaskSpec(task_id=str(entry["task_id"]), agent_id=str(entry["agent_id"]),
-                    robot_type=str(entry["robot_type"]), skill_set=str(entry["skill_set"]),
-                    instruction=str(entry["instruction"]), tuf=tuf, arrival=float(arrival),
-                    scene=str(entry.get("scene") or ""), max_tokens=int(entry["max_tokens"]),
-                    task_class=str(entry.get("task_class") or ""), trace_id=int(trace) if trace else None,
-                    overrun=str(entry.get("overrun") or ""))
+    return TaskSpec(
+        task_id=str(entry["task_id"]),
+        agent_id=str(entry["agent_id"]),
+        robot_type=str(entry["robot_type"]),
+        skill_set=str(entry["skill_set"]),
+        instruction=str(entry["instruction"]),
+        tuf=tuf,
+        arrival=float(arrival),
+        scene=str(entry.get("scene") or ""),
+        max_tokens=int(entry["max_tokens"]),
+        task_class=str(entry.get("task_class") or ""),
+        trace_id=int(trace) if trace else None,
+        overrun=str(entry.get("overrun") or ""),
+    )

@@ -70,9 +70,11 @@ class KVOptions:
     reload: str = "host-first"
 
     def __post_init__(self) -> None:
-        for name, value, known in (("kv_policy", self.policy, KV_POLICIES),
-                                   ("eviction", self.eviction, EVICTION_ORDERS),
-                                   ("reload", self.reload, RELOADS)):
+        for name, value, known in (
+            ("kv_policy", self.policy, KV_POLICIES),
+            ("eviction", self.eviction, EVICTION_ORDERS),
+            ("reload", self.reload, RELOADS),
+        ):
             if value not in known:
                 raise KVPolicyError(f"{name} must be one of {', '.join(known)}, got {value!r}")
 
@@ -117,8 +119,9 @@ def evict_destination(n: int, host_room: bool, opts: KVOptions, costs: EnginePro
     return HOST
 
 
-def victim_key(opts: KVOptions, hint: float | None, suspended_at: float, order: int,
-               importance: float) -> tuple:
+def victim_key(
+    opts: KVOptions, hint: float | None, suspended_at: float, order: int, importance: float
+) -> tuple:
     """Sort key of an eviction candidate: the first one is evicted first (module docstring)."""
     if opts.eviction == "lru":
         return (suspended_at, order)
@@ -128,8 +131,9 @@ def victim_key(opts: KVOptions, hint: float | None, suspended_at: float, order: 
     return far
 
 
-def at_suspension(opts: KVOptions, c_i: int, c_other: int, pause: float, costs: EngineProfile,
-                  host_room: bool) -> str:
+def at_suspension(
+    opts: KVOptions, c_i: int, c_other: int, pause: float, costs: EngineProfile, host_room: bool
+) -> str:
     """The action taken when a generation is suspended: keep (also for ``evict``/``keep``), host or drop."""
     if opts.policy == "discard":
         return DROP

@@ -47,10 +47,13 @@ class PredictorError:
 
     def as_dict(self) -> dict[str, float | int]:
         n = self.n
-        return {"n": n, "mae_tokens": self.abs_sum / n if n else math.nan,
-                "bias_tokens": self.signed_sum / n if n else math.nan,
-                "mape_pct": 100.0 * self.rel_sum / n if n else math.nan,
-                "over_bound_pct": 100.0 * self.over_bound / n if n else math.nan}
+        return {
+            "n": n,
+            "mae_tokens": self.abs_sum / n if n else math.nan,
+            "bias_tokens": self.signed_sum / n if n else math.nan,
+            "mape_pct": 100.0 * self.rel_sum / n if n else math.nan,
+            "over_bound_pct": 100.0 * self.over_bound / n if n else math.nan,
+        }
 
 
 class LengthPredictor:
@@ -101,8 +104,10 @@ class LengthPredictor:
 
     def table(self) -> dict[str, dict[str, float]]:
         """Current means per key (for reports): ``"skill_set/class/first|next" -> {n, mean}``."""
-        return {f"{s}/{c}/{'first' if first else 'next'}": {"n": m.n, "mean": m.mean}
-                for (s, c, first), m in sorted(self._stats.items())}
+        return {
+            f"{s}/{c}/{'first' if first else 'next'}": {"n": m.n, "mean": m.mean}
+            for (s, c, first), m in sorted(self._stats.items())
+        }
 
 
 def segment_time(tokens: float, speed: float | None, prefill_s: float = 0.0) -> float | None:

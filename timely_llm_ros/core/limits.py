@@ -75,7 +75,9 @@ def check_task_fields(f: TaskFields) -> None:
         if any(ord(c) < 32 or ord(c) == 127 for c in getattr(f, name)):
             raise TaskRejected(f"{name} contains control characters")
     if not 0 <= f.max_tokens <= MAX_MAX_TOKENS:
-        raise TaskRejected(f"max_tokens {f.max_tokens} is out of range (0 = default, at most {MAX_MAX_TOKENS})")
+        raise TaskRejected(
+            f"max_tokens {f.max_tokens} is out of range (0 = default, at most {MAX_MAX_TOKENS})"
+        )
     if (f.ert, f.alpha, f.beta) != (0.0, 0.0, 0.0):  # all zeros: no TUF (``auto``, derived by the planner)
         check_tuf_range(f.ert, f.alpha, f.beta)
 
@@ -95,15 +97,19 @@ def check_tuf_range(ert: float, alpha: float, beta: float) -> None:
     if not 0.0 <= ert <= MAX_ERT_S:
         raise TaskRejected(f"invalid TUF: ERT must be within [0, {MAX_ERT_S:g}] s, got {ert!r}")
     if not -MAX_ABS_ALPHA <= alpha <= 0.0:
-        raise TaskRejected(f"invalid TUF: alpha must be within [-{MAX_ABS_ALPHA:g}, 0] (utility may not "
-                           f"grow with delay), got {alpha!r}")
+        raise TaskRejected(
+            f"invalid TUF: alpha must be within [-{MAX_ABS_ALPHA:g}, 0] (utility may not "
+            f"grow with delay), got {alpha!r}"
+        )
     if not 0.0 < beta <= MAX_BETA:
         raise TaskRejected(f"invalid TUF: beta must be within (0, {MAX_BETA:g}], got {beta!r}")
     if alpha < 0.0:
         horizon = tuf.zero_time
         if not horizon <= MAX_HORIZON_S:
-            raise TaskRejected(f"invalid TUF: utility horizon ERT + beta/-alpha = {horizon:.3g} s exceeds "
-                               f"{MAX_HORIZON_S:g} s (use alpha = 0 for a utility that never decays)")
+            raise TaskRejected(
+                f"invalid TUF: utility horizon ERT + beta/-alpha = {horizon:.3g} s exceeds "
+                f"{MAX_HORIZON_S:g} s (use alpha = 0 for a utility that never decays)"
+            )
 
 
 def clip(text: str, limit: int = MAX_DETAIL) -> str:

@@ -132,19 +132,27 @@ class SegmentTimers:
             if math.isnan(w.started):
                 if now - w.current_since <= limit:
                     continue
-                reason = (f"segment {w.seg} timed out: robot {agent!r} did not start it within {limit:.1f} s "
-                          f"(no SegmentFeedback)")
+                reason = (
+                    f"segment {w.seg} timed out: robot {agent!r} did not start it within {limit:.1f} s "
+                    f"(no SegmentFeedback)"
+                )
             else:
                 beat = self.heartbeat_timeout()
-                alive_until = max(w.started + limit, w.heartbeat + beat if not math.isnan(w.heartbeat) else -math.inf)
+                alive_until = max(
+                    w.started + limit, w.heartbeat + beat if not math.isnan(w.heartbeat) else -math.inf
+                )
                 if now <= alive_until:
                     continue
                 if math.isnan(w.heartbeat):
-                    reason = (f"segment {w.seg} timed out: robot {agent!r} did not finish it within {limit:.1f} s "
-                              f"of its start (no DONE, no PROGRESS heartbeat)")
+                    reason = (
+                        f"segment {w.seg} timed out: robot {agent!r} did not finish it within {limit:.1f} s "
+                        f"of its start (no DONE, no PROGRESS heartbeat)"
+                    )
                 else:
-                    reason = (f"segment {w.seg} timed out: robot {agent!r} sent no PROGRESS heartbeat for "
-                              f"{now - w.heartbeat:.1f} s (limit {beat:.1f} s) and no DONE")
+                    reason = (
+                        f"segment {w.seg} timed out: robot {agent!r} sent no PROGRESS heartbeat for "
+                        f"{now - w.heartbeat:.1f} s (limit {beat:.1f} s) and no DONE"
+                    )
             out.append(Expired(agent, w.task_id, w.seg, reason))
             self.forget_task(agent, w.task_id, now)
         return out

@@ -130,8 +130,9 @@ def _by_class(rec: TaskRecord) -> str:
     return rec.task_class
 
 
-def summarize(records: Iterable[TaskRecord], by: Callable[[TaskRecord], str] = _by_class,
-              total: str | None = "all") -> dict[str, ClassMetrics]:
+def summarize(
+    records: Iterable[TaskRecord], by: Callable[[TaskRecord], str] = _by_class, total: str | None = "all"
+) -> dict[str, ClassMetrics]:
     """Metrics per group (``by``: record → key; default its task class), plus ``total`` over all
     records unless ``total`` is None. Keys are sorted, the total last."""
     recs = list(records)

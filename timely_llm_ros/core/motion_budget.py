@@ -84,8 +84,12 @@ class Usage:
     calls: int = 0
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(self.distance_cm + other.distance_cm, self.rotation_deg + other.rotation_deg,
-                     self.time_s + other.time_s, self.calls + other.calls)
+        return Usage(
+            self.distance_cm + other.distance_cm,
+            self.rotation_deg + other.rotation_deg,
+            self.time_s + other.time_s,
+            self.calls + other.calls,
+        )
 
 
 # ---------------------------------------------------------------------------------------- loading
@@ -95,8 +99,9 @@ def parse_limits(raw: Any, sset: SkillSet, where: str) -> BudgetLimits:
         raise MotionBudgetError(f"{where}: '{SECTION}' must be a mapping, got {raw!r}")
     unknown = sorted(set(raw) - {*_LIMIT_KEYS, "costs"})
     if unknown:
-        raise MotionBudgetError(f"{where}: unknown field(s) {unknown} in '{SECTION}'; known: "
-                                f"{sorted({*_LIMIT_KEYS, 'costs'})}")
+        raise MotionBudgetError(
+            f"{where}: unknown field(s) {unknown} in '{SECTION}'; known: {sorted({*_LIMIT_KEYS, 'costs'})}"
+        )
     limits: dict[str, float] = {}
     for key in _LIMIT_KEYS:
         if key not in raw:
@@ -118,8 +123,9 @@ def parse_limits(raw: Any, sset: SkillSet, where: str) -> BudgetLimits:
         if spec is None:
             raise MotionBudgetError(f"{here}: no skill {skill!r} in skill set {sset.name!r}")
         if not isinstance(cost, dict) or not cost or set(cost) - set(COST_DIMENSIONS):
-            raise MotionBudgetError(f"{here} must map some of {list(COST_DIMENSIONS)} to a number or "
-                                    f"{ARG!r}, got {cost!r}")
+            raise MotionBudgetError(
+                f"{here} must map some of {list(COST_DIMENSIONS)} to a number or {ARG!r}, got {cost!r}"
+            )
         for dim, v in cost.items():
             if v == ARG:
                 if not spec.args or spec.args[0].type not in ("int", "float"):
@@ -190,8 +196,9 @@ class MotionBudget:
     :class:`BudgetExceeded` and is *not* added, so the caller can refuse it and stop the plan.
     """
 
-    def __init__(self, sset: SkillSet, limits: BudgetLimits | None = None,
-                 exec_model: ExecTimeModel | None = None) -> None:
+    def __init__(
+        self, sset: SkillSet, limits: BudgetLimits | None = None, exec_model: ExecTimeModel | None = None
+    ) -> None:
         self.skill_set = sset
         self.limits = limits if limits is not None else (budget_limits(sset) or BudgetLimits())
         self._exec_model = exec_model
@@ -236,8 +243,10 @@ class MotionBudget:
         depth = loop_depth(";".join(texts)) if self.skill_set.language == "minispec" else 0
         lim = self.limits
         if depth > lim.max_loop_depth:
-            raise BudgetExceeded(f"loops nested {depth} deep; the limit is {lim.max_loop_depth:g} "
-                                 f"(skill set {self.skill_set.name!r})")
+            raise BudgetExceeded(
+                f"loops nested {depth} deep; the limit is {lim.max_loop_depth:g} "
+                f"(skill set {self.skill_set.name!r})"
+            )
         cost = self.cost(calls)
         total = self.used + cost
         for name, value, limit, unit in (
@@ -251,15 +260,20 @@ class MotionBudget:
                     f"plan {name} would reach {_fmt(value)}{unit and ' ' + unit} (this segment: "
                     f"{_fmt(value - getattr(self.used, _FIELD[name]))}), over the limit of "
                     f"{_fmt(limit)}{unit and ' ' + unit} per plan (skill set {self.skill_set.name!r}; "
-                    "loops count every repeat)")
+                    "loops count every repeat)"
+                )
         self.used = total
         self.segments += 1
         self._texts.append(text)
         return cost
 
 
-_FIELD = {"distance": "distance_cm", "rotation": "rotation_deg", "execution time": "time_s",
-          "skill calls": "calls"}
+_FIELD = {
+    "distance": "distance_cm",
+    "rotation": "rotation_deg",
+    "execution time": "time_s",
+    "skill calls": "calls",
+}
 
 
 def _fmt(x: float) -> str:

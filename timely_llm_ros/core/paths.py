@@ -53,8 +53,9 @@ def shipped_config_dir() -> Path:
     for candidate in candidates:
         if (candidate / "skills").is_dir():
             return candidate
-    raise ConfigPathError("timely_llm_ros config directory not found; looked in "
-                          + ", ".join(str(c) for c in candidates))
+    raise ConfigPathError(
+        "timely_llm_ros config directory not found; looked in " + ", ".join(str(c) for c in candidates)
+    )
 
 
 def add_config_dirs(dirs: list[str | Path]) -> None:
@@ -78,8 +79,9 @@ def extra_config_dirs(dirs: list[str | Path]) -> Iterator[None]:
 
 def _checked(p: Path, origin: str) -> Path:
     if not p.is_dir():
-        raise ConfigPathError(f"config directory {str(p)!r} (from {origin}) does not exist or is not a "
-                              "directory")
+        raise ConfigPathError(
+            f"config directory {str(p)!r} (from {origin}) does not exist or is not a directory"
+        )
     return p.resolve()
 
 

@@ -59,6 +59,7 @@ from dataclasses import dataclass
 
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.agent_queue import WAITING, AgentQueueFull, AgentQueues
+from timely_llm_ros.core.engine import Engine, EngineError, EngineOutOfMemory, TokenOut, script_kwargs
 from timely_llm_ros.core.exectime import ExecTimeModel, load_exec_time_model
 from timely_llm_ros.core.feedback import feedback_problem
 from timely_llm_ros.core.generation import Dispatch, Generation, Segment, TaskRecord, estimated_action_end
@@ -68,7 +69,6 @@ from timely_llm_ros.core.planner_options import PlannerExtras, PlannerOptions
 from timely_llm_ros.core.scheduler import Policy, Scheduler
 from timely_llm_ros.core.skills import SkillParseError, load_skill_set
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
-from timely_llm_ros.core.engine import Engine, EngineError, EngineOutOfMemory, TokenOut, script_kwargs
 
 # The simulator and benchmarks queue every task of a robot (their workloads decide the load); the ROS
 # planner node passes its bounded ``agent_queue_depth`` parameter.
@@ -86,22 +86,29 @@ class ResumedSegment:
     exec_end: float = math.nan  # nan: not known to be DONE
 
 
-
 class PlannerCore:
     """Segmented generation + scheduling over one :class:`Engine` (see module docstring)."""
 
-    def __init__(self, engine: Engine, policy: str | Policy = "timely", *,
-                 clock: Callable[[], float] | None = None,
-                 dispatch: Callable[[Dispatch], None] | None = None,
-                 sink: Callable[[ev.TraceEvent], None] | None = None,
-                 on_state: Callable[[str, str, str], None] | None = None,
-                 exec_model: ExecTimeModel | None = None,
-                 network_latency: float = 0.008,
-                 agent_queues: AgentQueues | None = None,
-                 retain_records: int | None = None,
-                 options: PlannerOptions | None = None) -> None:
-        if not (isinstance(network_latency, (int, float)) and math.isfinite(network_latency)
-                and network_latency >= 0):
+    def __init__(
+        self,
+        engine: Engine,
+        policy: str | Policy = "timely",
+        *,
+        clock: Callable[[], float] | None = None,
+        dispatch: Callable[[Dispatch], None] | None = None,
+        sink: Callable[[ev.TraceEvent], None] | None = None,
+        on_state: Callable[[str, str, str], None] | None = None,
+        exec_model: ExecTimeModel | None = None,
+        network_latency: float = 0.008,
+        agent_queues: AgentQueues | None = None,
+        retain_records: int | None = None,
+        options: PlannerOptions | None = None,
+    ) -> None:
+        if not (
+            isinstance(network_latency, (int, float))
+            and math.isfinite(network_latency)
+            and network_latency >= 0
+        ):
             raise ValueError(f"network_latency must be a finite number >= 0, got {network_latency!r}")
         self.engine = engine
         self.scheduler = Scheduler(policy)
@@ -116,8 +123,9 @@ class PlannerCore:
         if retain_records is not None and retain_records < 1:
             raise ValueError(f"retain_records must be >= 1 or None, got {retain_records!r}")
         self.retain = retain_records
-        self.records: list[TaskRecord] | deque[TaskRecord] = [] if retain_records is None else deque(
-            maxlen=retain_records)
+        self.records: list[TaskRecord] | deque[TaskRecord] = (
+            [] if retain_records is None else deque(maxlen=retain_records)
+        )
         self.budgets = PlanBudgets(self.exec_model)  # per-plan motion budgets (core/motion_budget.py)
         self._tasks: dict[str, Generation] = {}
         self._finished: OrderedDict[str, TaskRecord] = OrderedDict()  # retained terminal tasks
@@ -130,8 +138,9 @@ class PlannerCore:
         self._costs = engine.cost_profile()
 
     # -- events ---------------------------------------------------------------------------------
-    def _emit(self, t: float, kind: str, rec: TaskRecord, seg: int = -1, detail: str = "",
-              value: float = 0.0) -> None:
+    def _emit(
+        self, t: float, kind: str, rec: TaskRecord, seg: int = -1, detail: str = "", value: float = 0.0
+    ) -> None:
         if self._sink is not None:
             self._sink(ev.TraceEvent(t, kind, rec.task_id, rec.agent_id, seg, value, detail))
 
@@ -160,8 +169,11 @@ class PlannerCore:
         # planner thread only learns of a task after the engine step in flight, which on the CPU
         # model can last a second; stamping the submit time would hide that wait from every metric.
         arrived = spec.arrival
-        self._emit(arrived if isinstance(arrived, (int, float)) and math.isfinite(arrived) and arrived <= t
-                   else t, ev.ARRIVAL, rec)
+        self._emit(
+            arrived if isinstance(arrived, (int, float)) and math.isfinite(arrived) and arrived <= t else t,
+            ev.ARRIVAL,
+            rec,
+        )
         try:
             self.agents.check_room(rec.agent_id)  # cheap, before tokenising the prompt (bursts)
             gen = self._prepare(spec, rec, resume or [])
@@ -187,8 +199,11 @@ class PlannerCore:
             self.extras.wait(gen, sent.task_class)
             self._state(rec, ev.QUEUED, "deriving its urgency from the instruction")
         elif gen.parked:
-            self._state(rec, ev.QUEUED, f"waiting for robot {rec.agent_id!r} to end task "
-                                        f"{self.agents.active(rec.agent_id)!r}")
+            self._state(
+                rec,
+                ev.QUEUED,
+                f"waiting for robot {rec.agent_id!r} to end task {self.agents.active(rec.agent_id)!r}",
+            )
         else:
             self._state(rec, ev.QUEUED)
             self._push(gen)
@@ -224,8 +239,14 @@ class PlannerCore:
             gen_id = self._next_id
             self._next_id += 1
             t0 = self.clock()
-            self.engine.admit(gen_id, prefix + suffix, max_tokens=1, prefix_key=sset.name,
-                              prefix_len=len(prefix), **script_kwargs(self.engine, suffix))
+            self.engine.admit(
+                gen_id,
+                prefix + suffix,
+                max_tokens=1,
+                prefix_key=sset.name,
+                prefix_len=len(prefix),
+                **script_kwargs(self.engine, suffix),
+            )
             try:
                 for _ in range(max_steps):
                     if any(out.gen_id == gen_id and out.finished for out in self.engine.step()):
@@ -264,11 +285,23 @@ class PlannerCore:
             try:
                 calls = gen.skill_set.parse(r.text)
             except SkillParseError as exc:
-                raise TaskRejected(f"cannot resume: segment {len(rec.segments)} sent before the restart "
-                                   f"does not parse: {exc}") from None
-            rec.segments.append(Segment(idx=len(rec.segments), text=r.text, skills=tuple(c.name for c in calls),
-                                        dispatch=t, exec_start=r.exec_start, exec_end=r.exec_end,
-                                        min_exec=r.min_exec, expected_exec=r.expected_exec, calls=tuple(calls)))
+                raise TaskRejected(
+                    f"cannot resume: segment {len(rec.segments)} sent before the restart "
+                    f"does not parse: {exc}"
+                ) from None
+            rec.segments.append(
+                Segment(
+                    idx=len(rec.segments),
+                    text=r.text,
+                    skills=tuple(c.name for c in calls),
+                    dispatch=t,
+                    exec_start=r.exec_start,
+                    exec_end=r.exec_end,
+                    min_exec=r.min_exec,
+                    expected_exec=r.expected_exec,
+                    calls=tuple(calls),
+                )
+            )
             if gen.checker is not None:  # same parse state (open blocks) as when it was generated
                 gen.checker.feed(r.text)
                 while gen.checker.ready:
@@ -291,8 +324,9 @@ class PlannerCore:
             self._overrun(gen, t)
         for gen, exc in ex.admit_probes(self.engine, self._new_id, t):
             self._fail(gen, t, f"urgency classifier: the engine refused its probe: {exc}")
-        picked = self.scheduler.select(t, list(self._running.values()), self.engine.speed(),
-                                       self.engine.memory().free)
+        picked = self.scheduler.select(
+            t, list(self._running.values()), self.engine.speed(), self.engine.memory().free
+        )
         for gen in picked:
             try:
                 self._start(gen, t)
@@ -302,7 +336,9 @@ class PlannerCore:
         if not self._running and not probing:
             return bool(picked)
         if ex.opt.token_budget != "whole":
-            self.engine.set_prefill_budget(ex.budget(t, self._running.values(), self.engine.speed(), self._costs))
+            self.engine.set_prefill_budget(
+                ex.budget(t, self._running.values(), self.engine.speed(), self._costs)
+            )
         try:
             outs = self.engine.step()
         except EngineOutOfMemory as exc:
@@ -360,9 +396,14 @@ class PlannerCore:
         rec = gen.record
         self.extras.started(gen.gen_id, gen.context is None or gen.context.location == "discarded")
         if gen.context is None:
-            self.engine.admit(gen.gen_id, gen.prompt_ids, max_tokens=gen.max_tokens,
-                              prefix_key=gen.skill_set.name, prefix_len=gen.prefix_len,
-                              **script_kwargs(self.engine, gen.script))
+            self.engine.admit(
+                gen.gen_id,
+                gen.prompt_ids,
+                max_tokens=gen.max_tokens,
+                prefix_key=gen.skill_set.name,
+                prefix_len=gen.prefix_len,
+                **script_kwargs(self.engine, gen.script),
+            )
             rec.first_admit = t
             self._emit(t, ev.GEN_START, rec, gen.k)
         else:
@@ -387,7 +428,11 @@ class PlannerCore:
         self.extras.token(out.gen_id)
         if out.reason == "error":  # the engine gave up on this generation: fail it, keep the rest
             self._emit(out.t, ev.GEN_STOP, gen.record, len(gen.record.segments), "error", gen.seg_tokens)
-            self._fail(gen, out.t, f"engine error: {out.text or 'the engine ended the generation without finishing it'}")
+            self._fail(
+                gen,
+                out.t,
+                f"engine error: {out.text or 'the engine ended the generation without finishing it'}",
+            )
             return
         gen.seg_tokens += 1
         gen.record.n_tokens += 1
@@ -427,8 +472,14 @@ class PlannerCore:
             gen.state = ev.SUSPENDED
             gen.record.n_suspensions += 1
             held = bool(gen.held)
-            self._state(gen.record, ev.SUSPENDED, f"holding the plan until robot {gen.record.agent_id!r} "
-                        f"ends task {self.agents.active(gen.record.agent_id)!r}" if held else "")
+            self._state(
+                gen.record,
+                ev.SUSPENDED,
+                f"holding the plan until robot {gen.record.agent_id!r} "
+                f"ends task {self.agents.active(gen.record.agent_id)!r}"
+                if held
+                else "",
+            )
             self._emit(t, ev.GEN_STOP, gen.record, gen.k - 1, "segment", gen.seg_tokens)
             self._emit(t, ev.SUSPEND, gen.record, gen.k)
             if held:  # generate no further ahead: parked until its robot is free (core.agent_queue)
@@ -439,7 +490,9 @@ class PlannerCore:
             gen.seg_tokens = 0
             gen.seg_start = t
 
-    def _dispatch_segment(self, gen: Generation, text: str, calls: list, t: float, final: bool = False) -> bool:
+    def _dispatch_segment(
+        self, gen: Generation, text: str, calls: list, t: float, final: bool = False
+    ) -> bool:
         rec = gen.record
         idx = len(rec.segments)
         why = self.budgets.check(gen.gen_id, gen.skill_set, [s.text for s in rec.segments], text)
@@ -448,22 +501,46 @@ class PlannerCore:
             return False
         try:
             # timed as the robot runs it: a loop's replays belong to the segment with its '}'
-            est = self.exec_model.estimate_segment(gen.robot_type, gen.skill_set,
-                                                   [s.text for s in rec.segments], text)
+            est = self.exec_model.estimate_segment(
+                gen.robot_type, gen.skill_set, [s.text for s in rec.segments], text
+            )
         except (ValueError, KeyError) as exc:
             self._fail(gen, t, f"segment {idx} cannot be timed: {exc}")
             return False
-        seg = Segment(idx=idx, text=text, skills=tuple(c.name for c in calls), n_tokens=gen.seg_tokens,
-                      gen_start=gen.seg_start, gen_end=t, dispatch=t, min_exec=est.minimum,
-                      expected_exec=est.expected, calls=tuple(calls), final=final)
+        seg = Segment(
+            idx=idx,
+            text=text,
+            skills=tuple(c.name for c in calls),
+            n_tokens=gen.seg_tokens,
+            gen_start=gen.seg_start,
+            gen_end=t,
+            dispatch=t,
+            min_exec=est.minimum,
+            expected_exec=est.expected,
+            calls=tuple(calls),
+            final=final,
+        )
         rec.segments.append(seg)
         self.extras.learned(gen, idx, seg.n_tokens)
         gen.dispatched += 1
         gen.k = idx + 1
         gen.ert_k = 0.0
         self._emit(t, ev.SEGMENT_READY, rec, idx, text)
-        self._send(gen, Dispatch(rec.task_id, rec.agent_id, gen.robot_type, idx, text, tuple(calls), t,
-                                 est.minimum, est.expected, final))
+        self._send(
+            gen,
+            Dispatch(
+                rec.task_id,
+                rec.agent_id,
+                gen.robot_type,
+                idx,
+                text,
+                tuple(calls),
+                t,
+                est.minimum,
+                est.expected,
+                final,
+            ),
+        )
         gen.ref = estimated_action_end(rec, self.net, held_at=t)
         return True
 
@@ -507,8 +584,10 @@ class PlannerCore:
                 # The token budget cut the plan inside a statement. The robot already holds complete,
                 # validated segments; the unfinished statement is never sent (nor guessed at), the
                 # GEN_STOP event says so, and the task completes with what was planned.
-                stop_detail = (f"length: unfinished statement {tail.strip()[:80]!r} cut by the token limit "
-                               f"({gen.max_tokens} tokens) was not sent ({exc.reason})")
+                stop_detail = (
+                    f"length: unfinished statement {tail.strip()[:80]!r} cut by the token limit "
+                    f"({gen.max_tokens} tokens) was not sent ({exc.reason})"
+                )
                 calls, send_tail = [], False
         self._emit(t, ev.GEN_STOP, rec, len(rec.segments), stop_detail, gen.seg_tokens)
         if not rec.segments and not calls:
@@ -521,13 +600,30 @@ class PlannerCore:
             return
         if not send_tail:  # the last executable segment was already sent: close the plan with a marker
             rec.segments[-1].final = True
-            self._send(gen, Dispatch(rec.task_id, rec.agent_id, gen.robot_type, len(rec.segments), "", (), t,
-                                     0.0, 0.0, final=True))
+            self._send(
+                gen,
+                Dispatch(
+                    rec.task_id,
+                    rec.agent_id,
+                    gen.robot_type,
+                    len(rec.segments),
+                    "",
+                    (),
+                    t,
+                    0.0,
+                    0.0,
+                    final=True,
+                ),
+            )
         gen.text = []
         gen.prompt_ids = []
         if gen.held:  # the whole plan is ready but its robot still executes another task
-            self._state(rec, ev.SUSPENDED, f"plan ready; holding it until robot {rec.agent_id!r} ends task "
-                                           f"{self.agents.active(rec.agent_id)!r}")
+            self._state(
+                rec,
+                ev.SUSPENDED,
+                f"plan ready; holding it until robot {rec.agent_id!r} ends task "
+                f"{self.agents.active(rec.agent_id)!r}",
+            )
             return
         self._maybe_complete(gen, t)
         self._executing(gen, t)
@@ -535,14 +631,22 @@ class PlannerCore:
     def _executing(self, gen: Generation, t: float) -> None:
         """EXECUTING: every generated segment is with the robot and the generation is not running."""
         rec = gen.record
-        if (rec.state not in (ev.EXECUTING, *ev.TERMINAL_STATES) and not gen.held
-                and gen.gen_id not in self._running and rec.segments):
+        if (
+            rec.state not in (ev.EXECUTING, *ev.TERMINAL_STATES)
+            and not gen.held
+            and gen.gen_id not in self._running
+            and rec.segments
+        ):
             self._state(rec, ev.EXECUTING)
 
     def _maybe_complete(self, gen: Generation, t: float) -> None:
         rec = gen.record
-        if (gen.finished and rec.state not in ev.TERMINAL_STATES and not gen.held
-                and gen.done_segments == len(rec.segments)):
+        if (
+            gen.finished
+            and rec.state not in ev.TERMINAL_STATES
+            and not gen.held
+            and gen.done_segments == len(rec.segments)
+        ):
             rec.completion_time_abs = rec.segments[-1].exec_end
             rec.terminal_time = t
             self._state(rec, ev.COMPLETED)
@@ -593,15 +697,23 @@ class PlannerCore:
         what = "its first segment" if seg == 0 else f"segment {seg}"
         if how == "kill":
             self.extras.overrun.expired += 1
-            self._expire(gen, t, f"overrun (kill): {what} could no longer start with positive utility "
-                                 f"({late:.3f} s after {'arrival' if seg == 0 else 'the previous action ended'})")
+            self._expire(
+                gen,
+                t,
+                f"overrun (kill): {what} could no longer start with positive utility "
+                f"({late:.3f} s after {'arrival' if seg == 0 else 'the previous action ended'})",
+            )
             return
         agent = rec.agent_id
         self.extras.overrun.overrunning[agent] = rec.task_id
         for other in list(self._tasks.values()):  # skip-next: this robot's tasks that have not started
             o = other.record
-            if (o.agent_id == agent and o.task_id != rec.task_id and not o.segments
-                    and o.state not in ev.TERMINAL_STATES):
+            if (
+                o.agent_id == agent
+                and o.task_id != rec.task_id
+                and not o.segments
+                and o.state not in ev.TERMINAL_STATES
+            ):
                 self._expire(other, t, self._skipped_by(o) or "skipped")
 
     def _skipped_by(self, rec: TaskRecord) -> str | None:
@@ -613,8 +725,10 @@ class PlannerCore:
         if other is None or other.record.state in ev.TERMINAL_STATES:
             return None
         self.extras.overrun.skipped += 1
-        return (f"skipped (skip-next): robot {rec.agent_id!r} is still on task {busy!r}, which overran its "
-                "utility horizon")
+        return (
+            f"skipped (skip-next): robot {rec.agent_id!r} is still on task {busy!r}, which overran its "
+            "utility horizon"
+        )
 
     # -- end of a task: the robot's next task, bounded memory ----------------------------------
     def _closed(self, gen: Generation, t: float) -> None:
@@ -641,8 +755,21 @@ class PlannerCore:
     def _activate(self, gen: Generation, t: float) -> None:
         held, gen.held = gen.held, []
         for d in held:
-            self._send(gen, Dispatch(d.task_id, d.agent_id, d.robot_type, d.seg, d.text, d.calls, t, d.min_exec,
-                                     d.expected_exec, d.final))
+            self._send(
+                gen,
+                Dispatch(
+                    d.task_id,
+                    d.agent_id,
+                    d.robot_type,
+                    d.seg,
+                    d.text,
+                    d.calls,
+                    t,
+                    d.min_exec,
+                    d.expected_exec,
+                    d.final,
+                ),
+            )
         rec = gen.record
         gen.ref = estimated_action_end(rec, self.net)
         if gen.parked and not gen.finished:
@@ -664,8 +791,9 @@ class PlannerCore:
         """Robot feedback for segment ``seg`` of ``task_id``; False if ignored (see :meth:`feedback`)."""
         return self.feedback(task_id, seg, state, t, reason) is None
 
-    def feedback(self, task_id: str, seg: int, state: str, t: float, reason: str = "",
-                 agent: str | None = None) -> str | None:
+    def feedback(
+        self, task_id: str, seg: int, state: str, t: float, reason: str = "", agent: str | None = None
+    ) -> str | None:
         """Apply robot feedback; returns why it was ignored (None when applied).
 
         Only feedback for the segment the robot holds, from ``agent`` = the task's robot (None: not

@@ -65,16 +65,25 @@ class PlannerOptions:
             raise ValueError(f"overrun must be one of {', '.join(STRATEGIES)}, got {self.overrun!r}")
         if not isinstance(self.length_predictor, bool):
             raise ValueError(f"length_predictor must be true or false, got {self.length_predictor!r}")
-        if not (isinstance(self.pessimism, (int, float)) and math.isfinite(self.pessimism)
-                and self.pessimism >= 1.0):
+        if not (
+            isinstance(self.pessimism, (int, float))
+            and math.isfinite(self.pessimism)
+            and self.pessimism >= 1.0
+        ):
             raise ValueError(f"pessimism must be a number >= 1, got {self.pessimism!r}")
         if self.token_budget not in TOKEN_BUDGETS:
-            raise ValueError(f"token_budget must be one of {', '.join(TOKEN_BUDGETS)}, got {self.token_budget!r}")
+            raise ValueError(
+                f"token_budget must be one of {', '.join(TOKEN_BUDGETS)}, got {self.token_budget!r}"
+            )
         self.budget()  # validates the chunk sizes
 
     def budget(self) -> BudgetOptions:
-        return BudgetOptions(self.token_budget, chunk=self.prefill_chunk, min_chunk=self.min_chunk,
-                             protect_tardy=self.protect_tardy)
+        return BudgetOptions(
+            self.token_budget,
+            chunk=self.prefill_chunk,
+            min_chunk=self.min_chunk,
+            protect_tardy=self.protect_tardy,
+        )
 
     @classmethod
     def paper(cls) -> PlannerOptions:
@@ -95,8 +104,11 @@ class PlannerOptions:
     def changed(self) -> dict[str, Any]:
         """The options that differ from the defaults (for labels and reports)."""
         base = PlannerOptions()
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if getattr(self, f.name) != getattr(base, f.name)}
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != getattr(base, f.name)
+        }
 
 
 @dataclass
@@ -185,9 +197,14 @@ class PlannerExtras:
             gid = new_id()
             ids, plen = book.probe_prompt(engine, w.gen.spec.instruction)
             try:
-                engine.admit(gid, ids, max_tokens=book.clf.max_tokens(engine.tokenize) + 1,
-                             prefix_key=PROBE_KEY, prefix_len=plen,
-                             **script_kwargs(engine, self._probe_script(engine, w.gen.spec)))
+                engine.admit(
+                    gid,
+                    ids,
+                    max_tokens=book.clf.max_tokens(engine.tokenize) + 1,
+                    prefix_key=PROBE_KEY,
+                    prefix_len=plen,
+                    **script_kwargs(engine, self._probe_script(engine, w.gen.spec)),
+                )
             except Exception as exc:  # noqa: BLE001 - reported to the planner with the task
                 del self.waiting[tid]
                 failed.append((w.gen, exc))
@@ -254,17 +271,27 @@ class PlannerExtras:
         step = 1.0 / speed if speed else None
         cost = None
         if costs is not None:
+
             def cost(c: int) -> float:  # marginal cost of c prompt tokens fused into a decode pass
                 return costs.prefill_time(c) - costs.prefill_c
-        runs = [Running(g.ref + g.ert_k - g.net, self._tokens_left(g, speed), g.gen_id not in self._prefilling,
-                        g.alpha < 0.0) for g in running]
+
+        runs = [
+            Running(
+                g.ref + g.ert_k - g.net,
+                self._tokens_left(g, speed),
+                g.gen_id not in self._prefilling,
+                g.alpha < 0.0,
+            )
+            for g in running
+        ]
         return choose_budget(self._budget, t, runs, step, cost)
 
     def _tokens_left(self, g, speed: float | None) -> int:
         n = None
         if self.predictor is not None and g.skill_set is not None:
-            n = self.predictor.pessimistic(g.skill_set.name, planning_class(g), g.k,
-                                           g.skill_set.max_segment_tokens)
+            n = self.predictor.pessimistic(
+                g.skill_set.name, planning_class(g), g.k, g.skill_set.max_segment_tokens
+            )
         if n is None:
             n = g.g * speed if speed else g.max_seg_tokens
         return max(1, int(math.ceil(n)) - g.seg_tokens)

@@ -22,8 +22,16 @@ from timely_llm_ros.core.admission import DEFAULT_MAX_BATCH, Admission, LatencyG
 from timely_llm_ros.core.policy_timely import VARIANTS, timely_strategies
 from timely_llm_ros.core.priority import EDFPriority, FCFSPriority, PriorityStrategy, PUDPriority
 
-__all__ = ["DEFAULT_MAX_BATCH", "POLICY_NAMES", "Policy", "PolicyName", "UnknownPolicy", "make_policy",
-           "parse_policy", "policy_names"]
+__all__ = [
+    "DEFAULT_MAX_BATCH",
+    "POLICY_NAMES",
+    "Policy",
+    "PolicyName",
+    "UnknownPolicy",
+    "make_policy",
+    "parse_policy",
+    "policy_names",
+]
 
 
 class UnknownPolicy(ValueError):
@@ -92,7 +100,9 @@ def _strategies(name: PolicyName) -> tuple[PriorityStrategy, Admission]:
     return timely_strategies(VARIANTS[name.value])
 
 
-def make_policy(name: PolicyName | str, max_batch: int = DEFAULT_MAX_BATCH, spec: str | None = None) -> Policy:
+def make_policy(
+    name: PolicyName | str, max_batch: int = DEFAULT_MAX_BATCH, spec: str | None = None
+) -> Policy:
     """A fresh :class:`Policy` ``name`` with batch cap ``max_batch`` (``spec``: the name it is shown
     under; default ``name``, or ``name@bN`` for a batch cap other than the default)."""
     try:
@@ -106,8 +116,15 @@ def make_policy(name: PolicyName | str, max_batch: int = DEFAULT_MAX_BATCH, spec
     prio, adm = _strategies(kind)
     segmented = kind not in (PolicyName.VLLM, PolicyName.VLLM_STREAM)
     stream = kind is not PolicyName.VLLM
-    return Policy(name=spec, base=kind.value, segmented=segmented, stream=stream, priority=prio,
-                  admission=adm, max_batch=max_batch)
+    return Policy(
+        name=spec,
+        base=kind.value,
+        segmented=segmented,
+        stream=stream,
+        priority=prio,
+        admission=adm,
+        max_batch=max_batch,
+    )
 
 
 def _unknown(spec: object) -> str:

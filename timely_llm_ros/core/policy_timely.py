@@ -91,8 +91,8 @@ from __future__ import annotations
 import math
 from bisect import insort
 from collections.abc import Iterator
-from itertools import islice
 from dataclasses import dataclass
+from itertools import islice
 
 from timely_llm_ros.core.admission import DEFAULT_MAX_BATCH, Admission, LatencyGuidedAdmission
 from timely_llm_ros.core.generation import Generation
@@ -145,8 +145,16 @@ ADMISSIONS = ("utility", "paper", "none")
 class TimelyRanking(Ranking):
     """One decision's order (module docstring) over the index's tiers; built lazily."""
 
-    def __init__(self, t: float, index: PhaseIndex, first_promoted: int, kept: list[Entry],
-                 n_window: int, deferred: list[Entry], tardy_slope: float) -> None:
+    def __init__(
+        self,
+        t: float,
+        index: PhaseIndex,
+        first_promoted: int,
+        kept: list[Entry],
+        n_window: int,
+        deferred: list[Entry],
+        tardy_slope: float,
+    ) -> None:
         super().__init__(t)
         self._ix = index
         self._q = first_promoted
@@ -221,8 +229,11 @@ class UtilityAccrualPriority(PriorityStrategy):
             if opt.promoted_share < 1.0 and r.seg_start == r.seg_start:
                 run_promoted += Entry(r, opt.aging).phase_at(r.seg_start) == PROMOTED
         n_prom = len(ix.promoted)
-        q = n_prom if opt.promoted_share >= 1.0 else min(
-            n_prom, max(0, math.ceil(opt.promoted_share * m) - run_promoted))
+        q = (
+            n_prom
+            if opt.promoted_share >= 1.0
+            else min(n_prom, max(0, math.ceil(opt.promoted_share * m) - run_promoted))
+        )
         ent = ix.entries
         window = [ent[item[2]] for item in ix.live.head(opt.window)]
         kept, deferred = window, []
@@ -234,7 +245,9 @@ class UtilityAccrualPriority(PriorityStrategy):
                 gone = self._ua_removed(t, slots, tested)
                 if gone:
                     kept = [e for e in window if e.slot not in gone]
-                    deferred = sorted((e for e in window if e.slot in gone), key=lambda e: (-gone[e.slot], e.item))
+                    deferred = sorted(
+                        (e for e in window if e.slot in gone), key=lambda e: (-gone[e.slot], e.item)
+                    )
         return TimelyRanking(t, ix, q, kept, len(window), deferred, ix.tardy_slope())
 
     def _ua_removed(self, t: float, slots: list[float], live: list[Entry]) -> dict[int, float]:
@@ -424,8 +437,9 @@ class UtilityGuidedAdmission(Admission):
 
     name = "utility-guided"
 
-    def __init__(self, group: bool = False, capacity: bool = True, promise: bool = True,
-                 bare_g: bool = False) -> None:
+    def __init__(
+        self, group: bool = False, capacity: bool = True, promise: bool = True, bare_g: bool = False
+    ) -> None:
         self.group = group
         self.capacity = capacity
         self.promise = promise
@@ -445,8 +459,9 @@ class UtilityGuidedAdmission(Admission):
     def decided(self, t: float, running: list[Generation], picked: list[Generation]) -> None:
         self.model.record_decision(t, list(running), picked)
 
-    def allow(self, t: float, cand: Generation, running: list[Generation], speed: float | None,
-              ranking: Ranking) -> bool:
+    def allow(
+        self, t: float, cand: Generation, running: list[Generation], speed: float | None, ranking: Ranking
+    ) -> bool:
         b = len(running)
         tb = self.model.step(b)
         if not running or tb is None or ranking.promoted(cand):
@@ -474,11 +489,15 @@ class UtilityGuidedAdmission(Admission):
         losers.sort(key=lambda x: x[0])
         behind = 0.0
         if self.capacity:  # the idle slots delay the tardy backlog behind the group by about k·wait/M
-            behind = ranking.tardy_slope + sum(c.alpha for c in group if c.alpha < 0.0 and t + c.g > c.deadline())
+            behind = ranking.tardy_slope + sum(
+                c.alpha for c in group if c.alpha < 0.0 and t + c.g > c.deadline()
+            )
         if self.bare_g:
             gain, until = self._bare_g_gain(t, group, losers, pre, behind)
         else:
-            gain, until = self._best_deferral(t, cand, group, losers, pre, tb, dstep, t1, free, behind, ranking)
+            gain, until = self._best_deferral(
+                t, cand, group, losers, pre, tb, dstep, t1, free, behind, ranking
+            )
         if gain > 0.0:
             if self.promise:
                 self._promised[cand.gen_id] = until
@@ -486,9 +505,20 @@ class UtilityGuidedAdmission(Admission):
             return False
         return self._admit(t, cand)
 
-    def _best_deferral(self, t: float, cand: Generation, group: list[Generation], losers: list, pre: float,
-                       tb: float, dstep: float, t1: float, free: int, behind: float,
-                       ranking: Ranking) -> tuple[float, float]:
+    def _best_deferral(
+        self,
+        t: float,
+        cand: Generation,
+        group: list[Generation],
+        losers: list,
+        pre: float,
+        tb: float,
+        dstep: float,
+        t1: float,
+        free: int,
+        behind: float,
+        ranking: Ranking,
+    ) -> tuple[float, float]:
         """(largest net gain of deferring the group to the end of one of the losers, that end)."""
         # A deferred new prompt rides a prefill pass that another new prompt, not admitted now
         # anyway, will open when enough slots have freed: from that deferral point on, the running
@@ -519,8 +549,9 @@ class UtilityGuidedAdmission(Admission):
                 best, until = saved - cost, tj
         return best, until
 
-    def _bare_g_gain(self, t: float, group: list[Generation], losers: list, pre: float,
-                     behind: float) -> tuple[float, float]:
+    def _bare_g_gain(
+        self, t: float, group: list[Generation], losers: list, pre: float, behind: float
+    ) -> tuple[float, float]:
         """The earlier rule (ablation ``timely-adm-g``): the candidates' ends by their bare
         estimate G, and waiting until the first loser ends credited with every loser's loss."""
         t_d = losers[0][0]
@@ -544,8 +575,9 @@ def timely_strategies(options: TimelyOptions | None = None) -> tuple[PriorityStr
     prio = UtilityAccrualPriority(opt)
     adm: Admission
     if opt.admission == "utility":
-        adm = UtilityGuidedAdmission(group=opt.adm_group, capacity=opt.adm_capacity, promise=opt.adm_promise,
-                                     bare_g=opt.adm_bare_g)
+        adm = UtilityGuidedAdmission(
+            group=opt.adm_group, capacity=opt.adm_capacity, promise=opt.adm_promise, bare_g=opt.adm_bare_g
+        )
     elif opt.admission == "paper":
         adm = LatencyGuidedAdmission()
     else:
@@ -565,8 +597,9 @@ VARIANTS: dict[str, TimelyOptions] = {
     "timely-adm-nocap": TimelyOptions(adm_capacity=False),
     "timely-adm-paper": TimelyOptions(admission="paper"),
     "timely-no-adm": TimelyOptions(admission="none"),
-    "timely-edf-dyn": TimelyOptions(ua_defer=False, late_tier=False, aging=0.0, critical_zero=False,
-                                    admission="none"),
+    "timely-edf-dyn": TimelyOptions(
+        ua_defer=False, late_tier=False, aging=0.0, critical_zero=False, admission="none"
+    ),
     "timely-full-ua": TimelyOptions(window=1 << 30),
     "timely-adm-nopromise": TimelyOptions(adm_promise=False),
     "timely-adm-g": TimelyOptions(adm_bare_g=True, adm_promise=False),

@@ -61,8 +61,9 @@ def slack(t: float, ref: float, ert_k: float, g: float, net: float) -> float:
     return ert_k - (t + g + net - ref)
 
 
-def pud_priority(t: float, ref: float, ert_k: float, alpha: float, beta: float, g: float, net: float,
-                 l_min: float = L_MIN) -> float:
+def pud_priority(
+    t: float, ref: float, ert_k: float, alpha: float, beta: float, g: float, net: float, l_min: float = L_MIN
+) -> float:
     """Eq. 4 for one generation (reference implementation; :class:`PUDPriority` scores the queue with
     the same operations)."""
     w = t + g + net - ref
@@ -346,8 +347,9 @@ class PUDPriority(ColumnStrategy):
     def scores_py(self, t: float, c: dict[str, list[float]], n: int) -> list[float]:
         lm = self.l_min
         out = []
-        for ref, e, al, be, g, net in zip(c["ref"], c["ert_k"], c["alpha"], c["beta"], c["g"], c["net"],
-                                          strict=True):
+        for ref, e, al, be, g, net in zip(
+            c["ref"], c["ert_k"], c["alpha"], c["beta"], c["g"], c["net"], strict=True
+        ):
             w = t + g + net - ref
             sl = e - w
             out.append(utility(w, e, al, be) / (g * (sl if sl > lm else lm)))

@@ -76,8 +76,9 @@ class EngineProfile:
             if getattr(self, name) <= 0:
                 raise ProfileError(f"profile {self.name!r}: {name} must be > 0")
         if self.eviction not in ("lru", "furthest"):
-            raise ProfileError(f"profile {self.name!r}: eviction must be 'lru' or 'furthest', "
-                               f"got {self.eviction!r}")
+            raise ProfileError(
+                f"profile {self.name!r}: eviction must be 'lru' or 'furthest', got {self.eviction!r}"
+            )
         if self.decode_q + self.decode_r <= 0:
             raise ProfileError(f"profile {self.name!r}: a decode step must take time (q + r > 0)")
 
@@ -167,8 +168,9 @@ def _lstsq(cols: list[np.ndarray], t: np.ndarray, what: str) -> list[float]:
         raise ProfileError(f"{what}: measurements must be finite")
     coef, _, rank, _ = np.linalg.lstsq(x, t, rcond=None)
     if rank < x.shape[1]:
-        raise ProfileError(f"{what}: measurements do not determine {x.shape[1]} coefficients "
-                           "(vary the inputs)")
+        raise ProfileError(
+            f"{what}: measurements do not determine {x.shape[1]} coefficients (vary the inputs)"
+        )
     return [float(c) for c in coef]
 
 

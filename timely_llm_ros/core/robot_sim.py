@@ -35,8 +35,15 @@ Schedule = Callable[[float, str, int, str], None]
 class RobotSim:
     """All simulated robots of one run."""
 
-    def __init__(self, exec_model: ExecTimeModel, schedule: Schedule, *, exec_mode: str = "recorded",
-                 network_latency: float = 0.008, seed: int = 0) -> None:
+    def __init__(
+        self,
+        exec_model: ExecTimeModel,
+        schedule: Schedule,
+        *,
+        exec_mode: str = "recorded",
+        network_latency: float = 0.008,
+        seed: int = 0,
+    ) -> None:
         if exec_mode not in EXEC_MODES:
             raise ValueError(f"exec_mode must be one of {', '.join(EXEC_MODES)}, got {exec_mode!r}")
         self.exec_model = exec_model

@@ -59,9 +59,21 @@ from timely_llm_ros.core.policies import (
 from timely_llm_ros.core.priority import NUMPY_THRESHOLD, Ranking, check_estimate
 
 # Admission, Policy, parse_policy ... are re-exported: this was their home and callers import them here.
-__all__ = ["DEFAULT_MAX_BATCH", "NUMPY_THRESHOLD", "POLICY_NAMES", "Admission", "LatencyGuidedAdmission",
-           "Policy", "PolicyName", "Ranking", "Scheduler", "UnknownPolicy", "make_policy", "parse_policy",
-           "policy_names"]
+__all__ = [
+    "DEFAULT_MAX_BATCH",
+    "NUMPY_THRESHOLD",
+    "POLICY_NAMES",
+    "Admission",
+    "LatencyGuidedAdmission",
+    "Policy",
+    "PolicyName",
+    "Ranking",
+    "Scheduler",
+    "UnknownPolicy",
+    "make_policy",
+    "parse_policy",
+    "policy_names",
+]
 
 
 class Scheduler:
@@ -127,16 +139,18 @@ class Scheduler:
         self.decisions += 1
         return gen
 
-    def select(self, t: float, running: list[Generation], speed: float | None,
-               mem_free: int) -> list[Generation]:
+    def select(
+        self, t: float, running: list[Generation], speed: float | None, mem_free: int
+    ) -> list[Generation]:
         """Generations to admit or resume before the next engine step (removed from the queue)."""
         self._adm.observe(t, running, self.policy.max_batch)
         picked = self._select(t, running, speed, mem_free)
         self._adm.decided(t, running, picked)
         return picked
 
-    def _select(self, t: float, running: list[Generation], speed: float | None,
-                mem_free: int) -> list[Generation]:
+    def _select(
+        self, t: float, running: list[Generation], speed: float | None, mem_free: int
+    ) -> list[Generation]:
         free = self.policy.max_batch - len(running)
         if free <= 0 or not self._gens:
             return []
@@ -158,4 +172,3 @@ class Scheduler:
         for gen in picked:
             self.remove(gen)
         return picked
-

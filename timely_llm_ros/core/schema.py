@@ -71,16 +71,25 @@ def _reason(err: Any) -> tuple[list, str]:
     if v == "additionalProperties" and isinstance(inst, dict):
         known = sorted(err.schema.get("properties", {}))
         extra = sorted(k for k in inst if k not in err.schema.get("properties", {}))
-        return path, (f"unknown field(s) {', '.join(map(repr, extra))}"
-                      + (f"; known: {', '.join(known)}" if known else ""))
+        return path, (
+            f"unknown field(s) {', '.join(map(repr, extra))}"
+            + (f"; known: {', '.join(known)}" if known else "")
+        )
     if v == "enum":
         return path, f"must be one of {', '.join(map(str, arg))}, got {inst!r}"
     if v == "const":
         return path, f"must be {arg!r}, got {inst!r}"
     if v == "type":
         kinds = arg if isinstance(arg, list) else [arg]
-        names = {"integer": "int", "number": "number", "string": "str", "boolean": "bool", "object": "mapping",
-                 "array": "list", "null": "null"}
+        names = {
+            "integer": "int",
+            "number": "number",
+            "string": "str",
+            "boolean": "bool",
+            "object": "mapping",
+            "array": "list",
+            "null": "null",
+        }
         return path, f"must be {' or '.join(names.get(k, k) for k in kinds)}, got {inst!r}"
     if v in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
         op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[v]
@@ -96,7 +105,9 @@ def _reason(err: Any) -> tuple[list, str]:
 
 def problems(doc: Any, name: str) -> list[str]:
     """Every structural problem of ``doc`` as ``field path: reason`` (empty: valid)."""
-    errors = sorted(_validator(name).iter_errors(doc), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
+    errors = sorted(
+        _validator(name).iter_errors(doc), key=lambda e: (list(map(str, e.absolute_path)), e.validator)
+    )
     out = []
     for err in errors:
         path, reason = _reason(err)

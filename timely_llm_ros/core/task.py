@@ -69,11 +69,14 @@ class TaskSpec:
         if not isinstance(self.instruction, str) or not self.instruction.strip():
             raise TaskRejected("instruction is empty")
         if not isinstance(self.tuf, TUF):
-            raise TaskRejected("tuf is missing (send a TUF, or run the planner with an urgency classifier "
-                               "to derive one from the instruction)")
+            raise TaskRejected(
+                "tuf is missing (send a TUF, or run the planner with an urgency classifier "
+                "to derive one from the instruction)"
+            )
         if self.overrun not in OVERRUNS:
-            raise TaskRejected(f"overrun must be one of {', '.join(repr(o) for o in OVERRUNS)}, "
-                               f"got {self.overrun!r}")
+            raise TaskRejected(
+                f"overrun must be one of {', '.join(repr(o) for o in OVERRUNS)}, got {self.overrun!r}"
+            )
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens <= 0:
             raise TaskRejected(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
         if not isinstance(self.arrival, (int, float)) or not math.isfinite(self.arrival):

@@ -54,7 +54,9 @@ class BudgetOptions:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-        if self.max_chunk is not None and (not isinstance(self.max_chunk, int) or self.max_chunk < self.min_chunk):
+        if self.max_chunk is not None and (
+            not isinstance(self.max_chunk, int) or self.max_chunk < self.min_chunk
+        ):
             raise ValueError(f"max_chunk must be None or an integer >= min_chunk, got {self.max_chunk!r}")
 
 
@@ -82,8 +84,14 @@ def largest_chunk(allow_s: float, cost: Callable[[int], float], hi: int) -> int:
     return lo
 
 
-def choose_budget(opts: BudgetOptions, t: float, running: Iterable[Running], step_time: float | None,
-                  prefill_cost: Callable[[int], float] | None, limit: int = 1 << 16) -> int | None:
+def choose_budget(
+    opts: BudgetOptions,
+    t: float,
+    running: Iterable[Running],
+    step_time: float | None,
+    prefill_cost: Callable[[int], float] | None,
+    limit: int = 1 << 16,
+) -> int | None:
     """Prompt tokens the next step may feed (None: unlimited). See the module docstring."""
     if opts.mode == "whole":
         return None

@@ -63,7 +63,7 @@ class SortedTuples:
 
     def __init__(self, items: list[Item] | None = None) -> None:
         items = sorted(items or ())
-        self._blocks = [items[i:i + BLOCK] for i in range(0, len(items), BLOCK)]
+        self._blocks = [items[i : i + BLOCK] for i in range(0, len(items), BLOCK)]
         self._maxes = [b[-1] for b in self._blocks]
         self._n = len(items)
 
@@ -87,8 +87,8 @@ class SortedTuples:
             insort(block, item)
             maxes[i] = block[-1]
             if len(block) > 2 * BLOCK:
-                self._blocks[i:i + 1] = [block[:BLOCK], block[BLOCK:]]
-                maxes[i:i + 1] = [block[BLOCK - 1], block[-1]]
+                self._blocks[i : i + 1] = [block[:BLOCK], block[BLOCK:]]
+                maxes[i : i + 1] = [block[BLOCK - 1], block[-1]]
         self._n += 1
 
     def remove(self, item: Item) -> None:
@@ -109,7 +109,7 @@ class SortedTuples:
         for b in self._blocks:
             if len(out) >= k:
                 break
-            out.extend(b[:k - len(out)])
+            out.extend(b[: k - len(out)])
         return out
 
     def iter_from(self, k: int):
@@ -134,8 +134,25 @@ class SortedTuples:
 class Entry:
     """One queued generation's static inputs, derived times and current place in the index."""
 
-    __slots__ = ("gen", "slot", "seq", "ref", "e", "al", "be", "g", "net", "d", "z", "p", "t_tardy",
-                 "t_late", "phase", "item", "ver")
+    __slots__ = (
+        "gen",
+        "slot",
+        "seq",
+        "ref",
+        "e",
+        "al",
+        "be",
+        "g",
+        "net",
+        "d",
+        "z",
+        "p",
+        "t_tardy",
+        "t_late",
+        "phase",
+        "item",
+        "ver",
+    )
 
     def __init__(self, gen: Generation, aging: float) -> None:
         self.gen = gen
@@ -278,4 +295,3 @@ class PhaseIndex:
             else:
                 del self._tardy_alpha[e.al]
         e.item = None
-

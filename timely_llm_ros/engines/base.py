@@ -6,9 +6,27 @@ plug-ins keep importing ``timely_llm_ros.engines.base``; the classes are the ver
 """
 
 from timely_llm_ros.core.engine import (
-    Context, Engine, EngineError, EngineInfo, EngineOutOfMemory, MemoryInfo, SpeedMeter, TokenOut, check_admission,
+    Context,
+    Engine,
+    EngineError,
+    EngineInfo,
+    EngineOutOfMemory,
+    MemoryInfo,
+    SpeedMeter,
+    TokenOut,
+    check_admission,
     script_kwargs,
 )
 
-__all__ = ["Context", "Engine", "EngineError", "EngineInfo", "EngineOutOfMemory", "MemoryInfo", "SpeedMeter",
-           "TokenOut", "check_admission", "script_kwargs"]
+__all__ = [
+    "Context",
+    "Engine",
+    "EngineError",
+    "EngineInfo",
+    "EngineOutOfMemory",
+    "MemoryInfo",
+    "SpeedMeter",
+    "TokenOut",
+    "check_admission",
+    "script_kwargs",
+]

@@ -24,8 +24,10 @@ from dataclasses import dataclass
 
 _SYS = "TLRSYSTEMCONTENTSENTINEL"
 _USER = "TLRUSERCONTENTSENTINEL"
-CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
-          "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+CHATML = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
 
 
 class ChatTemplateError(ValueError):
@@ -54,13 +56,16 @@ def _render(template: str, messages: list[dict[str, str]], bos: str, eos: str) -
     def raise_exception(message: str) -> None:
         raise ChatTemplateError(f"the template refused: {message}")
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols"])
-    env.globals.update(raise_exception=raise_exception,
-                       strftime_now=lambda fmt: datetime.datetime.now().strftime(fmt))
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+    )
+    env.globals.update(
+        raise_exception=raise_exception, strftime_now=lambda fmt: datetime.datetime.now().strftime(fmt)
+    )
     try:
-        return env.from_string(template).render(messages=messages, add_generation_prompt=True,
-                                                bos_token=bos, eos_token=eos)
+        return env.from_string(template).render(
+            messages=messages, add_generation_prompt=True, bos_token=bos, eos_token=eos
+        )
     except ChatTemplateError:
         raise
     except jinja2.TemplateError as exc:
@@ -85,8 +90,12 @@ def split_template(template: str, *, bos_token: str = "", eos_token: str = "") -
         raise ChatTemplateError("the chat template is empty")
     user_only = _cut(_render(template, [{"role": "user", "content": _USER}], bos_token, eos_token), [_USER])
     try:
-        text = _render(template, [{"role": "system", "content": _SYS}, {"role": "user", "content": _USER}],
-                       bos_token, eos_token)
+        text = _render(
+            template,
+            [{"role": "system", "content": _SYS}, {"role": "user", "content": _USER}],
+            bos_token,
+            eos_token,
+        )
         merged = False
     except ChatTemplateError:
         text = _render(template, [{"role": "user", "content": f"{_SYS}\n\n{_USER}"}], bos_token, eos_token)
@@ -95,8 +104,9 @@ def split_template(template: str, *, bos_token: str = "", eos_token: str = "") -
     return TemplatePieces(head, mid, tail, user_only[0], user_only[1], merged)
 
 
-def wrap_ids(pieces: tuple[list[int], list[int], list[int]] | None, prompt: list[int],
-             prefix_len: int) -> list[int]:
+def wrap_ids(
+    pieces: tuple[list[int], list[int], list[int]] | None, prompt: list[int], prefix_len: int
+) -> list[int]:
     """A prompt as the model's chat turns, in token ids: ``head + system + mid + user + tail``.
 
     ``pieces`` are the template's token ids around the two turns (None: plain text, no template);

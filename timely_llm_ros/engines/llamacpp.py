@@ -126,8 +126,14 @@ class LlamaCppEngine(KVMemory, Batching, Engine):
     (None: the shipped CPU profile when the model is the default one).
     """
 
-    def __init__(self, model_path: str | Path | None = None, *, config: LlamaCppConfig | None = None,
-                 clock: Callable[[], float] = time.monotonic, **options: object) -> None:
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        *,
+        config: LlamaCppConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        **options: object,
+    ) -> None:
         cfg = LlamaCppConfig.from_options(options, config)
         self.config = cfg
         self.kv, self._costs = cfg.validate(model_path)
@@ -137,10 +143,18 @@ class LlamaCppEngine(KVMemory, Batching, Engine):
         self._step_budget: int | None = None
         path = Path(model_path) if model_path is not None else default_model_path()
         n_threads, n_threads_batch = cfg.threads()
-        self.native = NativeModel(path, n_ctx=cfg.n_ctx, n_seq_max=cfg.n_seq_max, n_batch=cfg.n_batch,
-                                  n_threads=n_threads, n_threads_batch=n_threads_batch,
-                                  n_gpu_layers=cfg.n_gpu_layers, flash_attn=cfg.flash_attn,
-                                  cache_type_k=cfg.cache_type_k, cache_type_v=cfg.cache_type_v)
+        self.native = NativeModel(
+            path,
+            n_ctx=cfg.n_ctx,
+            n_seq_max=cfg.n_seq_max,
+            n_batch=cfg.n_batch,
+            n_threads=n_threads,
+            n_threads_batch=n_threads_batch,
+            n_gpu_layers=cfg.n_gpu_layers,
+            flash_attn=cfg.flash_attn,
+            cache_type_k=cfg.cache_type_k,
+            cache_type_v=cfg.cache_type_v,
+        )
         nat = self.native
         kv_budget = cfg.kv_budget
         if kv_budget is not None and not (isinstance(kv_budget, int) and 0 < kv_budget <= nat.n_ctx):
@@ -173,25 +187,43 @@ class LlamaCppEngine(KVMemory, Batching, Engine):
         self._active = self._table.active
         self._meter = SpeedMeter(cfg.speed_window)
         self.last_step = StepInfo()
-        self.stats = {"steps": 0, "tokens_submitted": 0, "prefill_tokens": 0, "decode_calls": 0,
-                      "swap_out": 0, "swap_in": 0, "discard": 0, "reprefill": 0, "reprefill_tokens": 0,
-                      "host_bytes": 0,
-                      "busy_time": 0.0}
+        self.stats = {
+            "steps": 0,
+            "tokens_submitted": 0,
+            "prefill_tokens": 0,
+            "decode_calls": 0,
+            "swap_out": 0,
+            "swap_in": 0,
+            "discard": 0,
+            "reprefill": 0,
+            "reprefill_tokens": 0,
+            "host_bytes": 0,
+            "busy_time": 0.0,
+        }
 
     def _engine_info(self, path: Path, n_threads: int, n_threads_batch: int) -> EngineInfo:
         nat = self._nat()
         cfg = self.config
-        return EngineInfo(name=f"llamacpp:{path.name}", context_limit=self._pos_limit - self._chat.overhead,
-                          eos_id=nat.eos_id,
-                          extra={"model": str(path), "model_desc": nat.description, "n_ctx": nat.n_ctx,
-                                 "n_seq_max": nat.n_seq_max, "n_threads": n_threads,
-                                 "n_threads_batch": n_threads_batch,
-                                 "chat_template": self.chat_template,
-                                 **({"chat_template_warning": self.template_warning}
-                                    if self.template_warning else {}),
-                                 "n_gpu_layers": cfg.n_gpu_layers, "flash_attn": cfg.flash_attn,
-                                 "cache_type_k": cfg.cache_type_k, "cache_type_v": cfg.cache_type_v,
-                                 "kv_bytes_per_token": nat.kv_bytes_per_token})
+        return EngineInfo(
+            name=f"llamacpp:{path.name}",
+            context_limit=self._pos_limit - self._chat.overhead,
+            eos_id=nat.eos_id,
+            extra={
+                "model": str(path),
+                "model_desc": nat.description,
+                "n_ctx": nat.n_ctx,
+                "n_seq_max": nat.n_seq_max,
+                "n_threads": n_threads,
+                "n_threads_batch": n_threads_batch,
+                "chat_template": self.chat_template,
+                **({"chat_template_warning": self.template_warning} if self.template_warning else {}),
+                "n_gpu_layers": cfg.n_gpu_layers,
+                "flash_attn": cfg.flash_attn,
+                "cache_type_k": cfg.cache_type_k,
+                "cache_type_v": cfg.cache_type_v,
+                "kv_bytes_per_token": nat.kv_bytes_per_token,
+            },
+        )
 
     # -- lifetime -------------------------------------------------------------------------------
     def close(self) -> None:
@@ -251,8 +283,15 @@ class LlamaCppEngine(KVMemory, Batching, Engine):
         return self._costs
 
     # -- Engine API: generations ----------------------------------------------------------------
-    def admit(self, gen_id: int, prompt_ids: list[int], *, max_tokens: int, prefix_key: str | None = None,
-              prefix_len: int = 0) -> None:
+    def admit(
+        self,
+        gen_id: int,
+        prompt_ids: list[int],
+        *,
+        max_tokens: int,
+        prefix_key: str | None = None,
+        prefix_len: int = 0,
+    ) -> None:
         nat = self._nat()
         table = self._table
         check_admission(gen_id in table.seqs, gen_id, prompt_ids, max_tokens)
@@ -265,25 +304,35 @@ class LlamaCppEngine(KVMemory, Batching, Engine):
             prefix_len = 0
         ids, shared = self._chat.wrap(list(prompt_ids), prefix_len)
         if len(ids) >= self._pos_limit:
-            raise EngineError(f"context overflow: prompt of {len(ids)} tokens (chat template included) does "
-                              f"not fit the context of {self._pos_limit} tokens")
+            raise EngineError(
+                f"context overflow: prompt of {len(ids)} tokens (chat template included) does "
+                f"not fit the context of {self._pos_limit} tokens"
+            )
         prefix_ids = tuple(ids[:shared])
-        slots = nat.n_seq_max - len(self._prefixes) - (1 if prefix_ids and prefix_ids not in self._prefixes
-                                                       else 0)
+        slots = (
+            nat.n_seq_max
+            - len(self._prefixes)
+            - (1 if prefix_ids and prefix_ids not in self._prefixes else 0)
+        )
         if len(table.active) + 1 > slots:
-            raise EngineError(f"all {nat.n_seq_max} llama.cpp sequence slots are busy ({len(table.active)} "
-                              f"generations in the batch, {len(self._prefixes)} prefixes)")
+            raise EngineError(
+                f"all {nat.n_seq_max} llama.cpp sequence slots are busy ({len(table.active)} "
+                f"generations in the batch, {len(self._prefixes)} prefixes)"
+            )
         grammar = self._grammars.get(nat, prefix_key)
         order = table.next_order()
         rng = np.random.default_rng([self.seed, gen_id & 0x7FFFFFFF]) if self.temperature > 0 else None
-        table.add(LlamaSeq(gen_id, ids, prefix_ids, max_tokens, grammar.clone(nat) if grammar else None,
-                           order, rng))
+        table.add(
+            LlamaSeq(gen_id, ids, prefix_ids, max_tokens, grammar.clone(nat) if grammar else None, order, rng)
+        )
 
     def resume(self, gen_id: int, context: Context, *, max_tokens: int) -> None:
         seq = self._table.suspended(gen_id, context)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= seq.n_gen:
-            raise EngineError(f"max_tokens {max_tokens!r} leaves no budget: generation {gen_id} already "
-                              f"produced {seq.n_gen} tokens")
+            raise EngineError(
+                f"max_tokens {max_tokens!r} leaves no budget: generation {gen_id} already "
+                f"produced {seq.n_gen} tokens"
+            )
         self._table.resume(seq, max_tokens)
 
     def suspend(self, gen_id: int, resume_hint: float | None = None) -> Context:
@@ -292,9 +341,14 @@ class LlamaCppEngine(KVMemory, Batching, Engine):
             raise EngineError(f"generation {gen_id} is not running (cannot suspend)")
         self._table.suspend(seq, resume_hint, self.now())
         if self.kv.policy != "evict" and self.kv.policy != "keep" and seq.seq_id is not None:
-            action = at_suspension(self.kv, seq.private, sum(s.private for s in self._table.active.values()),
-                                   (resume_hint - seq.suspended_at) if resume_hint is not None else math.inf,
-                                   self._costs or NO_COSTS, self._host_room(seq.private))
+            action = at_suspension(
+                self.kv,
+                seq.private,
+                sum(s.private for s in self._table.active.values()),
+                (resume_hint - seq.suspended_at) if resume_hint is not None else math.inf,
+                self._costs or NO_COSTS,
+                self._host_room(seq.private),
+            )
             if action != KEEP:
                 self._evict(seq, to_host=action == HOST)
         return self._table.context(seq)

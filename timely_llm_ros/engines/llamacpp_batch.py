@@ -66,8 +66,9 @@ class Batching:
     _bring_in: Callable[[LlamaSeq, StepInfo], None]
     now: Callable[[], float]
 
-    def _run_batch(self, nat: NativeModel, new_prefix: dict[tuple[int, ...], list[LlamaSeq]],
-                   info: StepInfo) -> list[tuple[LlamaSeq, np.ndarray]]:
+    def _run_batch(
+        self, nat: NativeModel, new_prefix: dict[tuple[int, ...], list[LlamaSeq]], info: StepInfo
+    ) -> list[tuple[LlamaSeq, np.ndarray]]:
         """Build this step's rows, decode them, return each sequence's logits row (nothing sampled yet,
         so a failure leaves every generation's ids untouched)."""
         rows = _Rows()
@@ -79,8 +80,9 @@ class Batching:
             seq.kv_len = n
         return out
 
-    def _prefix_rows(self, rows: _Rows, new_prefix: dict[tuple[int, ...], list[LlamaSeq]],
-                     info: StepInfo) -> None:
+    def _prefix_rows(
+        self, rows: _Rows, new_prefix: dict[tuple[int, ...], list[LlamaSeq]], info: StepInfo
+    ) -> None:
         """Rows of the shared prefixes first seen in this step, tagged with the prefix's own sequence
         and every admission that uses it."""
         for pids, users in new_prefix.items():
@@ -154,8 +156,13 @@ class Batching:
                 break
             rest = len(seq.ids) - seq.kv_len
             fast = self.prefill_fast_batch
-            if (not planned and budget is not None and fast is not None and rest >= fast
-                    and budget == self.prefill_chunk):
+            if (
+                not planned
+                and budget is not None
+                and fast is not None
+                and rest >= fast
+                and budget == self.prefill_chunk
+            ):
                 take, budget = fast, 0  # one efficient batch is the whole step
             else:
                 take = rest if budget is None else min(rest, budget)
@@ -211,8 +218,14 @@ class Batching:
                 tok = nat.eos_id
             else:
                 tok = self._pick(seq, logits)
-        if (g is not None and self.newline_ends_plan and seq.n_gen > 0 and not nat.is_eog(tok)
-                and b"\n" in nat.piece(tok) and g.allows(nat.eos_id)):
+        if (
+            g is not None
+            and self.newline_ends_plan
+            and seq.n_gen > 0
+            and not nat.is_eog(tok)
+            and b"\n" in nat.piece(tok)
+            and g.allows(nat.eos_id)
+        ):
             tok = nat.eos_id  # a complete one-line plan followed by a line break: the plan ends here
         if g is not None and not nat.is_eog(tok):
             g.accept(tok)

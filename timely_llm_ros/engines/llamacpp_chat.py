@@ -41,7 +41,8 @@ class ChatPrompt:
                     f"model {model_path.name} has no chat template in its GGUF metadata: prompts are "
                     "sent as plain text, which instruction-tuned models follow poorly (worse plans). "
                     "Give the engine option chat_template: chatml or a path to the model's .jinja "
-                    "template")
+                    "template"
+                )
                 _log.warning(self.warning)
         elif chat_template == "chatml":
             text = CHATML
@@ -58,11 +59,14 @@ class ChatPrompt:
             self.overhead = len(bos)
             return
         try:
-            pieces = split_template(text, bos_token=nat.token_text(nat.bos_id),
-                                    eos_token=nat.token_text(nat.eos_id))
+            pieces = split_template(
+                text, bos_token=nat.token_text(nat.bos_id), eos_token=nat.token_text(nat.eos_id)
+            )
         except ChatTemplateError as exc:
-            raise EngineError(f"chat template of {source if source != 'model' else model_path.name} cannot "
-                              f"be used: {exc} (chat_template: chatml, none or a .jinja file)") from None
+            raise EngineError(
+                f"chat template of {source if source != 'model' else model_path.name} cannot "
+                f"be used: {exc} (chat_template: chatml, none or a .jinja file)"
+            ) from None
         self.system_merged = pieces.system_merged
 
         def ids(head: str) -> list[int]:  # a BOS the template does not write itself is prepended
@@ -71,7 +75,8 @@ class ChatPrompt:
 
         self.sys_head, self.user_only = ids(pieces.sys_head), ids(pieces.user_only_head)
         self.user_head, self.tail, self.user_only_tail = (
-            nat.tokenize(t, special=True) for t in (pieces.user_head, pieces.tail, pieces.user_only_tail))
+            nat.tokenize(t, special=True) for t in (pieces.user_head, pieces.tail, pieces.user_only_tail)
+        )
         self.overhead = len(self.sys_head) + len(self.user_head) + len(self.tail)
 
     def wrap(self, prompt: list[int], prefix_len: int) -> tuple[list[int], int]:
@@ -112,6 +117,7 @@ class Grammars:
         else:  # "auto": the skill set named by the prefix key, if it has a grammar
             from timely_llm_ros.core.grammar import GrammarError, build_gbnf
             from timely_llm_ros.core.skills import load_skill_set
+
             try:
                 text = build_gbnf(load_skill_set(prefix_key))
             except (KeyError, GrammarError):  # not a skill set, or free text (chatbot)

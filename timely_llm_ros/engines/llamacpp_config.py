@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from timely_llm_ros.core.engine import EngineError
 from timely_llm_ros.core.kv_policy import KVOptions, KVPolicyError
 from timely_llm_ros.core.profile import EngineProfile, ProfileError, load_profile
-from timely_llm_ros.core.engine import EngineError
 
 # Fitted on this engine with the default model (timely-llm profile); prices prefill and transfers.
 DEFAULT_COST_PROFILE = "smollm2-135m-q4_1-cpu"
@@ -92,7 +92,9 @@ class LlamaCppConfig:
     cost_profile: str | EngineProfile | None = None
 
     @classmethod
-    def from_options(cls, options: Mapping[str, object], base: LlamaCppConfig | None = None) -> LlamaCppConfig:
+    def from_options(
+        cls, options: Mapping[str, object], base: LlamaCppConfig | None = None
+    ) -> LlamaCppConfig:
         """``base`` (default: the defaults) with ``options`` (the engine's keyword arguments) applied."""
         known = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(options) - set(known))
@@ -105,13 +107,19 @@ class LlamaCppConfig:
         """Check the options that need no model; return the KV options and the cost profile."""
         chat_template = self.chat_template
         if not isinstance(chat_template, str) or not (
-                chat_template in CHAT_TEMPLATES or chat_template.endswith(".jinja")):
-            raise EngineError("chat_template must be 'auto' (the model's own), 'chatml', 'none' or a path "
-                              f"to a .jinja file, got {chat_template!r}")
+            chat_template in CHAT_TEMPLATES or chat_template.endswith(".jinja")
+        ):
+            raise EngineError(
+                "chat_template must be 'auto' (the model's own), 'chatml', 'none' or a path "
+                f"to a .jinja file, got {chat_template!r}"
+            )
         temperature = self.temperature
         if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
             raise EngineError(f"temperature must be a finite number >= 0, got {temperature!r}")
-        for name, v in (("prefill_chunk", self.prefill_chunk), ("prefill_fast_batch", self.prefill_fast_batch)):
+        for name, v in (
+            ("prefill_chunk", self.prefill_chunk),
+            ("prefill_fast_batch", self.prefill_fast_batch),
+        ):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
                 raise EngineError(f"{name} must be a positive integer or None, got {v!r}")
         try:
@@ -120,8 +128,10 @@ class LlamaCppConfig:
             raise EngineError(str(exc)) from None
         costs = load_costs(self.cost_profile, model_path)
         if costs is None and (self.kv_policy == "lamps" or self.reload == "threshold"):
-            raise EngineError(f"kv_policy {self.kv_policy!r} / reload {self.reload!r} weigh prefill against "
-                              "transfer costs: give cost_profile (a profile fitted for this model)")
+            raise EngineError(
+                f"kv_policy {self.kv_policy!r} / reload {self.reload!r} weigh prefill against "
+                "transfer costs: give cost_profile (a profile fitted for this model)"
+            )
         grammar = self.grammar
         if not (grammar is None or grammar == "auto" or isinstance(grammar, dict)):
             raise EngineError(f"grammar must be 'auto', None or a mapping, got {grammar!r}")

@@ -19,9 +19,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from timely_llm_ros.core.engine import EngineError, EngineOutOfMemory, MemoryInfo
 from timely_llm_ros.core.kv_policy import DROP, KVOptions, evict_destination
 from timely_llm_ros.core.profile import EngineProfile
-from timely_llm_ros.core.engine import EngineError, EngineOutOfMemory, MemoryInfo
 from timely_llm_ros.engines.llamacpp_native import NativeModel
 from timely_llm_ros.engines.llamacpp_seq import LlamaSeq, Prefix, StepInfo
 from timely_llm_ros.engines.sequences import (
@@ -68,9 +68,14 @@ class KVMemory:
                 else:
                     running += seq.private
         prefix = sum(len(p.ids) for p in self._prefixes.values())
-        return MemoryInfo(capacity=self.kv_budget, running=running, prefix=prefix,
-                          suspended_device=susp_dev, suspended_host=host,
-                          pinned=susp_dev if self.kv.policy == "keep" else 0)
+        return MemoryInfo(
+            capacity=self.kv_budget,
+            running=running,
+            prefix=prefix,
+            suspended_device=susp_dev,
+            suspended_host=host,
+            pinned=susp_dev if self.kv.policy == "keep" else 0,
+        )
 
     def spill(self, gen_id: int) -> int:
         """Move a suspended generation's KV to host memory now; returns the bytes saved."""
@@ -135,11 +140,14 @@ class KVMemory:
             self._evict(v, to_host=self._evict_to_host(v))
             info.evicted.append(v.gen_id)
         if used + need_cells > self.kv_budget:
-            raise EngineOutOfMemory(f"this step needs {need_cells} new KV cells, {self.kv_budget - used} "
-                                    f"of the budget {self.kv_budget} are free and nothing is evictable")
+            raise EngineOutOfMemory(
+                f"this step needs {need_cells} new KV cells, {self.kv_budget - used} "
+                f"of the budget {self.kv_budget} are free and nothing is evictable"
+            )
         if need_ids > len(self._free_ids):
-            raise EngineOutOfMemory(f"this step needs {need_ids} llama.cpp sequence ids, "
-                                    f"{len(self._free_ids)} are free")
+            raise EngineOutOfMemory(
+                f"this step needs {need_ids} llama.cpp sequence ids, {len(self._free_ids)} are free"
+            )
         for seq in self._table.active.values():
             if seq.seq_id is None:
                 seq.seq_id = self._free_ids.pop()
@@ -155,8 +163,10 @@ class KVMemory:
 
     def _evict_to_host(self, seq: LlamaSeq) -> bool:
         """Destination of a context evicted under memory pressure (``reload``)."""
-        return evict_destination(seq.private, self._host_room(seq.private), self.kv,
-                                 self._costs or NO_COSTS) != DROP
+        return (
+            evict_destination(seq.private, self._host_room(seq.private), self.kv, self._costs or NO_COSTS)
+            != DROP
+        )
 
     def _evict(self, seq: LlamaSeq, to_host: bool) -> None:
         """Save (``to_host`` and room in the host budget) or drop a suspended sequence's cells."""
@@ -211,8 +221,10 @@ class KVMemory:
         nat.seq_load(seq.host, sid)
         info.restore_s += time.perf_counter() - t_in
         if nat.seq_pos_max(sid) != seq.kv_len - 1:
-            raise EngineError(f"restored KV of generation {seq.gen_id} ends at position "
-                              f"{nat.seq_pos_max(sid)}, expected {seq.kv_len - 1}")
+            raise EngineError(
+                f"restored KV of generation {seq.gen_id} ends at position "
+                f"{nat.seq_pos_max(sid)}, expected {seq.kv_len - 1}"
+            )
         self.stats["host_bytes"] -= len(seq.host)
         seq.host = None
         self.stats["swap_in"] += 1

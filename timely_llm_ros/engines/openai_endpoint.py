@@ -49,7 +49,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from timely_llm_ros.core.engine import check_admission
 from timely_llm_ros.core.engine import (
     Context,
     Engine,
@@ -58,13 +57,14 @@ from timely_llm_ros.core.engine import (
     MemoryInfo,
     SpeedMeter,
     TokenOut,
+    check_admission,
 )
 from timely_llm_ros.engines.chat_template import wrap_ids
 from timely_llm_ros.engines.openai_http import Endpoint, HttpFailure, Stream, StreamEvent, call
 from timely_llm_ros.engines.openai_protocol import (
     CAPS,
-    Chunk,
     KINDS,
+    Chunk,
     ProtocolError,
     completion_body,
     detect_kind,
@@ -112,9 +112,30 @@ class Fault:
 
 
 class _Gen:
-    __slots__ = ("gen_id", "ids", "n_prompt", "max_tokens", "key", "state", "sub", "stream", "buf",
-                 "priority", "fault", "record", "last_t", "sent_at", "uncached", "text_carry", "slot",
-                 "sub_start", "sub_text", "replay_ids", "replay_text", "replay_seen")
+    __slots__ = (
+        "gen_id",
+        "ids",
+        "n_prompt",
+        "max_tokens",
+        "key",
+        "state",
+        "sub",
+        "stream",
+        "buf",
+        "priority",
+        "fault",
+        "record",
+        "last_t",
+        "sent_at",
+        "uncached",
+        "text_carry",
+        "slot",
+        "sub_start",
+        "sub_text",
+        "replay_ids",
+        "replay_text",
+        "replay_seen",
+    )
 
     def __init__(self, gen_id: int, ids: list[int], n_prompt: int, max_tokens: int, key: str | None) -> None:
         self.gen_id = gen_id
@@ -159,14 +180,29 @@ class OpenAIEndpointEngine(Engine):
     contact to :meth:`connect` (a replica that is down at start-up).
     """
 
-    def __init__(self, base_url: str, model: str | None = None, *, server: str = "auto",
-                 api_key_env: str | None = None, grammar: str | dict[str, str | None] | None = "auto",
-                 chat_template: str = "auto", temperature: float = 0.0, seed: int = 0,
-                 stop: list[str] | tuple[str, ...] = ("\n",), step_wait: float = 0.1,
-                 connect_timeout: float = 5.0, first_token_timeout: float = 300.0,
-                 stall_timeout: float = 60.0, kv_capacity: int | None = None, max_running: int | None = None,
-                 speed_window: int = 16, connect: bool = True, wake: Callable[[], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        *,
+        server: str = "auto",
+        api_key_env: str | None = None,
+        grammar: str | dict[str, str | None] | None = "auto",
+        chat_template: str = "auto",
+        temperature: float = 0.0,
+        seed: int = 0,
+        stop: list[str] | tuple[str, ...] = ("\n",),
+        step_wait: float = 0.1,
+        connect_timeout: float = 5.0,
+        first_token_timeout: float = 300.0,
+        stall_timeout: float = 60.0,
+        kv_capacity: int | None = None,
+        max_running: int | None = None,
+        speed_window: int = 16,
+        connect: bool = True,
+        wake: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if server not in ("auto", *KINDS):
             raise EngineError(f"server must be 'auto' or one of {', '.join(KINDS)}, got {server!r}")
         if chat_template not in ("auto", "chatml", "none"):
@@ -175,8 +211,12 @@ class OpenAIEndpointEngine(Engine):
             raise EngineError(f"grammar must be 'auto', None or a mapping, got {grammar!r}")
         if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
             raise EngineError(f"temperature must be a finite number >= 0, got {temperature!r}")
-        for name, v in (("step_wait", step_wait), ("connect_timeout", connect_timeout),
-                        ("first_token_timeout", first_token_timeout), ("stall_timeout", stall_timeout)):
+        for name, v in (
+            ("step_wait", step_wait),
+            ("connect_timeout", connect_timeout),
+            ("first_token_timeout", first_token_timeout),
+            ("stall_timeout", stall_timeout),
+        ):
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise EngineError(f"{name} must be a finite number >= 0, got {v!r}")
         self.endpoint = Endpoint.parse(base_url, api_key_env)
@@ -187,8 +227,11 @@ class OpenAIEndpointEngine(Engine):
         self.seed = int(seed)
         self.stop = list(stop or ())
         self.step_wait = float(step_wait)
-        self.timeouts = dict(connect_timeout=float(connect_timeout),
-                             first_token_timeout=float(first_token_timeout), stall_timeout=float(stall_timeout))
+        self.timeouts = dict(
+            connect_timeout=float(connect_timeout),
+            first_token_timeout=float(first_token_timeout),
+            stall_timeout=float(stall_timeout),
+        )
         self._kv_override = kv_capacity
         self._max_running_override = max_running
         self.capacity = kv_capacity or _UNKNOWN_CAPACITY
@@ -212,11 +255,21 @@ class OpenAIEndpointEngine(Engine):
         self.last_token_at = -math.inf  # engine clock of the last streamed token (estimates' freshness)
         self._admissions = 0
         self.connected = False
-        self.info = EngineInfo(name=f"openai:{self.url}", context_limit=1 << 30, eos_id=-1,
-                               extra={"url": self.url})
+        self.info = EngineInfo(
+            name=f"openai:{self.url}", context_limit=1 << 30, eos_id=-1, extra={"url": self.url}
+        )
         self.resume_log: list[ResumeRecord] = []
-        self.stats = {"submissions": 0, "resubmits": 0, "closed_streams": 0, "faults": 0, "cached_tokens": 0,
-                      "tokens": 0, "prefix_cached_resumes": 0, "slot_pins": 0, "replayed": 0}
+        self.stats = {
+            "submissions": 0,
+            "resubmits": 0,
+            "closed_streams": 0,
+            "faults": 0,
+            "cached_tokens": 0,
+            "tokens": 0,
+            "prefix_cached_resumes": 0,
+            "slot_pins": 0,
+            "replayed": 0,
+        }
         if connect:
             self.connect()
 
@@ -264,12 +317,20 @@ class OpenAIEndpointEngine(Engine):
         self.connected = True
         self._template = self._split_template() if self._template_mode != "none" else None
         eos = self._eos_id(props)
-        self.info = EngineInfo(name=f"openai:{self.kind}:{self.model}@{self.url}", context_limit=ctx_limit,
-                               eos_id=eos, extra={"url": self.url, "kind": self.kind, "model": self.model,
-                                                  "slots": slots, "kv_capacity": self.capacity,
-                                                  "block_size": block_size,
-                                                  "version": (version or {}).get("version")
-                                                  if isinstance(version, dict) else None})
+        self.info = EngineInfo(
+            name=f"openai:{self.kind}:{self.model}@{self.url}",
+            context_limit=ctx_limit,
+            eos_id=eos,
+            extra={
+                "url": self.url,
+                "kind": self.kind,
+                "model": self.model,
+                "slots": slots,
+                "kv_capacity": self.capacity,
+                "block_size": block_size,
+                "version": (version or {}).get("version") if isinstance(version, dict) else None,
+            },
+        )
 
     def _vllm_grammar_field(self, version: object) -> str:
         """vLLM >= 0.11 takes ``structured_outputs``; older ones ``guided_grammar`` (same GBNF)."""
@@ -307,13 +368,21 @@ class OpenAIEndpointEngine(Engine):
         if hit is not None:
             return list(hit)
         if self.kind == "llamacpp":
-            ans = call(self.endpoint, "POST", "/tokenize",
-                       {"content": text, "add_special": False, "parse_special": special},
-                       timeout=self.timeouts["first_token_timeout"])
+            ans = call(
+                self.endpoint,
+                "POST",
+                "/tokenize",
+                {"content": text, "add_special": False, "parse_special": special},
+                timeout=self.timeouts["first_token_timeout"],
+            )
         else:
-            ans = call(self.endpoint, "POST", "/tokenize",
-                       {"model": self.model, "prompt": text, "add_special_tokens": False},
-                       timeout=self.timeouts["first_token_timeout"])
+            ans = call(
+                self.endpoint,
+                "POST",
+                "/tokenize",
+                {"model": self.model, "prompt": text, "add_special_tokens": False},
+                timeout=self.timeouts["first_token_timeout"],
+            )
         ids = [int(t["id"]) if isinstance(t, dict) else int(t) for t in (ans or {}).get("tokens", [])]
         if len(self._tok_cache) > 4096:
             self._tok_cache.clear()
@@ -337,12 +406,14 @@ class OpenAIEndpointEngine(Engine):
             else:
                 from timely_llm_ros.core.grammar import GrammarError, build_gbnf
                 from timely_llm_ros.core.skills import load_skill_set
+
                 try:
                     text = build_gbnf(load_skill_set(key))
                 except (KeyError, GrammarError):
                     text = None
             if text and resumed:
                 from timely_llm_ros.engines.vllm import continuation_gbnf
+
                 text = continuation_gbnf(text)
             self._grammars[cache_key] = text
         return self._grammars[cache_key]
@@ -366,19 +437,39 @@ class OpenAIEndpointEngine(Engine):
         suspended = sum(len(g.ids) for g in self._gens.values() if g.state == _SUSPENDED)
         if self.max_running is not None and self.running() >= self.max_running:
             running = max(running, self.capacity)  # no free slot: nothing more fits (module docstring)
-        return MemoryInfo(capacity=self.capacity, running=min(running, self.capacity), prefix=0,
-                          suspended_device=suspended, suspended_host=0)
+        return MemoryInfo(
+            capacity=self.capacity,
+            running=min(running, self.capacity),
+            prefix=0,
+            suspended_device=suspended,
+            suspended_host=0,
+        )
 
-    def admit(self, gen_id: int, prompt_ids: list[int], *, max_tokens: int, prefix_key: str | None = None,
-              prefix_len: int = 0) -> None:
+    def admit(
+        self,
+        gen_id: int,
+        prompt_ids: list[int],
+        *,
+        max_tokens: int,
+        prefix_key: str | None = None,
+        prefix_len: int = 0,
+    ) -> None:
         check_admission(gen_id in self._gens, gen_id, prompt_ids, max_tokens)
         self._need_connection()
         ids = self._wrap(list(prompt_ids), prefix_len if prefix_key is not None else 0)
         self._check_fits(len(ids))
         self._gens[gen_id] = _Gen(gen_id, ids, len(ids), max_tokens, prefix_key)
 
-    def adopt(self, gen_id: int, context: Context, *, max_tokens: int, prefix_key: str | None,
-              boundary: int | None = None, replay_text: str = "") -> None:
+    def adopt(
+        self,
+        gen_id: int,
+        context: Context,
+        *,
+        max_tokens: int,
+        prefix_key: str | None,
+        boundary: int | None = None,
+        replay_text: str = "",
+    ) -> None:
         """Continue on this server a generation that another replica started.
 
         ``boundary``: where the interrupted submission began (a segment boundary: the grammar of a
@@ -403,8 +494,10 @@ class OpenAIEndpointEngine(Engine):
 
     def _check_fits(self, n: int) -> None:
         if n >= self.info.context_limit:
-            raise EngineError(f"context overflow: prompt of {n} tokens does not fit the server's context of "
-                              f"{self.info.context_limit} tokens")
+            raise EngineError(
+                f"context overflow: prompt of {n} tokens does not fit the server's context of "
+                f"{self.info.context_limit} tokens"
+            )
 
     def resume(self, gen_id: int, context: Context, *, max_tokens: int) -> None:
         gen = self._get(gen_id)
@@ -422,17 +515,22 @@ class OpenAIEndpointEngine(Engine):
             raise EngineError(f"generation {gen_id} is not running (cannot suspend)")
         self._close(gen)
         gen.state = _SUSPENDED
-        return Context(gen_id=gen_id, token_ids=list(gen.ids), n_prompt=gen.n_prompt, kv=self.url,
-                       location="device")
+        return Context(
+            gen_id=gen_id, token_ids=list(gen.ids), n_prompt=gen.n_prompt, kv=self.url, location="device"
+        )
 
     def detach(self, gen_id: int) -> Detached:
         """Take a generation off this server (for re-placement): what :meth:`adopt` needs elsewhere."""
         gen = self._gens.pop(gen_id)
         self._close(gen)
         ids = list(gen.ids) + list(gen.replay_ids)  # ids still being verified: the planner has them
-        return Detached(Context(gen_id=gen_id, token_ids=ids, n_prompt=gen.n_prompt, kv=None,
-                                location="discarded"), gen.max_tokens, gen.key, gen.sub_start,
-                        "".join(gen.sub_text))
+        return Detached(
+            Context(gen_id=gen_id, token_ids=ids, n_prompt=gen.n_prompt, kv=None, location="discarded"),
+            gen.max_tokens,
+            gen.key,
+            gen.sub_start,
+            "".join(gen.sub_text),
+        )
 
     def release(self, gen_id: int) -> None:
         gen = self._gens.pop(gen_id, None)
@@ -458,19 +556,33 @@ class OpenAIEndpointEngine(Engine):
         t0 = self._clock()
         head = self._wrap(list(prefix_ids), prefix_len)
         if self._template is not None:  # keep head + prefix + the user-turn header: shared by every task
-            head = head[:len(self._template[0]) + prefix_len + len(self._template[1])]
+            head = head[: len(self._template[0]) + prefix_len + len(self._template[1])]
         slots = range(self.max_running or 1) if self.kind == "llamacpp" else [None]
         for k in slots:
-            body = completion_body(self.kind, model=str(self.model), prompt_ids=head, max_tokens=1,
-                                   temperature=0.0, seed=None, grammar=None, priority=None, stop=[],
-                                   first=True)
+            body = completion_body(
+                self.kind,
+                model=str(self.model),
+                prompt_ids=head,
+                max_tokens=1,
+                temperature=0.0,
+                seed=None,
+                grammar=None,
+                priority=None,
+                stop=[],
+                first=True,
+            )
             body["stream"] = False
             body.pop("stream_options", None)
             if k is not None:
                 body["id_slot"] = k
             # a long prefill, not a first token of a running task: its own generous bound
-            call(self.endpoint, "POST", "/v1/completions", body,
-                 timeout=max(600.0, self.timeouts["first_token_timeout"]))
+            call(
+                self.endpoint,
+                "POST",
+                "/v1/completions",
+                body,
+                timeout=max(600.0, self.timeouts["first_token_timeout"]),
+            )
         return self._clock() - t0
 
     def take_faults(self) -> list[Fault]:
@@ -527,19 +639,34 @@ class OpenAIEndpointEngine(Engine):
     def _send(self, gen: _Gen) -> None:
         resumed = gen.n_gen > 0
         if self.caps.priority:
-            prio = (int(max(-2**31, min(2**31 - 1, (gen.priority - self._t0) * 1000)))
-                    if math.isfinite(gen.priority) else self._admissions)
+            prio = (
+                int(max(-(2**31), min(2**31 - 1, (gen.priority - self._t0) * 1000)))
+                if math.isfinite(gen.priority)
+                else self._admissions
+            )
         else:
             prio = None
         self._admissions += 1
-        body = completion_body(self.kind, model=str(self.model), prompt_ids=gen.ids,
-                               max_tokens=gen.max_tokens - gen.n_gen, temperature=self.temperature,
-                               seed=self.seed + gen.gen_id, grammar=self._grammar(gen.key, resumed),
-                               priority=prio, stop=self.stop, first=not resumed)
+        body = completion_body(
+            self.kind,
+            model=str(self.model),
+            prompt_ids=gen.ids,
+            max_tokens=gen.max_tokens - gen.n_gen,
+            temperature=self.temperature,
+            seed=self.seed + gen.gen_id,
+            grammar=self._grammar(gen.key, resumed),
+            priority=prio,
+            stop=self.stop,
+            first=not resumed,
+        )
         slot = self._pick_slot(gen)
         if slot is not None:
             body["id_slot"] = slot
-        if self.kind == "vllm" and "structured_outputs" in body and self._structured_field != "structured_outputs":
+        if (
+            self.kind == "vllm"
+            and "structured_outputs" in body
+            and self._structured_field != "structured_outputs"
+        ):
             body[self._structured_field] = body.pop("structured_outputs")["grammar"]
         self._begin(gen)
         if resumed:
@@ -547,8 +674,16 @@ class OpenAIEndpointEngine(Engine):
             self.resume_log.append(gen.record)
             self.stats["resubmits"] += 1
         self.stats["submissions"] += 1
-        gen.stream = Stream(self.endpoint, self.kind, body, (gen.gen_id, gen.sub), self._events, self._clock,
-                            wake=self._wake, **self.timeouts)
+        gen.stream = Stream(
+            self.endpoint,
+            self.kind,
+            body,
+            (gen.gen_id, gen.sub),
+            self._events,
+            self._clock,
+            wake=self._wake,
+            **self.timeouts,
+        )
         gen.state = _RUNNING
         gen.stream.start()
 
@@ -672,20 +807,26 @@ class OpenAIEndpointEngine(Engine):
                 gen.ids.append(gen.replay_ids.popleft())  # verified; the planner has it already
                 self.stats["replayed"] += 1
             else:
-                gen.fault = HttpFailure(f"{self.url}: after a failover the server regenerated token {tok} where "
-                                        f"{gen.replay_ids[0]} had been delivered; the plan cannot be continued "
-                                        "consistently", transport=False)
+                gen.fault = HttpFailure(
+                    f"{self.url}: after a failover the server regenerated token {tok} where "
+                    f"{gen.replay_ids[0]} had been delivered; the plan cannot be continued "
+                    "consistently",
+                    transport=False,
+                )
                 return None
         seen = gen.replay_seen + ch.text
         want = gen.replay_text
         if not (want.startswith(seen) if len(seen) <= len(want) else seen.startswith(want)):
-            gen.fault = HttpFailure(f"{self.url}: after a failover the regenerated text {seen[:60]!r} differs from "
-                                    f"the delivered {want[:60]!r}", transport=False)
+            gen.fault = HttpFailure(
+                f"{self.url}: after a failover the regenerated text {seen[:60]!r} differs from "
+                f"the delivered {want[:60]!r}",
+                transport=False,
+            )
             return None
-        gen.replay_seen = seen[:len(want)]
+        gen.replay_seen = seen[: len(want)]
         if not gen.replay_ids and len(seen) >= len(want):  # replay complete: back to normal delivery
             gen.replay_text = gen.replay_seen = ""
-        return dataclasses.replace(ch, ids=new_ids, text=seen[len(want):])
+        return dataclasses.replace(ch, ids=new_ids, text=seen[len(want) :])
 
     def _deliver(self, gen: _Gen) -> TokenOut:
         tok, text, t, finish = gen.buf.popleft()
@@ -699,8 +840,9 @@ class OpenAIEndpointEngine(Engine):
         if finish:
             self._close(gen)
             gen.state = _FINISHED
-        return TokenOut(gen.gen_id, int(tok) if tok is not None else self.info.eos_id, text, t, bool(finish),
-                        finish)
+        return TokenOut(
+            gen.gen_id, int(tok) if tok is not None else self.info.eos_id, text, t, bool(finish), finish
+        )
 
     def _fault(self, gen: _Gen) -> None:
         fault = gen.fault
@@ -744,9 +886,15 @@ class OpenAIEndpointEngine(Engine):
             text = _try(self.endpoint, "/metrics", 2.0, raw=True)
             if isinstance(text, str):
                 m = parse_prometheus(text)
-                pick = {k: sum(v for _, v in m[k]) for k in ("vllm:num_requests_running",
-                                                              "vllm:num_requests_waiting",
-                                                              "vllm:kv_cache_usage_perc") if k in m}
+                pick = {
+                    k: sum(v for _, v in m[k])
+                    for k in (
+                        "vllm:num_requests_running",
+                        "vllm:num_requests_waiting",
+                        "vllm:kv_cache_usage_perc",
+                    )
+                    if k in m
+                }
                 counters = prefix_cache_counters(m)
                 if counters is not None:  # streamed requests report cached tokens only at their end
                     pick["prefix_cache_queries"], pick["prefix_cache_hits"] = counters

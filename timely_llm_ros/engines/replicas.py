@@ -42,7 +42,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from timely_llm_ros.core.engine import (
-    Context, Engine, EngineError, EngineInfo, MemoryInfo, TokenOut, script_kwargs,
+    Context,
+    Engine,
+    EngineError,
+    EngineInfo,
+    MemoryInfo,
+    TokenOut,
+    script_kwargs,
 )
 
 log = logging.getLogger(__name__)
@@ -99,10 +105,19 @@ class Placement:
 class ReplicaSetEngine(Engine):
     """Engine over ``replicas`` (see the module docstring). ``names``: one label per replica."""
 
-    def __init__(self, replicas: list[Engine], *, names: list[str] | None = None, step_wait: float = 0.1,
-                 retry_base: float = 0.5, retry_max: float = 30.0, failover_timeout: float = 60.0,
-                 placement_tokens: int = 32, stale_after: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        replicas: list[Engine],
+        *,
+        names: list[str] | None = None,
+        step_wait: float = 0.1,
+        retry_base: float = 0.5,
+        retry_max: float = 30.0,
+        failover_timeout: float = 60.0,
+        placement_tokens: int = 32,
+        stale_after: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if not replicas:
             raise EngineError("a replica set needs at least one replica")
         names = list(names) if names is not None else [f"r{i}" for i in range(len(replicas))]
@@ -133,11 +148,16 @@ class ReplicaSetEngine(Engine):
 
     # -- facts ------------------------------------------------------------------------------------
     def _refresh_info(self) -> None:
-        live = [r.engine for r in self.replicas if getattr(r.engine, "connected", True)] or [self.replicas[0].engine]
+        live = [r.engine for r in self.replicas if getattr(r.engine, "connected", True)] or [
+            self.replicas[0].engine
+        ]
         first = live[0]
-        self.info = EngineInfo(name=f"replicas[{len(self.replicas)}]:{first.info.name}",
-                               context_limit=min(e.info.context_limit for e in live), eos_id=first.info.eos_id,
-                               extra={"replicas": [r.name for r in self.replicas], **first.info.extra})
+        self.info = EngineInfo(
+            name=f"replicas[{len(self.replicas)}]:{first.info.name}",
+            context_limit=min(e.info.context_limit for e in live),
+            eos_id=first.info.eos_id,
+            extra={"replicas": [r.name for r in self.replicas], **first.info.extra},
+        )
         self.profile = getattr(first, "profile", None)
 
     @property
@@ -154,8 +174,17 @@ class ReplicaSetEngine(Engine):
 
     def status(self) -> list[dict]:
         """Health of every replica (names, running generations, last error)."""
-        return [{"name": r.name, "healthy": r.healthy, "running": r.engine.running(), "placed": r.placed,
-                 "failovers": r.failovers, "error": r.error} for r in self.replicas]
+        return [
+            {
+                "name": r.name,
+                "healthy": r.healthy,
+                "running": r.engine.running(),
+                "placed": r.placed,
+                "failovers": r.failovers,
+                "error": r.error,
+            }
+            for r in self.replicas
+        ]
 
     # -- Engine API -------------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
@@ -205,15 +234,23 @@ class ReplicaSetEngine(Engine):
         if idx is not None:
             self.replicas[idx].engine.set_priority(gen_id, priority)
 
-    def admit(self, gen_id: int, prompt_ids: list[int], *, max_tokens: int, prefix_key: str | None = None,
-              prefix_len: int = 0, script: list[int] | None = None) -> None:
+    def admit(
+        self,
+        gen_id: int,
+        prompt_ids: list[int],
+        *,
+        max_tokens: int,
+        prefix_key: str | None = None,
+        prefix_len: int = 0,
+        script: list[int] | None = None,
+    ) -> None:
         """The port's ``admit``; ``script`` only for a set of scripted (simulated) replicas
         (``needs_script``), kept for re-admitting the generation elsewhere after a failover."""
         if gen_id in self._meta:
             raise EngineError(f"generation {gen_id} already admitted")
         meta = _Meta(len(prompt_ids), prefix_key, prefix_len if prefix_key is not None else 0, max_tokens)
         if prefix_key is not None and meta.prefix_len > 0 and prefix_key not in self._warmed:
-            self.warm_prefix(list(prompt_ids[:meta.prefix_len]), prefix_key)
+            self.warm_prefix(list(prompt_ids[: meta.prefix_len]), prefix_key)
         self._meta[gen_id] = meta
         try:
             self._place_new(gen_id, prompt_ids, script, meta, "admit")
@@ -240,8 +277,11 @@ class ReplicaSetEngine(Engine):
             except EngineError as exc:
                 errors[r.name] = str(exc)
 
-        threads = [threading.Thread(target=warm, args=(r,), daemon=True)
-                   for r in self._healthy() if hasattr(r.engine, "warm_prefix")]
+        threads = [
+            threading.Thread(target=warm, args=(r,), daemon=True)
+            for r in self._healthy()
+            if hasattr(r.engine, "warm_prefix")
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -250,22 +290,40 @@ class ReplicaSetEngine(Engine):
             if r.name in errors:
                 self._mark_down(r, f"warm-up: {errors[r.name]}")
         if took:
-            log.info("skill prompt %r prefilled on %s", prefix_key,
-                     ", ".join(f"{k} ({v:.1f} s)" for k, v in took.items()))
+            log.info(
+                "skill prompt %r prefilled on %s",
+                prefix_key,
+                ", ".join(f"{k} ({v:.1f} s)" for k, v in took.items()),
+            )
         self.warm_log.append((prefix_key, took))
         return took
 
-    def _place_new(self, gen_id: int, prompt_ids: list[int], script: list[int] | None, meta: _Meta,
-                   kind: str) -> bool:
+    def _place_new(
+        self, gen_id: int, prompt_ids: list[int], script: list[int] | None, meta: _Meta, kind: str
+    ) -> bool:
         def run(r: _Replica) -> None:
-            r.engine.admit(gen_id, prompt_ids, max_tokens=meta.max_tokens, prefix_key=meta.prefix_key,
-                           prefix_len=meta.prefix_len, **script_kwargs(r.engine, script))
+            r.engine.admit(
+                gen_id,
+                prompt_ids,
+                max_tokens=meta.max_tokens,
+                prefix_key=meta.prefix_key,
+                prefix_len=meta.prefix_len,
+                **script_kwargs(r.engine, script),
+            )
 
-        return self._place(gen_id, meta, set(), run, _Orphan(0.0, "", prompt_ids=list(prompt_ids), script=script),
-                           kind)
+        return self._place(
+            gen_id, meta, set(), run, _Orphan(0.0, "", prompt_ids=list(prompt_ids), script=script), kind
+        )
 
-    def _place(self, gen_id: int, meta: _Meta, exclude: set[int], run: Callable[[_Replica], None],
-               orphan: _Orphan, kind: str) -> bool:
+    def _place(
+        self,
+        gen_id: int,
+        meta: _Meta,
+        exclude: set[int],
+        run: Callable[[_Replica], None],
+        orphan: _Orphan,
+        kind: str,
+    ) -> bool:
         """Run ``run`` on the best healthy replica; one that fails in transport is marked down and
         the next one tried; with none left the generation waits as ``orphan``. Request errors raise."""
         tried = set(exclude)
@@ -306,18 +364,38 @@ class ReplicaSetEngine(Engine):
         del self._where[gen_id]
         self._adopt(gen_id, context, meta, exclude={idx}, kind="failover")
 
-    def _adopt(self, gen_id: int, context: Context, meta: _Meta, exclude: set[int], kind: str,
-               boundary: int | None = None, replay_text: str = "") -> None:
+    def _adopt(
+        self,
+        gen_id: int,
+        context: Context,
+        meta: _Meta,
+        exclude: set[int],
+        kind: str,
+        boundary: int | None = None,
+        replay_text: str = "",
+    ) -> None:
         def run(r: _Replica) -> None:
             adopt = getattr(r.engine, "adopt", None)
             if adopt is None:
                 raise EngineError(f"replica {r.name} cannot continue a generation started elsewhere")
-            adopt(gen_id, context, max_tokens=meta.max_tokens, prefix_key=meta.prefix_key, boundary=boundary,
-                  replay_text=replay_text)
+            adopt(
+                gen_id,
+                context,
+                max_tokens=meta.max_tokens,
+                prefix_key=meta.prefix_key,
+                boundary=boundary,
+                replay_text=replay_text,
+            )
             r.failovers += 1
 
-        self._place(gen_id, meta, exclude, run,
-                    _Orphan(0.0, "", context=context, boundary=boundary, replay_text=replay_text), kind)
+        self._place(
+            gen_id,
+            meta,
+            exclude,
+            run,
+            _Orphan(0.0, "", context=context, boundary=boundary, replay_text=replay_text),
+            kind,
+        )
 
     def suspend(self, gen_id: int, resume_hint: float | None = None) -> Context:
         idx = self._where.get(gen_id)
@@ -390,8 +468,15 @@ class ReplicaSetEngine(Engine):
             return
         self._mark_down(r, message)
         # restart the interrupted submission at its segment boundary elsewhere, verifying the replay
-        self._adopt(gen_id, det.context, meta, exclude={idx}, kind="failover", boundary=det.boundary,
-                    replay_text=det.text)
+        self._adopt(
+            gen_id,
+            det.context,
+            meta,
+            exclude={idx},
+            kind="failover",
+            boundary=det.boundary,
+            replay_text=det.text,
+        )
 
     def _fail(self, gen_id: int, reason: str) -> None:
         log.error("generation %d failed: %s", gen_id, reason)
@@ -417,8 +502,9 @@ class ReplicaSetEngine(Engine):
                     r.next_probe = now + r.backoff
             elif not r.probing and now >= r.next_probe:
                 r.probing = True
-                threading.Thread(target=self._probe, args=(r,), daemon=True,
-                                 name=f"replica-probe-{r.name}").start()
+                threading.Thread(
+                    target=self._probe, args=(r,), daemon=True, name=f"replica-probe-{r.name}"
+                ).start()
         for gen_id, orphan in list(self._orphans.items()):
             meta = self._meta.get(gen_id)
             if meta is None:
@@ -427,8 +513,15 @@ class ReplicaSetEngine(Engine):
             if self._healthy():
                 del self._orphans[gen_id]
                 if orphan.context is not None:
-                    self._adopt(gen_id, orphan.context, meta, exclude=set(), kind="orphan-resume",
-                                boundary=orphan.boundary, replay_text=orphan.replay_text)
+                    self._adopt(
+                        gen_id,
+                        orphan.context,
+                        meta,
+                        exclude=set(),
+                        kind="orphan-resume",
+                        boundary=orphan.boundary,
+                        replay_text=orphan.replay_text,
+                    )
                 else:
                     self._place_new(gen_id, orphan.prompt_ids or [], orphan.script, meta, "orphan-admit")
             elif now >= orphan.deadline:
@@ -509,15 +602,21 @@ class ReplicaSetEngine(Engine):
         if prof is not None and self.virtual:  # the simulated engine: its own timing model
             backlog = max(0.0, e.now() - self.now())
             kv = mem.running + mem.prefix + meta.prompt_len
-            return (backlog + prof.prefill_batch_time([uncached])
-                    + n_tok * prof.decode_time(running + 1, kv + running * n_tok))
+            return (
+                backlog
+                + prof.prefill_batch_time([uncached])
+                + n_tok * prof.decode_time(running + 1, kv + running * n_tok)
+            )
         # Replicas serve one model. A replica's own measurements count while they are fresh; one that
         # has streamed nothing for ``stale_after`` seconds (or never) is assumed as fast as the set's
         # mean — else one slow spell would keep an idle replica out of every later placement.
         fresh = self._clock() - getattr(e, "last_token_at", -math.inf) <= self.stale_after
         speed = (e.speed() if fresh else None) or self._mean_speed("speed") or 10.0
-        prefill = ((getattr(e, "prefill_speed", lambda: None)() if fresh else None)
-                   or self._mean_speed("prefill_speed") or 200.0)
+        prefill = (
+            (getattr(e, "prefill_speed", lambda: None)() if fresh else None)
+            or self._mean_speed("prefill_speed")
+            or 200.0
+        )
         # CPU/GPU decode is shared by the running sequences: aggregate throughput ≈ speed × running
         per_seq = speed * max(1, running) / (running + 1)
         wait = 0.0
@@ -531,13 +630,17 @@ def simulated_replicas(profile: object, n: int, tokenizer: object = None, **sim_
     """``n`` simulated engines with ``profile`` (one engine when ``n == 1``) on one virtual clock;
     ``tokenizer``: shared by all (default: a new :class:`~timely_llm_ros.engines.sim_tokenizer.SimTokenizer`);
     ``sim_options``: passed to each :class:`~timely_llm_ros.engines.sim.SimEngine` (KV policy, chunked prefill)."""
-    from timely_llm_ros.engines.sim_tokenizer import SimTokenizer
     from timely_llm_ros.engines.sim import SimEngine
+    from timely_llm_ros.engines.sim_tokenizer import SimTokenizer
 
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise EngineError(f"replicas must be a positive integer, got {n!r}")
     tok = tokenizer or SimTokenizer()  # one vocabulary: ids tokenized on one replica, emitted by another
     if n == 1:
         return SimEngine(profile, tokenizer=tok, **sim_options)  # type: ignore[arg-type]
-    return ReplicaSetEngine([SimEngine(profile, tokenizer=tok, **sim_options)  # type: ignore[arg-type]
-                             for _ in range(n)])  # type: ignore[arg-type]
+    return ReplicaSetEngine(
+        [
+            SimEngine(profile, tokenizer=tok, **sim_options)  # type: ignore[arg-type]
+            for _ in range(n)
+        ]
+    )  # type: ignore[arg-type]

@@ -19,8 +19,8 @@ import math
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
-from timely_llm_ros.core.kv_policy import KVOptions, victim_key
 from timely_llm_ros.core.engine import Context, EngineError
+from timely_llm_ros.core.kv_policy import KVOptions, victim_key
 
 PENDING_ADMIT, RUNNING, PENDING_RESUME, SUSPENDED, FINISHED = range(5)
 # Where a generation's KV is: in the engine's (device) memory, spilled to host memory, or dropped
@@ -31,8 +31,20 @@ DEVICE, HOST, DISCARDED = "device", "host", "discarded"
 class Sequence:
     """One generation's state; engines subclass it with what their back-end needs."""
 
-    __slots__ = ("gen_id", "ids", "n_prompt", "max_tokens", "n_gen", "state", "location", "hint",
-                 "suspended_at", "order", "priority", "importance")
+    __slots__ = (
+        "gen_id",
+        "ids",
+        "n_prompt",
+        "max_tokens",
+        "n_gen",
+        "state",
+        "location",
+        "hint",
+        "suspended_at",
+        "order",
+        "priority",
+        "importance",
+    )
 
     def __init__(self, gen_id: int, ids: list[int], max_tokens: int, order: int) -> None:
         self.gen_id = gen_id
@@ -101,8 +113,13 @@ class SequenceTable(Generic[S]):
     @staticmethod
     def context(seq: Sequence) -> Context:
         """What a suspension hands the caller: the ids (prompt + generated) and where the KV is."""
-        return Context(gen_id=seq.gen_id, token_ids=list(seq.ids), n_prompt=seq.n_prompt, kv=seq.gen_id,
-                       location=seq.location)
+        return Context(
+            gen_id=seq.gen_id,
+            token_ids=list(seq.ids),
+            n_prompt=seq.n_prompt,
+            kv=seq.gen_id,
+            location=seq.location,
+        )
 
     def finish(self, seq: S) -> None:
         """A generation that produced its last token leaves the batch (the engine frees its KV)."""

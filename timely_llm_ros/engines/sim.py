@@ -44,8 +44,6 @@ from __future__ import annotations
 
 import math
 
-from timely_llm_ros.core.kv_policy import HOST, KVOptions, at_suspension, evict_destination
-from timely_llm_ros.core.profile import EngineProfile, load_profile
 from timely_llm_ros.core.engine import (
     Context,
     Engine,
@@ -56,15 +54,32 @@ from timely_llm_ros.core.engine import (
     SpeedMeter,
     TokenOut,
 )
+from timely_llm_ros.core.kv_policy import HOST, KVOptions, at_suspension, evict_destination
+from timely_llm_ros.core.profile import EngineProfile, load_profile
+
 # the shared state machine (sequences.py); the underscore names are this module's own spelling
 from timely_llm_ros.engines.sequences import (
     DEVICE as _DEVICE,
+)
+from timely_llm_ros.engines.sequences import (
     DISCARDED as _DISCARDED,
+)
+from timely_llm_ros.engines.sequences import (
     FINISHED as _FINISHED,
+)
+from timely_llm_ros.engines.sequences import (
     HOST as _HOST,
+)
+from timely_llm_ros.engines.sequences import (
     PENDING_ADMIT as _PENDING_ADMIT,
+)
+from timely_llm_ros.engines.sequences import (
     PENDING_RESUME as _PENDING_RESUME,
+)
+from timely_llm_ros.engines.sequences import (
     RUNNING as _RUNNING,
+)
+from timely_llm_ros.engines.sequences import (
     SUSPENDED as _SUSPENDED,
 )
 from timely_llm_ros.engines.sequences import Sequence, SequenceTable
@@ -76,8 +91,16 @@ class _Seq(Sequence):
 
     __slots__ = ("prefix_key", "prefix_len", "script", "private", "todo", "done")
 
-    def __init__(self, gen_id: int, ids: list[int], prefix_key: str | None, prefix_len: int,
-                 script: list[int], max_tokens: int, order: int) -> None:
+    def __init__(
+        self,
+        gen_id: int,
+        ids: list[int],
+        prefix_key: str | None,
+        prefix_len: int,
+        script: list[int],
+        max_tokens: int,
+        order: int,
+    ) -> None:
         super().__init__(gen_id, ids, max_tokens, order)
         self.prefix_key = prefix_key
         self.prefix_len = prefix_len
@@ -96,13 +119,19 @@ class SimEngine(Engine):
 
     needs_script = True
 
-    def __init__(self, profile: EngineProfile | str = "llama3-8b-fp16-rtx4090",
-                 tokenizer: SimTokenizer | None = None, start_time: float = 0.0,
-                 kv: KVOptions | None = None, chunked_prefill: bool = False) -> None:
+    def __init__(
+        self,
+        profile: EngineProfile | str = "llama3-8b-fp16-rtx4090",
+        tokenizer: SimTokenizer | None = None,
+        start_time: float = 0.0,
+        kv: KVOptions | None = None,
+        chunked_prefill: bool = False,
+    ) -> None:
         self.profile = load_profile(profile) if isinstance(profile, str) else profile
         self.tokenizer = tokenizer or SimTokenizer()
-        self.info = EngineInfo(name=f"sim:{self.profile.name}", context_limit=self.profile.context_limit,
-                               eos_id=EOS_ID)
+        self.info = EngineInfo(
+            name=f"sim:{self.profile.name}", context_limit=self.profile.context_limit, eos_id=EOS_ID
+        )
         self.kv = kv or KVOptions(eviction=self.profile.eviction)
         self.chunked = bool(chunked_prefill)
         self._budget: int | None = None
@@ -117,8 +146,16 @@ class SimEngine(Engine):
         self._mem_host = 0
         self._owed = 0.0  # transfer time decided between steps (swap-out at suspension), paid next step
         self._meter = SpeedMeter(self.profile.speed_window)
-        self.stats = {"steps": 0, "prefill_tokens": 0, "swap_out": 0, "swap_in": 0, "discard": 0,
-                      "reprefill": 0, "reprefill_tokens": 0, "busy_time": 0.0}
+        self.stats = {
+            "steps": 0,
+            "prefill_tokens": 0,
+            "swap_out": 0,
+            "swap_in": 0,
+            "discard": 0,
+            "reprefill": 0,
+            "reprefill_tokens": 0,
+            "busy_time": 0.0,
+        }
 
     # -- Engine API -----------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
@@ -144,10 +181,14 @@ class SimEngine(Engine):
         return self._meter.speed()
 
     def memory(self) -> MemoryInfo:
-        return MemoryInfo(capacity=self.profile.kv_capacity_tokens, running=self._mem_running,
-                          prefix=self._prefix_tokens, suspended_device=self._mem_susp_dev,
-                          suspended_host=self._mem_host,
-                          pinned=self._mem_susp_dev if self.kv.policy == "keep" else 0)
+        return MemoryInfo(
+            capacity=self.profile.kv_capacity_tokens,
+            running=self._mem_running,
+            prefix=self._prefix_tokens,
+            suspended_device=self._mem_susp_dev,
+            suspended_host=self._mem_host,
+            pinned=self._mem_susp_dev if self.kv.policy == "keep" else 0,
+        )
 
     def set_priority(self, gen_id: int, priority: float) -> None:
         self._table.set_priority(gen_id, priority)
@@ -160,8 +201,16 @@ class SimEngine(Engine):
             raise EngineError(f"prefill budget must be a positive integer or None, got {tokens!r}")
         self._budget = tokens
 
-    def admit(self, gen_id: int, prompt_ids: list[int], *, max_tokens: int, prefix_key: str | None = None,
-              prefix_len: int = 0, script: list[int] | None = None) -> None:
+    def admit(
+        self,
+        gen_id: int,
+        prompt_ids: list[int],
+        *,
+        max_tokens: int,
+        prefix_key: str | None = None,
+        prefix_len: int = 0,
+        script: list[int] | None = None,
+    ) -> None:
         """The port's ``admit`` plus this engine's own ``script``: the ids it emits (then EOS) in place
         of a model's output (``needs_script``; the planner passes it through ``script_kwargs``)."""
         if gen_id in self._seqs:
@@ -169,16 +218,24 @@ class SimEngine(Engine):
         if not prompt_ids:
             raise EngineError("empty prompt")
         if len(prompt_ids) >= self.profile.context_limit:
-            raise EngineError(f"prompt of {len(prompt_ids)} tokens does not fit the context "
-                              f"({self.profile.context_limit})")
+            raise EngineError(
+                f"prompt of {len(prompt_ids)} tokens does not fit the context ({self.profile.context_limit})"
+            )
         if max_tokens <= 0:
             raise EngineError("max_tokens must be positive")
         if not 0 <= prefix_len <= len(prompt_ids):
             raise EngineError("prefix_len outside the prompt")
         if prefix_key is None:
             prefix_len = 0
-        seq = _Seq(gen_id, list(prompt_ids), prefix_key, prefix_len, list(script or ()), max_tokens,
-                   self._table.next_order())
+        seq = _Seq(
+            gen_id,
+            list(prompt_ids),
+            prefix_key,
+            prefix_len,
+            list(script or ()),
+            max_tokens,
+            self._table.next_order(),
+        )
         self._table.add(seq)
 
     def resume(self, gen_id: int, context: Context, *, max_tokens: int) -> None:
@@ -193,8 +250,9 @@ class SimEngine(Engine):
         self._mem_running -= seq.private
         self._mem_susp_dev += seq.private
         pause = (resume_hint - self._now) if resume_hint is not None else math.inf
-        action = at_suspension(self.kv, seq.private, self._mem_running, pause, self.profile,
-                               self._host_room(seq.private))
+        action = at_suspension(
+            self.kv, seq.private, self._mem_running, pause, self.profile, self._host_room(seq.private)
+        )
         if action != "keep":
             self._owed += self._evict(seq, action)
         return self._table.context(seq)
@@ -374,8 +432,10 @@ class SimEngine(Engine):
         if need_running + susp_dev <= cap:
             return 0.0
         if self.kv.policy == "keep":
-            raise EngineOutOfMemory(f"running generations need {need_running} KV tokens and kept suspended "
-                                    f"contexts hold {susp_dev} of the capacity {cap} (kv_policy keep)")
+            raise EngineOutOfMemory(
+                f"running generations need {need_running} KV tokens and kept suspended "
+                f"contexts hold {susp_dev} of the capacity {cap} (kv_policy keep)"
+            )
         victims = self._table.suspended_on_device(self.kv)
         dt = 0.0
         for seq in victims:
@@ -385,4 +445,3 @@ class SimEngine(Engine):
             dest = evict_destination(seq.private, self._host_room(seq.private), self.kv, self.profile)
             dt += self._evict(seq, dest)
         return dt
-

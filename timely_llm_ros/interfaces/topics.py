@@ -45,10 +45,27 @@ import re
 from timely_llm_ros.core.limits import MAX_AGENT_ID
 
 __all__ = [
-    "TASKS", "SKILL_SEGMENTS", "SEGMENT_FEEDBACK", "TASK_STATUS", "TRACE_EVENTS", "ESTIMATE_EXEC_TIME",
-    "RECORDED_TOPICS", "TOPIC_TASKS", "TOPIC_FEEDBACK", "TOPIC_STATUS", "TOPIC_TRACE", "SEGMENTS_SUFFIX",
-    "valid_agent_id", "bag_segments_topic", "valid_namespace", "normalize_namespace", "join",
-    "parent_namespace", "fleet_topic", "agent_of_segment_topic", "segment_topic",
+    "TASKS",
+    "SKILL_SEGMENTS",
+    "SEGMENT_FEEDBACK",
+    "TASK_STATUS",
+    "TRACE_EVENTS",
+    "ESTIMATE_EXEC_TIME",
+    "RECORDED_TOPICS",
+    "TOPIC_TASKS",
+    "TOPIC_FEEDBACK",
+    "TOPIC_STATUS",
+    "TOPIC_TRACE",
+    "SEGMENTS_SUFFIX",
+    "valid_agent_id",
+    "bag_segments_topic",
+    "valid_namespace",
+    "normalize_namespace",
+    "join",
+    "parent_namespace",
+    "fleet_topic",
+    "agent_of_segment_topic",
+    "segment_topic",
 ]
 
 TASKS = "tasks"
@@ -79,8 +96,12 @@ def valid_agent_id(agent_id: str) -> bool:
 
     Length-bounded like every task field (core.limits): a 300-character id from one Task message made
     the recorder subscribe to a topic name rcl refuses, and the exception killed the recorder."""
-    return (isinstance(agent_id, str) and len(agent_id) <= MAX_AGENT_ID
-            and bool(_AGENT_RE.fullmatch(agent_id)) and "__" not in agent_id)
+    return (
+        isinstance(agent_id, str)
+        and len(agent_id) <= MAX_AGENT_ID
+        and bool(_AGENT_RE.fullmatch(agent_id))
+        and "__" not in agent_id
+    )
 
 
 def bag_segments_topic(agent_id: str) -> str:
@@ -111,8 +132,10 @@ def normalize_namespace(ns: str) -> str:
     text = (ns or "").strip()
     out = "/" + text.strip("/") if text.strip("/") else "/"
     if not valid_namespace(out):
-        raise ValueError(f"namespace {ns!r} is not a ROS namespace (name tokens separated by '/': letters, "
-                         "digits and single '_', not starting with a digit)")
+        raise ValueError(
+            f"namespace {ns!r} is not a ROS namespace (name tokens separated by '/': letters, "
+            "digits and single '_', not starting with a digit)"
+        )
     return out
 
 
@@ -137,7 +160,7 @@ def agent_of_segment_topic(name: str, fleet_ns: str = "/") -> str | None:
     prefix = fleet_ns.rstrip("/") + "/"
     if not name.startswith(prefix):
         return None
-    parts = name[len(prefix):].split("/")
+    parts = name[len(prefix) :].split("/")
     if len(parts) == 2 and parts[1] == SKILL_SEGMENTS and valid_agent_id(parts[0]):
         return parts[0]
     return None
@@ -147,6 +170,8 @@ def segment_topic(agent_id: str) -> str:
     """Segment topic of one agent, relative (resolved in the fleet namespace); ValueError with the
     reason for an unusable id."""
     if not valid_agent_id(agent_id):
-        raise ValueError(f"agent_id {agent_id[:80]!r} is not a valid ROS name token (letters, digits and "
-                         f"single '_', not starting with a digit, at most {MAX_AGENT_ID} characters)")
+        raise ValueError(
+            f"agent_id {agent_id[:80]!r} is not a valid ROS name token (letters, digits and "
+            f"single '_', not starting with a digit, at most {MAX_AGENT_ID} characters)"
+        )
     return f"{agent_id}/{SKILL_SEGMENTS}"

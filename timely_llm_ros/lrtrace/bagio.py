@@ -620,4 +620,3 @@ def _missing(out: BagContents, expected: Sequence[str]) -> list[str]:
         elif not data.messages:
             missing.append(f"{name} (recorded, but no messages)")
     return missing
-

@@ -108,8 +108,16 @@ def task_to_msg(store: Any, spec: Any, stamp_t: float) -> Any:
 
 
 # ------------------------------------------------------------------------------ statuses, feedback, segments
-def status_to_msg(store: Any, task_id: str, agent_id: str, state: str, t: float, reason: str = "",
-                  response_time: float = math.nan, utility: float = math.nan) -> Any:
+def status_to_msg(
+    store: Any,
+    task_id: str,
+    agent_id: str,
+    state: str,
+    t: float,
+    reason: str = "",
+    response_time: float = math.nan,
+    utility: float = math.nan,
+) -> Any:
     return ts.adapter(store).status_to_msg(task_id, agent_id, state, t, reason, response_time, utility)
 
 
@@ -118,8 +126,16 @@ def status_from_msg(msg: Any) -> tuple[str, float, str, float, float]:
     return ts.adapter().status_from_msg(msg)
 
 
-def feedback_to_msg(store: Any, task_id: str, agent_id: str, index: int, state: str, t: float,
-                    duration: float = 0.0, detail: str = "") -> Any:
+def feedback_to_msg(
+    store: Any,
+    task_id: str,
+    agent_id: str,
+    index: int,
+    state: str,
+    t: float,
+    duration: float = 0.0,
+    detail: str = "",
+) -> Any:
     return ts.adapter(store).feedback_to_msg(task_id, agent_id, index, state, t, duration, detail)
 
 
@@ -133,6 +149,15 @@ def segment_to_msg(store: Any, task_id: str, agent_id: str, seg: Any, tokens: in
     """A core :class:`~timely_llm_ros.core.generation.Segment` (a task record's) as a ``Segment``;
     its generation ends at the dispatch when the record has no finite ``gen_end``."""
     return ts.adapter(store).segment_to_msg(
-        task_id, agent_id, seg.idx, seg.text, seg.calls, final=seg.final, gen_start=seg.gen_start,
-        gen_end=seg.gen_end if math.isfinite(seg.gen_end) else seg.dispatch, tokens=tokens or seg.n_tokens,
-        min_exec=seg.min_exec, expected_exec=seg.expected_exec)
+        task_id,
+        agent_id,
+        seg.idx,
+        seg.text,
+        seg.calls,
+        final=seg.final,
+        gen_start=seg.gen_start,
+        gen_end=seg.gen_end if math.isfinite(seg.gen_end) else seg.dispatch,
+        tokens=tokens or seg.n_tokens,
+        min_exec=seg.min_exec,
+        expected_exec=seg.expected_exec,
+    )

@@ -108,8 +108,9 @@ def load_run(path: str | Path) -> Run:
     return Run(Path(path), contents, events, tasks, model, notes, rebuilt)
 
 
-def _name_unnamed_tasks(contents: BagContents, tasks: dict[str, cv.TaskInfo],
-                        events: list[ev.TraceEvent]) -> dict[str, cv.TaskInfo]:
+def _name_unnamed_tasks(
+    contents: BagContents, tasks: dict[str, cv.TaskInfo], events: list[ev.TraceEvent]
+) -> dict[str, cv.TaskInfo]:
     """Give ``/tasks`` messages sent without a ``task_id`` the id the planner gave them.
 
     The planner names such a task ``<agent>-<n>``; the recorder keeps the message as it was sent, so
@@ -160,7 +161,12 @@ def events_from_topics(contents: BagContents) -> list[ev.TraceEvent]:
         elif state == ev.COMPLETED:
             put(ev.TraceEvent(t, ev.COMPLETE, tid, agent, value=0.0 if math.isnan(util) else util))
         elif state in (ev.FAILED, ev.REJECTED, ev.EXPIRED, ev.CANCELLED):
-            kind = {ev.FAILED: ev.FAIL, ev.REJECTED: ev.REJECT, ev.EXPIRED: ev.EXPIRE, ev.CANCELLED: ev.CANCEL}[state]
+            kind = {
+                ev.FAILED: ev.FAIL,
+                ev.REJECTED: ev.REJECT,
+                ev.EXPIRED: ev.EXPIRE,
+                ev.CANCELLED: ev.CANCEL,
+            }[state]
             put(ev.TraceEvent(t, kind, tid, agent, detail=reason))
     for _topic, _t, msg in contents.by_type(ts.SEGMENT):
         t = ts.from_stamp(msg.gen_end)

@@ -246,7 +246,9 @@ class TimelineModel:
         elif k == ev.EXEC_START:
             lane._close(DISPATCHED, t, e.seg)
             lane._open_span(EXECUTING, t, e.seg)
-            if lane.state == ev.SUSPENDED:  # as the planner's TaskStatus: the robot executes, nothing generates
+            if (
+                lane.state == ev.SUSPENDED
+            ):  # as the planner's TaskStatus: the robot executes, nothing generates
                 lane.state = ev.EXECUTING
             if math.isnan(lane.first_exec) or t < lane.first_exec:
                 lane.first_exec = t

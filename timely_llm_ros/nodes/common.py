@@ -76,21 +76,33 @@ class Param:
         return type(self.default)
 
     def descriptor(self) -> ParameterDescriptor:
-        d = ParameterDescriptor(name=self.name, type=_TYPES[self.kind].value, description=self.description,
-                                read_only=self.read_only)
+        d = ParameterDescriptor(
+            name=self.name,
+            type=_TYPES[self.kind].value,
+            description=self.description,
+            read_only=self.read_only,
+        )
         if self.kind is list:
             # rclpy types an empty list as BYTE_ARRAY (and `[]` in YAML as unset), so a string array
             # that may be empty is declared dynamically typed; validate() enforces "list of strings"
             d.dynamic_typing = True
             d.type = Parameter.Type.NOT_SET.value
         if self.kind is int and (self.low is not None or self.high is not None):
-            d.integer_range = [IntegerRange(from_value=int(self.low if self.low is not None else -(2**63)),
-                                            to_value=int(self.high if self.high is not None else 2**63 - 1),
-                                            step=0)]
+            d.integer_range = [
+                IntegerRange(
+                    from_value=int(self.low if self.low is not None else -(2**63)),
+                    to_value=int(self.high if self.high is not None else 2**63 - 1),
+                    step=0,
+                )
+            ]
         elif self.kind is float and (self.low is not None or self.high is not None):
-            d.floating_point_range = [FloatingPointRange(
-                from_value=float(self.low if self.low is not None else -math.inf),
-                to_value=float(self.high if self.high is not None else math.inf), step=0.0)]
+            d.floating_point_range = [
+                FloatingPointRange(
+                    from_value=float(self.low if self.low is not None else -math.inf),
+                    to_value=float(self.high if self.high is not None else math.inf),
+                    step=0.0,
+                )
+            ]
         if self.choices:
             d.additional_constraints = "one of: " + ", ".join(self.choices)
         return d
@@ -148,8 +160,9 @@ def _coerce_overrides(node: Node, params: Sequence[Param]) -> None:
             overrides[p.name] = Parameter(p.name, Parameter.Type.STRING_ARRAY, [])
 
 
-def declare_params(node: Node, params: Sequence[Param],
-                   on_change: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
+def declare_params(
+    node: Node, params: Sequence[Param], on_change: Callable[[str, Any], None] | None = None
+) -> dict[str, Any]:
     """Declare ``params`` on ``node``; return their start-up values; raise :class:`ParamError`.
 
     ``on_change(name, value)`` is called after a validated run-time change (``ros2 param set``).
@@ -173,14 +186,19 @@ def declare_params(node: Node, params: Sequence[Param],
         try:
             declared = node.declare_parameter(p.name, p.default, p.descriptor())
         except Exception as exc:  # rclpy raises several types; all mean "this value is unusable"
-            problem = p.validate(node._parameter_overrides[p.name].value) if (  # noqa: SLF001
-                p.name in node._parameter_overrides) else None  # noqa: SLF001
+            problem = (
+                p.validate(node._parameter_overrides[p.name].value)
+                # noqa: SLF001
+                if (p.name in node._parameter_overrides)
+                else None
+            )  # noqa: SLF001
             raise ParamError(problem or f"parameter {p.name!r}: {exc}") from None
         values[p.name] = p.normalize(declared.value)
         problem = p.validate(values[p.name])
         if problem:
             raise ParamError(problem)
     if on_change is not None:
+
         def post_set(changes: list[Parameter]) -> None:
             for change in changes:
                 if change.name in table:
@@ -229,13 +247,20 @@ def _ros_args_error(prog: str, exc: Exception) -> str:
     """One line instead of rcl's traceback for ``--ros-args`` it cannot parse."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     text = text.split(", at /")[0]  # rcl appends C source locations
-    return (f"{prog}: error: the ROS arguments cannot be parsed ({text}); a -p value is read as YAML: quote "
-            "a string that looks like a mapping or list, e.g. -p \"name:='{a: 1}'\"")
+    return (
+        f"{prog}: error: the ROS arguments cannot be parsed ({text}); a -p value is read as YAML: quote "
+        "a string that looks like a mapping or list, e.g. -p \"name:='{a: 1}'\""
+    )
 
 
-def run_node(factory: Callable[[], Node], argv: Sequence[str] | None = None, description: str = "",
-             spin_period: float = 0.1, executor_factory: Callable[[], Any] = SingleThreadedExecutor,
-             params: Sequence[Param] = ()) -> int:
+def run_node(
+    factory: Callable[[], Node],
+    argv: Sequence[str] | None = None,
+    description: str = "",
+    spin_period: float = 0.1,
+    executor_factory: Callable[[], Any] = SingleThreadedExecutor,
+    params: Sequence[Param] = (),
+) -> int:
     """Run one node until SIGINT/SIGTERM or until it calls ``request_stop()``; return an exit status.
 
     The node may define ``close()`` (called before destruction) and read ``stop_requested`` — a
@@ -249,9 +274,13 @@ def run_node(factory: Callable[[], Node], argv: Sequence[str] | None = None, des
         print(_ros_args_error(prog, exc), file=sys.stderr)
         return 2
     parser = argparse.ArgumentParser(
-        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=params_help(params) if params else "Node parameters: --ros-args -p name:=value or "
-                                                  "--params-file FILE")
+        prog=prog,
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=params_help(params)
+        if params
+        else "Node parameters: --ros-args -p name:=value or --params-file FILE",
+    )
     parser.parse_args(non_ros)  # --help, or a clear error for stray arguments
     stop = threading.Event()
     try:

@@ -75,7 +75,9 @@ class DroneNode(RobotNode):
     node_name = "drone"
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(common_params("drone", DRONE.default_skill_set, DRONE.backends) + TELLO_PARAMS, **kwargs)
+        super().__init__(
+            common_params("drone", DRONE.default_skill_set, DRONE.backends) + TELLO_PARAMS, **kwargs
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -65,15 +65,12 @@ from typing import Any
 from rclpy.duration import Duration
 from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from timely_llm_ros.msg import Segment, SegmentFeedback, Task, TaskStatus, TraceEvent
 
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core import handoff as ho
 from timely_llm_ros.core import limits
 from timely_llm_ros.core.agent_queue import AgentQueues
 from timely_llm_ros.core.generation import Dispatch, TaskRecord
-from timely_llm_ros.core.kv_policy import KVPolicyError
-from timely_llm_ros.core.journal import Journal, JournalError, OpenTask, default_path, task_entry, task_from_entry
 from timely_llm_ros.core.intake import (
     NOT_ACTIVE,
     Refused,
@@ -83,12 +80,22 @@ from timely_llm_ros.core.intake import (
     overload_reason,
     refusal,
 )
+from timely_llm_ros.core.journal import (
+    Journal,
+    JournalError,
+    OpenTask,
+    default_path,
+    task_entry,
+    task_from_entry,
+)
+from timely_llm_ros.core.kv_policy import KVPolicyError
 from timely_llm_ros.core.liveness import SegmentTimers, feedback_time, segment_limit
 from timely_llm_ros.core.open_tasks import OpenTasks
 from timely_llm_ros.core.planner import PlannerCore, ResumedSegment
 from timely_llm_ros.core.planner_options import PlannerOptions
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
 from timely_llm_ros.engines.base import Engine, EngineError
+from timely_llm_ros.msg import Segment, SegmentFeedback, Task, TaskStatus, TraceEvent
 from timely_llm_ros.nodes.common import ParamError, declare_params, run_node
 from timely_llm_ros.nodes.planner_params import (
     PARAMS,
@@ -146,16 +153,32 @@ class PlannerNode(LifecycleNode):
         self._records: dict[str, TaskRecord] = {}
         self._specs: dict[str, TaskSpec] = {}
         self.seg_timers = SegmentTimers(self.segment_timeout, lambda: self.p["heartbeat_timeout"])
-        self.stats = {"received": 0, "tasks": 0, "rejected": 0, "segments": 0, "feedback_ignored": 0,
-                      "timeouts": 0, "dds_lost_tasks": 0, "dds_lost_feedback": 0, "recovered": 0,
-                      "cancelled": 0}
+        self.stats = {
+            "received": 0,
+            "tasks": 0,
+            "rejected": 0,
+            "segments": 0,
+            "feedback_ignored": 0,
+            "timeouts": 0,
+            "dds_lost_tasks": 0,
+            "dds_lost_feedback": 0,
+            "recovered": 0,
+            "cancelled": 0,
+        }
 
         self._status_pub = self.create_publisher(TaskStatus, topics.TASK_STATUS, qos.status_qos())
         self._event_pub = self.create_publisher(TraceEvent, topics.TRACE_EVENTS, qos.event_qos())
-        self._lost = {kind: SubscriptionEventCallbacks(message_lost=lambda info, k=kind: self._dds_lost(k, info))
-                      for kind in ("tasks", "feedback")}
-        self.create_subscription(SegmentFeedback, topics.SEGMENT_FEEDBACK, self._on_feedback,
-                                 qos.feedback_qos(), event_callbacks=self._lost["feedback"])
+        self._lost = {
+            kind: SubscriptionEventCallbacks(message_lost=lambda info, k=kind: self._dds_lost(k, info))
+            for kind in ("tasks", "feedback")
+        }
+        self.create_subscription(
+            SegmentFeedback,
+            topics.SEGMENT_FEEDBACK,
+            self._on_feedback,
+            qos.feedback_qos(),
+            event_callbacks=self._lost["feedback"],
+        )
         self._wake = self.create_guard_condition(self._drain_outbound)
         self._echoes: set[str] = set()
         self._task_pub = self.create_publisher(Task, topics.TASKS, qos.task_qos())
@@ -169,8 +192,10 @@ class PlannerNode(LifecycleNode):
                 if self._transition_error is not None:
                     raise self._transition_error
         else:
-            self.get_logger().info("planner unconfigured (autostart false): waiting for the lifecycle "
-                                   "transitions configure and activate")
+            self.get_logger().info(
+                "planner unconfigured (autostart false): waiting for the lifecycle "
+                "transitions configure and activate"
+            )
 
     # ------------------------------------------------------------------ lifecycle (managed node)
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -182,12 +207,18 @@ class PlannerNode(LifecycleNode):
             self.clock_fn = self.engine.now
             self._ros_offset = time.time() - self.clock_fn()
             self.plans = self._load_plans()
-            self.core = PlannerCore(self.engine, self.p["policy"], clock=self.clock_fn, dispatch=self._dispatch,
-                                    sink=self._event, on_state=self._state,
-                                    network_latency=self.p["network_latency"],
-                                    agent_queues=AgentQueues(self.p["agent_queue_depth"], self.p["lookahead"]),
-                                    retain_records=self.p["finished_retention"],
-                                    options=self._planner_options())
+            self.core = PlannerCore(
+                self.engine,
+                self.p["policy"],
+                clock=self.clock_fn,
+                dispatch=self._dispatch,
+                sink=self._event,
+                on_state=self._state,
+                network_latency=self.p["network_latency"],
+                agent_queues=AgentQueues(self.p["agent_queue_depth"], self.p["lookahead"]),
+                retain_records=self.p["finished_retention"],
+                options=self._planner_options(),
+            )
             self.seg_timers = SegmentTimers(self.segment_timeout, lambda: self.p["heartbeat_timeout"])
             self._warm_up(self.p["warmup_skill_sets"])
             self.journal, self._recovered_tasks = self._open_journal()
@@ -196,15 +227,18 @@ class PlannerNode(LifecycleNode):
             self.get_logger().error(f"configure failed: {exc}")
             self._release_engine()
             return TransitionCallbackReturn.FAILURE
-        self.get_logger().info(f"planner configured: engine {self.engine.info.name}, policy "
-                               f"{self.core.policy.name}, journal {self.journal.path if self.journal else 'off'}")
+        self.get_logger().info(
+            f"planner configured: engine {self.engine.info.name}, policy "
+            f"{self.core.policy.name}, journal {self.journal.path if self.journal else 'off'}"
+        )
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Accept tasks (tasks topic, plan_task action); the planner thread runs from now on."""
         if self._task_sub is None:
-            self._task_sub = self.create_subscription(Task, topics.TASKS, self._on_task, qos.task_qos(),
-                                                      event_callbacks=self._lost["tasks"])
+            self._task_sub = self.create_subscription(
+                Task, topics.TASKS, self._on_task, qos.task_qos(), event_callbacks=self._lost["tasks"]
+            )
             self.plan_task = PlanTaskServer(self, self._intake_goal, self.request_cancel)
         if self._thread is None:
             self._recover(self._recovered_tasks)
@@ -212,8 +246,10 @@ class PlannerNode(LifecycleNode):
             self._thread = threading.Thread(target=self._run, name="planner-core", daemon=True)
             self._thread.start()
         self._active = True
-        self.get_logger().info(f"planner ready: accepting tasks (engine {self.engine.info.name}, policy "
-                               f"{self.core.policy.name}, journal {self.journal.path if self.journal else 'off'})")
+        self.get_logger().info(
+            f"planner ready: accepting tasks (engine {self.engine.info.name}, policy "
+            f"{self.core.policy.name}, journal {self.journal.path if self.journal else 'off'})"
+        )
         return TransitionCallbackReturn.SUCCESS
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -224,8 +260,10 @@ class PlannerNode(LifecycleNode):
         if self.p["on_deactivate"] == "cancel":
             for task_id in open_ids:
                 self.request_cancel(task_id, "planner deactivated")
-        self.get_logger().info(f"planner inactive: not accepting tasks; {len(open_ids)} open task(s) "
-                               f"{'cancelled' if self.p['on_deactivate'] == 'cancel' else 'go on to their end'}")
+        self.get_logger().info(
+            f"planner inactive: not accepting tasks; {len(open_ids)} open task(s) "
+            f"{'cancelled' if self.p['on_deactivate'] == 'cancel' else 'go on to their end'}"
+        )
         return TransitionCallbackReturn.SUCCESS
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -257,7 +295,9 @@ class PlannerNode(LifecycleNode):
         name = self.p["engine"]
         if name == "sim":
             try:
-                kwargs = sim_engine_kwargs(engine_options(name, self.p["engine_options"], self._parameter_overrides))
+                kwargs = sim_engine_kwargs(
+                    engine_options(name, self.p["engine_options"], self._parameter_overrides)
+                )
             except ValueError as exc:
                 raise ParamError(f"parameter 'engine_options': {exc}") from None
             try:
@@ -269,8 +309,10 @@ class PlannerNode(LifecycleNode):
         try:
             from timely_llm_ros.engines.registry import create_engine  # type: ignore[import-not-found]
         except ImportError as exc:
-            raise ParamError(f"engine {name!r} needs timely_llm_ros.engines.registry, which cannot be "
-                             f"imported here ({exc}); use engine:=sim") from None
+            raise ParamError(
+                f"engine {name!r} needs timely_llm_ros.engines.registry, which cannot be "
+                f"imported here ({exc}); use engine:=sim"
+            ) from None
         try:
             options = engine_options(name, self.p["engine_options"], self._parameter_overrides)
         except ValueError as exc:
@@ -315,8 +357,9 @@ class PlannerNode(LifecycleNode):
         where = self.p["journal"]
         if where == "off":
             return None, []
-        journal = Journal(where or default_path(self.get_fully_qualified_name(),
-                                                self.context.get_domain_id()))
+        journal = Journal(
+            where or default_path(self.get_fully_qualified_name(), self.context.get_domain_id())
+        )
         try:
             return journal, journal.open()
         except JournalError as exc:
@@ -389,8 +432,12 @@ class PlannerNode(LifecycleNode):
         msg.task_id = task_id = self.ids.claim(task_id, agent if topics.valid_agent_id(agent) else "task")
         if not self._active:  # a managed planner that is not (or no longer) active: say so
             raise Refused(NOT_ACTIVE, "inactive", task_id)
-        overload = overload_reason(self._inbound.qsize() + len(self._waiting), len(self.open_tasks),
-                                   self.p["max_inbound"], self.p["max_queued_tasks"])
+        overload = overload_reason(
+            self._inbound.qsize() + len(self._waiting),
+            len(self.open_tasks),
+            self.p["max_inbound"],
+            self.p["max_queued_tasks"],
+        )
         if overload:
             raise Refused(overload, "overloaded", task_id)
         with refusal("invalid", task_id):
@@ -410,8 +457,9 @@ class PlannerNode(LifecycleNode):
                 now = self.clock_fn()
                 self._put_event(ev.TraceEvent(now, ev.ARRIVAL, task_id, agent))
                 self._put_event(ev.TraceEvent(now, ev.CANCEL, task_id, agent, -1, 0.0, reason))
-                self._put(ho.Status(convert.status_to_msg(task_id, agent, ev.CANCELLED, self.ros_time(now),
-                                                          reason)))
+                self._put(
+                    ho.Status(convert.status_to_msg(task_id, agent, ev.CANCELLED, self.ros_time(now), reason))
+                )
                 self._put(ho.Closed(task_id))
                 return None
         self._inbound.put(ho.Cancel(task_id, reason))
@@ -429,8 +477,10 @@ class PlannerNode(LifecycleNode):
             return
         plan = self.plans.lookup(spec.skill_set, spec.instruction, spec.scene)
         if plan is None:
-            raise TaskRejected(f"the simulated engine has no reference plan for this instruction in "
-                               f"skill set {spec.skill_set!r} (plan sources: {', '.join(self.plans.sources)})")
+            raise TaskRejected(
+                f"the simulated engine has no reference plan for this instruction in "
+                f"skill set {spec.skill_set!r} (plan sources: {', '.join(self.plans.sources)})"
+            )
         spec.reference_plan = plan
 
     def _segment_publisher(self, agent: str) -> Any:
@@ -440,10 +490,13 @@ class PlannerNode(LifecycleNode):
             try:
                 topic = topics.segment_topic(agent)
                 lifespan = self.p["segment_lifespan"]
-                pub = self.create_publisher(Segment, topic, qos.segment_qos(lifespan if lifespan > 0 else None))
+                pub = self.create_publisher(
+                    Segment, topic, qos.segment_qos(lifespan if lifespan > 0 else None)
+                )
             except Exception as exc:  # invalid name, RMW refused the topic ...: this task only
-                raise TaskRejected(f"cannot publish segments for agent {agent!r}: "
-                                   f"{limits.clip(str(exc), 200)}") from None
+                raise TaskRejected(
+                    f"cannot publish segments for agent {agent!r}: {limits.clip(str(exc), 200)}"
+                ) from None
             entry = self._pubs[agent] = _AgentPub(pub)
         return entry.pub
 
@@ -489,11 +542,15 @@ class PlannerNode(LifecycleNode):
                 self._inbound.put(ho.Submit(w.spec))
             elif outcome is ho.WaitOutcome.GIVE_UP:
                 self.open_tasks.closed(w.spec.task_id)
-                self._reject(w.spec.task_id, agent, now,
-                             f"no robot node for agent {agent!r}: nothing subscribes to "
-                             f"{self.resolve_topic_name(topics.segment_topic(agent))} (waited "
-                             f"{self.p['robot_grace_period']:.1f} s)",
-                             "no robot")
+                self._reject(
+                    w.spec.task_id,
+                    agent,
+                    now,
+                    f"no robot node for agent {agent!r}: nothing subscribes to "
+                    f"{self.resolve_topic_name(topics.segment_topic(agent))} (waited "
+                    f"{self.p['robot_grace_period']:.1f} s)",
+                    "no robot",
+                )
                 gone.add(agent)
             else:
                 still.append(w)
@@ -524,7 +581,9 @@ class PlannerNode(LifecycleNode):
             fb = convert.feedback_from_msg(msg)
         except ValueError as exc:
             self.stats["feedback_ignored"] += 1
-            self._warn("feedback:malformed", f"feedback for task {limits.clip(msg.task_id, 80)!r} ignored: {exc}")
+            self._warn(
+                "feedback:malformed", f"feedback for task {limits.clip(msg.task_id, 80)!r} ignored: {exc}"
+            )
             return
         robot_t = self.planner_time(fb.t) if fb.t > 0 else math.nan
         self._inbound.put(ho.FeedbackIn(fb, feedback_time(now, robot_t, self.p["feedback_clock_tolerance"])))
@@ -534,8 +593,10 @@ class PlannerNode(LifecycleNode):
         n = int(getattr(info, "total_count_change", 0) or 0)
         self.stats[f"dds_lost_{kind}"] += n
         depth = qos.task_qos().depth if kind == "tasks" else qos.feedback_qos().depth
-        self.get_logger().error(f"DDS lost {n} {kind} message(s) before the planner could take them "
-                                f"(reader queue depth {depth}; {self.stats[f'dds_lost_{kind}']} in total)")
+        self.get_logger().error(
+            f"DDS lost {n} {kind} message(s) before the planner could take them "
+            f"(reader queue depth {depth}; {self.stats[f'dds_lost_{kind}']} in total)"
+        )
 
     # ------------------------------------------------------------------ executor thread: publishers
     def _drop_idle_publisher(self, agent: str) -> None:
@@ -558,8 +619,11 @@ class PlannerNode(LifecycleNode):
                 self._drop_idle_publisher(agent)
         backlog = self._inbound.qsize()
         if backlog > self.p["max_inbound"] // 2:
-            self._warn("backlog", f"planner busy: {backlog} messages wait for the planner thread "
-                       f"(tasks beyond max_inbound = {self.p['max_inbound']} are rejected as overloaded)")
+            self._warn(
+                "backlog",
+                f"planner busy: {backlog} messages wait for the planner thread "
+                f"(tasks beyond max_inbound = {self.p['max_inbound']} are rejected as overloaded)",
+            )
 
     # ------------------------------------------------------------------ executor thread: output
     def _put(self, item: ho.Outbound) -> None:
@@ -567,8 +631,13 @@ class PlannerNode(LifecycleNode):
         self._wake.trigger()
 
     def _put_event(self, e: ev.TraceEvent) -> None:
-        self._put(ho.Event(convert.event_to_msg(ev.TraceEvent(self.ros_time(e.t), e.kind, e.task_id,
-                                                              e.agent_id, e.seg, e.value, e.detail))))
+        self._put(
+            ho.Event(
+                convert.event_to_msg(
+                    ev.TraceEvent(self.ros_time(e.t), e.kind, e.task_id, e.agent_id, e.seg, e.value, e.detail)
+                )
+            )
+        )
 
     def _drain_outbound(self) -> None:
         while True:
@@ -604,8 +673,9 @@ class PlannerNode(LifecycleNode):
                 arrival = self.planner_time(float(open_task.task["arrival"]))
                 spec = task_from_entry(open_task.task, min(arrival, now))
             except (KeyError, ValueError, TypeError) as exc:
-                self.get_logger().error(f"journal entry of task {open_task.task_id!r} is unusable ({exc}); "
-                                        "it is dropped")
+                self.get_logger().error(
+                    f"journal entry of task {open_task.task_id!r} is unusable ({exc}); it is dropped"
+                )
                 if self.journal is not None:
                     self.journal.ended(open_task.task_id, ev.FAILED, RESTARTED)
                 continue
@@ -621,8 +691,10 @@ class PlannerNode(LifecycleNode):
             grace = self.p["robot_grace_period"]
             self._waiting.append(ho.Waiting(spec, now + max(2.0 * grace, 5.0), open_task, now + grace))
         if tasks:
-            self.get_logger().warning(f"journal: {len(tasks)} task(s) were open when the planner stopped; "
-                                      f"on_restart = {self.p['on_restart']}")
+            self.get_logger().warning(
+                f"journal: {len(tasks)} task(s) were open when the planner stopped; "
+                f"on_restart = {self.p['on_restart']}"
+            )
 
     def _recovered(self, w: ho.Waiting, problem: str) -> None:
         """Planner thread: resume a recovered task (re-plan the rest) or end it FAILED with a reason."""
@@ -630,10 +702,16 @@ class PlannerNode(LifecycleNode):
         assert open_task is not None
         reason = RESTARTED if not problem else f"{RESTARTED}: {problem}"
         if self.p["on_restart"] == "resume" and not problem:
-            resume = [ResumedSegment(s.text, s.min_exec, s.expected_exec,
-                                     self.planner_time(s.started) if math.isfinite(s.started) else math.nan,
-                                     self.planner_time(s.done) if math.isfinite(s.done) else math.nan)
-                      for s in open_task.segments]
+            resume = [
+                ResumedSegment(
+                    s.text,
+                    s.min_exec,
+                    s.expected_exec,
+                    self.planner_time(s.started) if math.isfinite(s.started) else math.nan,
+                    self.planner_time(s.done) if math.isfinite(s.done) else math.nan,
+                )
+                for s in open_task.segments
+            ]
             try:
                 self._find_plan(spec)
                 self._submit(spec, resume)
@@ -642,8 +720,9 @@ class PlannerNode(LifecycleNode):
                 reason = f"{RESTARTED}; cannot resume: {exc.reason}"
         t = self.clock_fn()
         self._event(ev.TraceEvent(t, ev.FAIL, spec.task_id, spec.agent_id, -1, 0.0, reason))
-        self._put(ho.Status(convert.status_to_msg(spec.task_id, spec.agent_id, ev.FAILED, self.ros_time(t),
-                                                  reason)))
+        self._put(
+            ho.Status(convert.status_to_msg(spec.task_id, spec.agent_id, ev.FAILED, self.ros_time(t), reason))
+        )
         self._journal("ended", spec.task_id, ev.FAILED, reason)
         self._put(ho.Closed(spec.task_id))
 
@@ -702,16 +781,20 @@ class PlannerNode(LifecycleNode):
                 self._journal("done", spec.task_id, i, self.ros_time(seg.exec_end))
         self.seg_timers.resumed(spec.agent_id, spec.task_id, rec.segments)
         if resume:
-            self.get_logger().info(f"task {spec.task_id!r} resumed after the restart: {len(resume)} segment(s) "
-                                   "were sent before; re-planning the rest")
+            self.get_logger().info(
+                f"task {spec.task_id!r} resumed after the restart: {len(resume)} segment(s) "
+                "were sent before; re-planning the rest"
+            )
 
     def _feedback(self, fb: convert.Feedback, t: float) -> None:
         why = self.core.feedback(fb.task_id, fb.index, fb.state, t, fb.detail, agent=fb.agent_id)
         if why is not None:
             self.stats["feedback_ignored"] += 1
-            self._warn(f"feedback:{fb.agent_id}:{fb.state}",
-                       f"{fb.state} feedback from {fb.agent_id!r} for task {fb.task_id!r} segment {fb.index} "
-                       f"ignored: {why}")
+            self._warn(
+                f"feedback:{fb.agent_id}:{fb.state}",
+                f"{fb.state} feedback from {fb.agent_id!r} for task {fb.task_id!r} segment {fb.index} "
+                f"ignored: {why}",
+            )
             return
         if fb.state == ev.STARTED:
             self.seg_timers.started(fb.agent_id, fb.task_id, fb.index, t)
@@ -727,16 +810,22 @@ class PlannerNode(LifecycleNode):
         if why is None:
             self.stats["cancelled"] += 1
             mem = self.engine.memory()  # what the engine holds now that the task's generation is gone
-            self.get_logger().info(f"task {task_id!r} cancelled: {reason} (engine now: {self.engine.running()} "
-                                   f"generation(s) running, KV tokens running {mem.running}, suspended "
-                                   f"{mem.suspended_device + mem.suspended_host})")
+            self.get_logger().info(
+                f"task {task_id!r} cancelled: {reason} (engine now: {self.engine.running()} "
+                f"generation(s) running, KV tokens running {mem.running}, suspended "
+                f"{mem.suspended_device + mem.suspended_host})"
+            )
         else:  # it ended (or was rejected) while the request was on its way: its final status stands
             self.get_logger().info(f"cancel of task {task_id!r} came too late: {why}")
 
     def segment_timeout(self, expected: float) -> float:
         """The segment watchdog's limit (:func:`segment_limit`), from the parameters as they are now."""
-        return segment_limit(expected, self.p["segment_timeout"], self.p["segment_timeout_factor"],
-                             self.p["segment_timeout_margin"])
+        return segment_limit(
+            expected,
+            self.p["segment_timeout"],
+            self.p["segment_timeout_factor"],
+            self.p["segment_timeout_margin"],
+        )
 
     def _check_timeouts(self) -> None:
         now = self.clock_fn()
@@ -751,16 +840,20 @@ class PlannerNode(LifecycleNode):
         try:
             getattr(self.journal, what)(*args)
         except (OSError, ValueError, JournalError) as exc:  # a full disk must not stop the planner
-            self._warn("journal", f"journal {self.journal.path}: cannot write ({exc}); crash recovery is "
-                       "incomplete")
+            self._warn(
+                "journal", f"journal {self.journal.path}: cannot write ({exc}); crash recovery is incomplete"
+            )
 
     # ------------------------------------------------------------------ core callbacks (planner thread)
     def _dispatch(self, d: Dispatch) -> None:
         rec = self._records.get(d.task_id)
         seg = rec.segments[d.seg] if rec is not None and d.seg < len(rec.segments) else None
         msg = convert.segment_to_msg(
-            d, gen_start=self.ros_time(seg.gen_start) if seg is not None else math.nan,
-            gen_end=self.ros_time(d.t), tokens=seg.n_tokens if seg is not None else 0)
+            d,
+            gen_start=self.ros_time(seg.gen_start) if seg is not None else math.nan,
+            gen_end=self.ros_time(d.t),
+            tokens=seg.n_tokens if seg is not None else 0,
+        )
         if not d.closing_marker:  # a closing marker has nothing to execute and gets no feedback
             self.stats["segments"] += 1
             self.seg_timers.dispatched(d.agent_id, d.task_id, d.seg, d.t, d.expected_exec)
@@ -777,8 +870,13 @@ class PlannerNode(LifecycleNode):
         response = rec.response_time if rec is not None else math.nan
         utility = rec.utility if rec is not None else math.nan
         now = self.clock_fn()
-        self._put(ho.Status(convert.status_to_msg(task_id, agent, state, self.ros_time(now),
-                                                  limits.clip(reason), response, utility)))
+        self._put(
+            ho.Status(
+                convert.status_to_msg(
+                    task_id, agent, state, self.ros_time(now), limits.clip(reason), response, utility
+                )
+            )
+        )
         if state == ev.ACCEPTED and spec is not None:
             self._journal("accepted", task_id, task_entry(spec, self.ros_time(spec.arrival)))
         elif state in ev.TERMINAL_STATES:
@@ -830,8 +928,17 @@ class PlannerNode(LifecycleNode):
         self._drain_outbound()
         stuck = self.open_tasks.take_all()  # the planner thread is stuck in the engine: answer from the book
         for task_id, agent in stuck.items():
-            self._put(ho.Status(convert.status_to_msg(task_id, agent, ev.FAILED, self.ros_time(now),
-                                                      f"{reason} (planner thread did not stop)")))
+            self._put(
+                ho.Status(
+                    convert.status_to_msg(
+                        task_id,
+                        agent,
+                        ev.FAILED,
+                        self.ros_time(now),
+                        f"{reason} (planner thread did not stop)",
+                    )
+                )
+            )
         self._drain_outbound()
         # reliable topics: give subscribers (recorder, robots) a moment to acknowledge the final
         # statuses before the process exits and takes the DDS history with it
@@ -853,8 +960,12 @@ class PlannerNode(LifecycleNode):
 
 def main(argv: list[str] | None = None) -> int:
     args = quote_mapping_args(sys.argv if argv is None else argv)
-    return run_node(PlannerNode, args, params=PARAMS,
-                    description="TimelyLLM planner node (see timely_llm_ros.nodes.planner)")
+    return run_node(
+        PlannerNode,
+        args,
+        params=PARAMS,
+        description="TimelyLLM planner node (see timely_llm_ros.nodes.planner)",
+    )
 
 
 if __name__ == "__main__":

@@ -49,7 +49,9 @@ def parse_mapping(text: str) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         raise ValueError(f"not a YAML/JSON mapping: {exc}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"must be a YAML/JSON mapping such as '{{model_path: /path/model.gguf}}', got {text!r}")
+        raise ValueError(
+            f"must be a YAML/JSON mapping such as '{{model_path: /path/model.gguf}}', got {text!r}"
+        )
     return data
 
 
@@ -85,7 +87,7 @@ def nested_options(overrides: dict[str, Any], name: str = "engine_options") -> d
     for key, param in overrides.items():
         if not key.startswith(prefix):
             continue
-        parts = key[len(prefix):].split(".")
+        parts = key[len(prefix) :].split(".")
         node = out
         for part in parts[:-1]:
             node = node.setdefault(part, {})
@@ -101,7 +103,9 @@ def engine_options(engine: str, text: str, overrides: dict[str, Any]) -> dict[st
 
 def planner_options(text: str, overrides: dict[str, Any]) -> PlannerOptions:
     """The ``planner_options`` parameter (string or nested form) as validated :class:`PlannerOptions`."""
-    return PlannerOptions.from_mapping({**parse_mapping(text), **nested_options(overrides, "planner_options")})
+    return PlannerOptions.from_mapping(
+        {**parse_mapping(text), **nested_options(overrides, "planner_options")}
+    )
 
 
 def parse_agent_types(entries: list[str]) -> dict[str, str]:
@@ -120,70 +124,224 @@ def _journal_check(value: str) -> str | None:
 
 
 PARAMS = (
-    Param("engine", "sim", "LLM engine: sim (simulated engine in real time), llamacpp, vllm or openai",
-          choices=ENGINES, read_only=True),
-    Param("engine_options", "", "options for the engine (sim: kv_policy, eviction, reload, chunked_prefill; "
-          "llamacpp/vllm/openai: their constructor options), as a YAML/JSON mapping string "
-          "(-p engine_options:=\"{model_path: /m.gguf}\") or a nested mapping in a parameter file; passed to "
-          "timely_llm_ros.engines.registry.create_engine over the planner's defaults (llamacpp "
-          "{prefill_chunk: 16, prefill_fast_batch: 64}; null turns one off)", read_only=True, check=_check_by(parse_mapping)),
-    Param("planner_options", "", "options beyond the paper (README 'Beyond the paper'), a YAML/JSON mapping "
-          "such as \"{overrun: kill, urgency: llm}\": urgency (off|lexical|llm: TUF of tasks sent without one), "
-          "length_predictor, pessimism, overrun (continue|kill|skip-next), token_budget (whole|fixed|slack)",
-          read_only=True, check=_check_by(lambda text: PlannerOptions.from_mapping(parse_mapping(text)))),
-    Param("profile", "llama3-8b-fp16-rtx4090", "engine profile (config/profiles) timing the sim engine",
-          read_only=True, check=nonempty),
-    Param("policy", "timely", "scheduling policy: timely, timely-paper, fcfs-seg, edf-seg, vllm, "
-          "vllm-stream, optionally @bN for a fixed max batch", read_only=True, check=_check_by(parse_policy)),
-    Param("network_latency", 0.008, "planner -> robot latency assumed by the scheduler (s)", low=0.0,
-          high=1.0, read_only=True),
-    Param("sim_plans", [CATALOG], "sim engine: where reference plans come from: 'catalog' (LRTrace tasks) "
-          "and workload specs (preset, public sample or file)", read_only=True),
+    Param(
+        "engine",
+        "sim",
+        "LLM engine: sim (simulated engine in real time), llamacpp, vllm or openai",
+        choices=ENGINES,
+        read_only=True,
+    ),
+    Param(
+        "engine_options",
+        "",
+        "options for the engine (sim: kv_policy, eviction, reload, chunked_prefill; "
+        "llamacpp/vllm/openai: their constructor options), as a YAML/JSON mapping string "
+        '(-p engine_options:="{model_path: /m.gguf}") or a nested mapping in a parameter file; passed to '
+        "timely_llm_ros.engines.registry.create_engine over the planner's defaults (llamacpp "
+        "{prefill_chunk: 16, prefill_fast_batch: 64}; null turns one off)",
+        read_only=True,
+        check=_check_by(parse_mapping),
+    ),
+    Param(
+        "planner_options",
+        "",
+        "options beyond the paper (README 'Beyond the paper'), a YAML/JSON mapping "
+        'such as "{overrun: kill, urgency: llm}": urgency (off|lexical|llm: TUF of tasks sent without one), '
+        "length_predictor, pessimism, overrun (continue|kill|skip-next), token_budget (whole|fixed|slack)",
+        read_only=True,
+        check=_check_by(lambda text: PlannerOptions.from_mapping(parse_mapping(text))),
+    ),
+    Param(
+        "profile",
+        "llama3-8b-fp16-rtx4090",
+        "engine profile (config/profiles) timing the sim engine",
+        read_only=True,
+        check=nonempty,
+    ),
+    Param(
+        "policy",
+        "timely",
+        "scheduling policy: timely, timely-paper, fcfs-seg, edf-seg, vllm, "
+        "vllm-stream, optionally @bN for a fixed max batch",
+        read_only=True,
+        check=_check_by(parse_policy),
+    ),
+    Param(
+        "network_latency",
+        0.008,
+        "planner -> robot latency assumed by the scheduler (s)",
+        low=0.0,
+        high=1.0,
+        read_only=True,
+    ),
+    Param(
+        "sim_plans",
+        [CATALOG],
+        "sim engine: where reference plans come from: 'catalog' (LRTrace tasks) "
+        "and workload specs (preset, public sample or file)",
+        read_only=True,
+    ),
     Param("require_robot", True, "reject tasks whose agent has no robot node on /<agent>/skill_segments"),
-    Param("robot_grace_period", 2.0, "how long a task waits for its robot node to be discovered (s)",
-          low=0.0, high=600.0),
-    Param("agent_types", [], "optional 'agent:robot_type' entries; a task whose robot_type differs is "
-          "rejected", check=_check_by(parse_agent_types)),
-    Param("agent_queue_depth", 16, "open tasks per robot (one executes, the others wait in order); one more "
-          "is rejected", low=1, high=100_000, read_only=True),
-    Param("lookahead", 1, "queued tasks per robot that may generate ahead while its current task executes "
-          "(their segments are held until it ends); 0 = queued tasks wait unscheduled", low=0, high=64,
-          read_only=True),
-    Param("segment_timeout", 0.0, "fixed time a robot has to start, and to finish, its current segment (s); "
-          "0 = expected execution time x segment_timeout_factor + segment_timeout_margin", low=0.0,
-          high=86400.0),
-    Param("segment_timeout_factor", 3.0, "multiplier of the expected execution time in the segment "
-          "timeout", low=1.0, high=1000.0),
-    Param("segment_timeout_margin", 5.0, "added to the segment timeout (s): delivery, robot start-up",
-          low=0.0, high=86400.0),
-    Param("heartbeat_timeout", 5.0, "a started segment whose robot sends PROGRESS heartbeats stays alive "
-          "while they come at least this often (s), however long it runs", low=0.1, high=3600.0),
-    Param("segment_lifespan", 30.0, "QoS lifespan of segments (s): one not delivered within it is "
-          "discarded by DDS (the segment timeout then fails its task); 0 = unlimited", low=0.0,
-          high=86400.0, read_only=True),
-    Param("default_max_tokens", 256, "generation budget of tasks that send max_tokens = 0", low=1,
-          high=1_000_000, read_only=True),
-    Param("feedback_clock_tolerance", 5.0, "robot feedback stamps further than this from the planner's "
-          "clock are replaced by the receipt time (s)", low=0.0, high=86400.0),
-    Param("warmup_skill_sets", [], "skill sets whose fixed prompt is prefilled at start-up, before /tasks "
-          "is subscribed, so no task pays for it (useful with llamacpp/vllm)", read_only=True),
-    Param("max_queued_tasks", 100_000, "open tasks (all robots) beyond which a new task is rejected as "
-          "overloaded", low=1, high=10_000_000),
-    Param("max_inbound", 2000, "tasks received but not yet taken by the planner thread beyond which a new "
-          "task is rejected as overloaded (the answer names the queue state)", low=1, high=1_000_000),
-    Param("finished_retention", 2000, "finished tasks the planner remembers (late feedback, duplicate ids); "
-          "older ones are forgotten so memory stays flat", low=1, high=10_000_000, read_only=True),
-    Param("publisher_idle_timeout", 60.0, "a robot's segment publisher is removed after it had no open "
-          "task for this long (s)", low=0.0, high=86400.0),
-    Param("warn_period", 5.0, "repeated warnings of one kind (bad feedback, rejections) are logged at most "
-          "once per this period, with a count (s)", low=0.0, high=3600.0),
-    Param("journal", "", "crash-recovery journal file; '' = $ROS_HOME/timely_llm_ros/<domain>_<node>.journal "
-          "(ROS_HOME defaults to ~/.ros); 'off' = none", read_only=True, check=_journal_check),
-    Param("autostart", True, "configure and activate at start-up (a plain node); false: a managed "
-          "lifecycle node that waits for the transitions configure (load the engine, warm up) and "
-          "activate (accept tasks), as fleet.launch.py and timely-llm fleet drive them", read_only=True),
-    Param("on_deactivate", "finish", "open tasks when the planner is deactivated: 'finish' (they go on to "
-          "their end; new tasks are rejected) or 'cancel' (each ends CANCELLED)", choices=("finish", "cancel")),
-    Param("on_restart", "fail", "tasks the journal shows open after a restart: 'fail' (FAILED \"planner "
-          "restarted\") or 'resume' (re-plan the rest of the plan)", choices=RESTART_MODES, read_only=True),
+    Param(
+        "robot_grace_period",
+        2.0,
+        "how long a task waits for its robot node to be discovered (s)",
+        low=0.0,
+        high=600.0,
+    ),
+    Param(
+        "agent_types",
+        [],
+        "optional 'agent:robot_type' entries; a task whose robot_type differs is rejected",
+        check=_check_by(parse_agent_types),
+    ),
+    Param(
+        "agent_queue_depth",
+        16,
+        "open tasks per robot (one executes, the others wait in order); one more is rejected",
+        low=1,
+        high=100_000,
+        read_only=True,
+    ),
+    Param(
+        "lookahead",
+        1,
+        "queued tasks per robot that may generate ahead while its current task executes "
+        "(their segments are held until it ends); 0 = queued tasks wait unscheduled",
+        low=0,
+        high=64,
+        read_only=True,
+    ),
+    Param(
+        "segment_timeout",
+        0.0,
+        "fixed time a robot has to start, and to finish, its current segment (s); "
+        "0 = expected execution time x segment_timeout_factor + segment_timeout_margin",
+        low=0.0,
+        high=86400.0,
+    ),
+    Param(
+        "segment_timeout_factor",
+        3.0,
+        "multiplier of the expected execution time in the segment timeout",
+        low=1.0,
+        high=1000.0,
+    ),
+    Param(
+        "segment_timeout_margin",
+        5.0,
+        "added to the segment timeout (s): delivery, robot start-up",
+        low=0.0,
+        high=86400.0,
+    ),
+    Param(
+        "heartbeat_timeout",
+        5.0,
+        "a started segment whose robot sends PROGRESS heartbeats stays alive "
+        "while they come at least this often (s), however long it runs",
+        low=0.1,
+        high=3600.0,
+    ),
+    Param(
+        "segment_lifespan",
+        30.0,
+        "QoS lifespan of segments (s): one not delivered within it is "
+        "discarded by DDS (the segment timeout then fails its task); 0 = unlimited",
+        low=0.0,
+        high=86400.0,
+        read_only=True,
+    ),
+    Param(
+        "default_max_tokens",
+        256,
+        "generation budget of tasks that send max_tokens = 0",
+        low=1,
+        high=1_000_000,
+        read_only=True,
+    ),
+    Param(
+        "feedback_clock_tolerance",
+        5.0,
+        "robot feedback stamps further than this from the planner's "
+        "clock are replaced by the receipt time (s)",
+        low=0.0,
+        high=86400.0,
+    ),
+    Param(
+        "warmup_skill_sets",
+        [],
+        "skill sets whose fixed prompt is prefilled at start-up, before /tasks "
+        "is subscribed, so no task pays for it (useful with llamacpp/vllm)",
+        read_only=True,
+    ),
+    Param(
+        "max_queued_tasks",
+        100_000,
+        "open tasks (all robots) beyond which a new task is rejected as overloaded",
+        low=1,
+        high=10_000_000,
+    ),
+    Param(
+        "max_inbound",
+        2000,
+        "tasks received but not yet taken by the planner thread beyond which a new "
+        "task is rejected as overloaded (the answer names the queue state)",
+        low=1,
+        high=1_000_000,
+    ),
+    Param(
+        "finished_retention",
+        2000,
+        "finished tasks the planner remembers (late feedback, duplicate ids); "
+        "older ones are forgotten so memory stays flat",
+        low=1,
+        high=10_000_000,
+        read_only=True,
+    ),
+    Param(
+        "publisher_idle_timeout",
+        60.0,
+        "a robot's segment publisher is removed after it had no open task for this long (s)",
+        low=0.0,
+        high=86400.0,
+    ),
+    Param(
+        "warn_period",
+        5.0,
+        "repeated warnings of one kind (bad feedback, rejections) are logged at most "
+        "once per this period, with a count (s)",
+        low=0.0,
+        high=3600.0,
+    ),
+    Param(
+        "journal",
+        "",
+        "crash-recovery journal file; '' = $ROS_HOME/timely_llm_ros/<domain>_<node>.journal "
+        "(ROS_HOME defaults to ~/.ros); 'off' = none",
+        read_only=True,
+        check=_journal_check,
+    ),
+    Param(
+        "autostart",
+        True,
+        "configure and activate at start-up (a plain node); false: a managed "
+        "lifecycle node that waits for the transitions configure (load the engine, warm up) and "
+        "activate (accept tasks), as fleet.launch.py and timely-llm fleet drive them",
+        read_only=True,
+    ),
+    Param(
+        "on_deactivate",
+        "finish",
+        "open tasks when the planner is deactivated: 'finish' (they go on to "
+        "their end; new tasks are rejected) or 'cancel' (each ends CANCELLED)",
+        choices=("finish", "cancel"),
+    ),
+    Param(
+        "on_restart",
+        "fail",
+        "tasks the journal shows open after a restart: 'fail' (FAILED \"planner "
+        "restarted\") or 'resume' (re-plan the rest of the plan)",
+        choices=RESTART_MODES,
+        read_only=True,
+    ),
 )

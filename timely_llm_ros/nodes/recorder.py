@@ -35,9 +35,9 @@ from typing import Any
 from rclpy.node import Node
 from rclpy.qos import QoSProfile
 from rclpy.serialization import deserialize_message
-from timely_llm_ros.msg import Segment, SegmentFeedback, Task, TaskStatus, TraceEvent
 
 from timely_llm_ros.lrtrace import bagio
+from timely_llm_ros.msg import Segment, SegmentFeedback, Task, TaskStatus, TraceEvent
 from timely_llm_ros.nodes.common import Param, ParamError, declare_params, ros_param_args, run_node
 from timely_llm_ros.ros import qos, topics
 
@@ -113,8 +113,10 @@ class RecorderNode(Node):
         self.writer = bagio.BagWriter(
             path,
             flush_every_s=self.p["flush_period"],
-            custom_data={"recorder": "timely_llm_ros.nodes.recorder",
-                         **({"policy": self.p["policy"]} if self.p["policy"] else {})},
+            custom_data={
+                "recorder": "timely_llm_ros.nodes.recorder",
+                **({"policy": self.p["policy"]} if self.p["policy"] else {}),
+            },
         )
         self.path = path
         self.counts: dict[str, int] = {}
@@ -155,16 +157,21 @@ class RecorderNode(Node):
 
     def _discover(self) -> None:
         for name, types in self.get_topic_names_and_types():
-            if (name not in self._subscribed and topics.agent_of_segment_topic(name, self.get_namespace())
-                    and SEGMENT_TYPE in types):
+            if (
+                name not in self._subscribed
+                and topics.agent_of_segment_topic(name, self.get_namespace())
+                and SEGMENT_TYPE in types
+            ):
                 self._record_segments(name)
 
     def _write(self, topic: str, data: bytes) -> None:
         t_ns = self.get_clock().now().nanoseconds
         if self._sim_time and t_ns == 0:
             self.before_clock += 1
-            self.get_logger().warning("use_sim_time is set and no /clock has arrived yet: messages are not "
-                                      "recorded until it does", throttle_duration_sec=5.0)
+            self.get_logger().warning(
+                "use_sim_time is set and no /clock has arrived yet: messages are not recorded until it does",
+                throttle_duration_sec=5.0,
+            )
             return
         try:
             self.writer.write(topic, t_ns, data)
@@ -187,8 +194,14 @@ class RecorderNode(Node):
 
     def close(self) -> None:
         self.writer.close()
-        note = f"; {self.before_clock} received before the first /clock, not recorded" if self.before_clock else ""
-        self.get_logger().info(f"bag {self.path} closed: {sum(self.counts.values())} messages {self.counts}{note}")
+        note = (
+            f"; {self.before_clock} received before the first /clock, not recorded"
+            if self.before_clock
+            else ""
+        )
+        self.get_logger().info(
+            f"bag {self.path} closed: {sum(self.counts.values())} messages {self.counts}{note}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,7 +223,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    params = {"output": args.output, "flush_period": float(args.flush_period), "discover": not args.no_discover}
+    params = {
+        "output": args.output,
+        "flush_period": float(args.flush_period),
+        "discover": not args.no_discover,
+    }
     if args.agents:
         params["agents"] = list(args.agents)
     ros = ros_param_args(params)

@@ -60,8 +60,12 @@ DEPTHS = {  # by the bag's (absolute) topic names of a fleet in namespace /
 }
 CLOCK_TOPIC = "/clock"
 # what ROS time sources subscribe with (rclcpp::ClockQoS, rclpy's TimeSource): keep-last 1, best effort
-CLOCK_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.BEST_EFFORT,
-                       durability=DurabilityPolicy.VOLATILE)
+CLOCK_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=1,
+    reliability=ReliabilityPolicy.BEST_EFFORT,
+    durability=DurabilityPolicy.VOLATILE,
+)
 
 
 def _path_check(value: str) -> str | None:
@@ -91,16 +95,44 @@ PARAMS = (
         high=3600.0,
         read_only=True,
     ),
-    Param("min_subscribers", 1, "with wait_for_subscribers: how many subscribers every replayed topic "
-          "needs before the replay starts (e.g. a recorder and a viewer)", low=1, high=1000, read_only=True),
-    Param("clock_subscribers", 0, "with wait_for_subscribers and clock_frequency > 0: also wait for this many "
-          "/clock subscribers (nodes with use_sim_time, e.g. a recorder)", low=0, high=1000, read_only=True),
-    Param("delay", 0.0, "wait this long before the first message (s), after the subscribers (and at least "
-          "5 /clock periods when publishing /clock)", low=0.0, high=3600.0, read_only=True),
+    Param(
+        "min_subscribers",
+        1,
+        "with wait_for_subscribers: how many subscribers every replayed topic "
+        "needs before the replay starts (e.g. a recorder and a viewer)",
+        low=1,
+        high=1000,
+        read_only=True,
+    ),
+    Param(
+        "clock_subscribers",
+        0,
+        "with wait_for_subscribers and clock_frequency > 0: also wait for this many "
+        "/clock subscribers (nodes with use_sim_time, e.g. a recorder)",
+        low=0,
+        high=1000,
+        read_only=True,
+    ),
+    Param(
+        "delay",
+        0.0,
+        "wait this long before the first message (s), after the subscribers (and at least "
+        "5 /clock periods when publishing /clock)",
+        low=0.0,
+        high=3600.0,
+        read_only=True,
+    ),
     Param("loop", 1, "how many times to play the bag", low=1, high=1_000_000, read_only=True),
     Param("exit_when_done", True, "exit after the last message", read_only=True),
-    Param("clock_frequency", 40.0, "publish /clock with the bag time this often (Hz; 0 = no /clock), "
-          "for nodes running with use_sim_time", low=0.0, high=1000.0, read_only=True),
+    Param(
+        "clock_frequency",
+        40.0,
+        "publish /clock with the bag time this often (Hz; 0 = no /clock), "
+        "for nodes running with use_sim_time",
+        low=0.0,
+        high=1000.0,
+        read_only=True,
+    ),
 )
 
 
@@ -195,8 +227,10 @@ class ReplayNode(Node):
         super().__init__("lrtrace_replay", **kwargs)
         self.p = declare_params(self, PARAMS, on_change=self._param_changed)
         if self.p["clock_frequency"] > 0 and self.get_parameter("use_sim_time").value:
-            raise ParamError("use_sim_time:=true on the replay node: it publishes /clock itself and runs on "
-                             "the wall clock (set clock_frequency:=0 to follow another clock source)")
+            raise ParamError(
+                "use_sim_time:=true on the replay node: it publishes /clock itself and runs on "
+                "the wall clock (set clock_frequency:=0 to follow another clock source)"
+            )
         self.rate = self.p["rate"]
         path = Path(self.p["bag"]).expanduser()
         types, records, problem = read_raw(path)
@@ -223,8 +257,11 @@ class ReplayNode(Node):
                 reliability=ReliabilityPolicy.RELIABLE,
                 # statuses and trace events are transient local everywhere (ros/qos.py): a late rqt
                 # catches up, and a transient-local reader never matches a volatile writer
-                durability=(DurabilityPolicy.TRANSIENT_LOCAL if qos.is_latched_topic(topic)
-                            else DurabilityPolicy.VOLATILE),
+                durability=(
+                    DurabilityPolicy.TRANSIENT_LOCAL
+                    if qos.is_latched_topic(topic)
+                    else DurabilityPolicy.VOLATILE
+                ),
             )
             self.pubs[topic] = self.create_publisher(message_class(types[topic]), topic, profile)
         self.published = 0
@@ -245,8 +282,11 @@ class ReplayNode(Node):
     def _ready(self) -> bool:
         """Every replayed topic has ``min_subscribers``, /clock has ``clock_subscribers``."""
         clock_ok = self._clock_pub is None or (
-            self._clock_pub.get_subscription_count() >= self.p["clock_subscribers"])
-        return clock_ok and all(p.get_subscription_count() >= self.p["min_subscribers"] for p in self.pubs.values())
+            self._clock_pub.get_subscription_count() >= self.p["clock_subscribers"]
+        )
+        return clock_ok and all(
+            p.get_subscription_count() >= self.p["min_subscribers"] for p in self.pubs.values()
+        )
 
     def _play(self) -> None:
         deadline = time.monotonic() + self.p["wait_for_subscribers"]
@@ -304,10 +344,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=float, default=1.0, help="replay speed factor (default 1)")
     parser.add_argument("--topics", nargs="*", default=[], help="topics to replay (default: all)")
     parser.add_argument("--loop", type=int, default=1, help="how many times to play the bag")
-    parser.add_argument("--clock", type=float, default=40.0, metavar="HZ",
-                        help="publish /clock with the bag time at HZ for use_sim_time nodes (0 = off; default 40)")
-    parser.add_argument("--clock-subscribers", type=int, default=0, metavar="N",
-                        help="with --wait-for-subscribers: also wait for N /clock subscribers (sim-time nodes)")
+    parser.add_argument(
+        "--clock",
+        type=float,
+        default=40.0,
+        metavar="HZ",
+        help="publish /clock with the bag time at HZ for use_sim_time nodes (0 = off; default 40)",
+    )
+    parser.add_argument(
+        "--clock-subscribers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --wait-for-subscribers: also wait for N /clock subscribers (sim-time nodes)",
+    )
     parser.add_argument(
         "--wait-for-subscribers",
         type=float,
@@ -318,9 +368,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    params = {"bag": args.bag, "rate": float(args.rate), "loop": args.loop,
-              "wait_for_subscribers": float(args.wait_for_subscribers), "clock_frequency": float(args.clock),
-              "clock_subscribers": args.clock_subscribers}
+    params = {
+        "bag": args.bag,
+        "rate": float(args.rate),
+        "loop": args.loop,
+        "wait_for_subscribers": float(args.wait_for_subscribers),
+        "clock_frequency": float(args.clock),
+        "clock_subscribers": args.clock_subscribers,
+    }
     if args.topics:
         params["topics"] = list(args.topics)
     ros = ros_param_args(params)

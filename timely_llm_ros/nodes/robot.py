@@ -34,14 +34,18 @@ class GenericRobotNode(RobotNode):
 def node_class(rtype: RobotType) -> type[RobotNode]:
     """The node class that runs robots of ``rtype``."""
     if not rtype.node:
-        return type(f"{rtype.name.title()}Node", (GenericRobotNode,),
-                    {"rtype": rtype, "robot_type": rtype.name, "node_name": rtype.name})
+        return type(
+            f"{rtype.name.title()}Node",
+            (GenericRobotNode,),
+            {"rtype": rtype, "robot_type": rtype.name, "node_name": rtype.name},
+        )
     cls = load_target(rtype.node, f"node class of robot type {rtype.name!r}")
     if not (isinstance(cls, type) and issubclass(cls, RobotNode)):
         raise PluginError(f"robot type {rtype.name!r}: node {rtype.node!r} is not a RobotNode subclass")
     if cls.robot_type != rtype.name:
-        raise PluginError(f"robot type {rtype.name!r}: node class {rtype.node!r} serves robot type "
-                          f"{cls.robot_type!r}")
+        raise PluginError(
+            f"robot type {rtype.name!r}: node class {rtype.node!r} serves robot type {cls.robot_type!r}"
+        )
     return cls
 
 
@@ -50,16 +54,20 @@ def main(argv: list[str] | None = None) -> int:
     ros_at = args.index("--ros-args") if "--ros-args" in args else len(args)
     own = args[1:ros_at]
     if len(own) != 1 or own[0].startswith("-"):
-        print("usage: python -m timely_llm_ros.nodes.robot TYPE --ros-args -r __ns:=/<agent> [-p name:=value]"
-              "\n  TYPE: a registered robot type or module:attr of a RobotType", file=sys.stderr)
+        print(
+            "usage: python -m timely_llm_ros.nodes.robot TYPE --ros-args -r __ns:=/<agent> [-p name:=value]"
+            "\n  TYPE: a registered robot type or module:attr of a RobotType",
+            file=sys.stderr,
+        )
         return 0 if own and own[0] in ("-h", "--help") else 2
     try:
         cls = node_class(robot_type(own[0]))
     except PluginError as exc:
         print(f"robot: error: {exc}", file=sys.stderr)
         return 2
-    return run_node(cls, [args[0], *args[ros_at:]],
-                    description=f"{own[0]} robot node (see timely_llm_ros.nodes.robot)")
+    return run_node(
+        cls, [args[0], *args[ros_at:]], description=f"{own[0]} robot node (see timely_llm_ros.nodes.robot)"
+    )
 
 
 if __name__ == "__main__":

@@ -42,19 +42,19 @@ from typing import Any
 
 from rclpy.duration import Duration
 from rclpy.node import Node
-from timely_llm_ros.msg import Segment, Task, TaskStatus
-from timely_llm_ros.msg import SegmentFeedback as FeedbackMsg
 
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.skills import SkillSet, UnknownSkillSet, available_skill_sets, load_skill_set
+from timely_llm_ros.msg import Segment, Task, TaskStatus
+from timely_llm_ros.msg import SegmentFeedback as FeedbackMsg
 from timely_llm_ros.nodes.common import Param, ParamError, declare_params
 from timely_llm_ros.robots import task_queue as tq
 from timely_llm_ros.robots.base import RobotBackend
 from timely_llm_ros.robots.ratelimit import LogLimiter
 from timely_llm_ros.robots.runner import SegmentRunner, clip
-from timely_llm_ros.robots.task_queue import Handout, SegmentItem, TaskQueue
 from timely_llm_ros.robots.scene import SceneError, parse_scene
 from timely_llm_ros.robots.sim import EXEC_MODES, SimBackend
+from timely_llm_ros.robots.task_queue import Handout, SegmentItem, TaskQueue
 from timely_llm_ros.ros import convert, qos, topics
 
 IDLE_POLL_S = 0.2  # how often the idle worker wakes up to call backend.idle()
@@ -237,7 +237,9 @@ class RobotNode(Node):
         self._pub_lock = threading.Lock()  # feedback order: STARTED < PROGRESS* < DONE/FAILED
         self._current: tuple[str, int, float] | None = None  # (task, index, started) while running
         fleet = functools.partial(topics.fleet_topic, self.get_namespace())  # <fleet>/<agent>: fleet topics
-        self.feedback_pub = self.create_publisher(FeedbackMsg, fleet(topics.SEGMENT_FEEDBACK), qos.feedback_qos())
+        self.feedback_pub = self.create_publisher(
+            FeedbackMsg, fleet(topics.SEGMENT_FEEDBACK), qos.feedback_qos()
+        )
         self.backend.start()  # connect before subscribing: no segment arrives at a robot that is not up
         self.create_subscription(Task, fleet(topics.TASKS), self._on_task, qos.task_qos())
         self.create_subscription(Segment, topics.SKILL_SEGMENTS, self._on_segment, qos.segment_qos())
@@ -306,7 +308,9 @@ class RobotNode(Node):
             kind, problem = "empty id", "segment has an empty task_id"
         elif len(msg.task_id) > MAX_ID:
             kind = "long id"
-            problem = f"segment task_id has {len(msg.task_id)} characters; this robot accepts at most {MAX_ID}"
+            problem = (
+                f"segment task_id has {len(msg.task_id)} characters; this robot accepts at most {MAX_ID}"
+            )
         elif msg.agent_id != self.agent_id:
             kind = "foreign"
             problem = (
@@ -315,7 +319,9 @@ class RobotNode(Node):
             )
         elif len(msg.text) > MAX_SEGMENT_TEXT:
             kind = "long text"
-            problem = f"segment text has {len(msg.text)} characters; this robot accepts at most {MAX_SEGMENT_TEXT}"
+            problem = (
+                f"segment text has {len(msg.text)} characters; this robot accepts at most {MAX_SEGMENT_TEXT}"
+            )
         item = SegmentItem(msg.task_id, int(msg.index), msg.text, bool(msg.final))
         if not problem and not self.queue.put(item):
             kind = "queue full"
@@ -361,8 +367,9 @@ class RobotNode(Node):
                 cur = self._current
                 if cur is not None:
                     task, index, started = cur
-                    msg = convert.feedback_to_msg(task, self.agent_id, index, ev.STARTED,
-                                                  self.get_clock().now().nanoseconds * 1e-9)
+                    msg = convert.feedback_to_msg(
+                        task, self.agent_id, index, ev.STARTED, self.get_clock().now().nanoseconds * 1e-9
+                    )
                     msg.state = FeedbackMsg.PROGRESS
                     msg.duration = time.monotonic() - started
                     self.feedback_pub.publish(msg)
@@ -412,7 +419,8 @@ class RobotNode(Node):
             self.counters["done" if outcome.ok else "failed"] += 1
             if not outcome.ok:
                 self._warning(
-                    "segment failed", f"segment {item.index} of task {item.task_id!r} failed: {outcome.detail}"
+                    "segment failed",
+                    f"segment {item.index} of task {item.task_id!r} failed: {outcome.detail}",
                 )
             self._feedback(item.task_id, item.index, state, outcome.duration, outcome.detail)
             self.queue.done(

@@ -35,8 +35,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from timely_llm_ros.core.skills import SkillParseError, SkillSet, load_skill_set
 from timely_llm_ros.core.kv_policy import KVOptions
+from timely_llm_ros.core.skills import SkillParseError, SkillSet, load_skill_set
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.engines.base import TokenOut
 from timely_llm_ros.engines.sim import SimEngine
@@ -53,7 +53,9 @@ def sim_engine_kwargs(options: dict) -> dict:
     an option it does not take (never silently ignored). Values are checked by the engine."""
     unknown = sorted(set(options) - set(SIM_ENGINE_OPTIONS))
     if unknown:
-        raise ValueError(f"the sim engine has no option(s) {unknown}; accepted: {', '.join(SIM_ENGINE_OPTIONS)}")
+        raise ValueError(
+            f"the sim engine has no option(s) {unknown}; accepted: {', '.join(SIM_ENGINE_OPTIONS)}"
+        )
     kv = {("policy" if k == "kv_policy" else k): v for k, v in options.items() if k != "chunked_prefill"}
     out: dict = {"kv_options": kv}
     if "chunked_prefill" in options:
@@ -66,9 +68,16 @@ def sim_engine_kwargs(options: dict) -> dict:
 class RealtimeSimEngine(SimEngine):
     """SimEngine whose steps take their modelled duration in wall time (see module docstring)."""
 
-    def __init__(self, profile: str = "llama3-8b-fp16-rtx4090", *, clock: Callable[[], float] = time.time,
-                 stop: threading.Event | None = None, max_sleep: float = 5.0, kv_options: dict | None = None,
-                 chunked_prefill: bool = False) -> None:
+    def __init__(
+        self,
+        profile: str = "llama3-8b-fp16-rtx4090",
+        *,
+        clock: Callable[[], float] = time.time,
+        stop: threading.Event | None = None,
+        max_sleep: float = 5.0,
+        kv_options: dict | None = None,
+        chunked_prefill: bool = False,
+    ) -> None:
         self._clock = clock
         self._stop = stop or threading.Event()
         self._max_sleep = float(max_sleep)
@@ -178,8 +187,9 @@ class PlanTable:
         if not candidates:
             return grammar_plan(sset, instruction) if sset is not None else None
         words = instruction_words(instruction)
-        best = max(range(len(candidates)),
-                   key=lambda i: (_overlap(words, instruction_words(candidates[i][0])), -i))
+        best = max(
+            range(len(candidates)), key=lambda i: (_overlap(words, instruction_words(candidates[i][0])), -i)
+        )
         return candidates[best][1]
 
 

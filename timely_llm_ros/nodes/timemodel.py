@@ -34,15 +34,15 @@ from pathlib import Path
 from typing import Any
 
 from rclpy.node import Node
-from timely_llm_ros.msg import Segment, SegmentFeedback, Task
-from timely_llm_ros.srv import EstimateExecTime
 
 from timely_llm_ros.core.exectime import ExecTimeError, load_exec_time_model
 from timely_llm_ros.core.exectime_fit import Measurements, estimate_segment
 from timely_llm_ros.core.exectime_fit import fit_line as fit_line  # re-exported (moved to core)
 from timely_llm_ros.core.skills import SkillParseError, available_skill_sets, load_skill_set
+from timely_llm_ros.msg import Segment, SegmentFeedback, Task
 from timely_llm_ros.nodes.common import Param, declare_params, run_node
 from timely_llm_ros.ros import convert, qos, topics
+from timely_llm_ros.srv import EstimateExecTime
 
 MAX_SEGMENTS_REMEMBERED = 100_000  # (task, index) -> calls; oldest forgotten first
 # DDS orders messages per topic only: a DONE may overtake its Segment or Task. Such feedback waits
@@ -60,15 +60,30 @@ def _pairs_check(value: list[str]) -> str | None:
 
 
 PARAMS = (
-    Param("default_skill_sets", [], "'robot_type:skill_set' entries used when a request names no skill "
-          "set (else the first registered set of that robot type)", check=_pairs_check),
-    Param("refit_output", "", "directory for refitted model files (<robot_type>.yaml); empty = never "
-          "write"),
-    Param("refit_interval", 0.0, "also write the refitted models every this many seconds (0 = only at "
-          "shutdown)", low=0.0, high=86400.0),
+    Param(
+        "default_skill_sets",
+        [],
+        "'robot_type:skill_set' entries used when a request names no skill "
+        "set (else the first registered set of that robot type)",
+        check=_pairs_check,
+    ),
+    Param("refit_output", "", "directory for refitted model files (<robot_type>.yaml); empty = never write"),
+    Param(
+        "refit_interval",
+        0.0,
+        "also write the refitted models every this many seconds (0 = only at shutdown)",
+        low=0.0,
+        high=86400.0,
+    ),
     Param("min_samples", 3, "measurements a skill needs before its model is refitted", low=1, high=1_000_000),
-    Param("discovery_period", 1.0, "how often new /<agent>/skill_segments topics are looked for (s)",
-          low=0.05, high=3600.0, read_only=True),
+    Param(
+        "discovery_period",
+        1.0,
+        "how often new /<agent>/skill_segments topics are looked for (s)",
+        low=0.05,
+        high=3600.0,
+        read_only=True,
+    ),
 )
 
 
@@ -89,8 +104,9 @@ class TimeModelNode(Node):
         self._parked: deque[tuple[float, convert.Feedback]] = deque()
         self.create_service(EstimateExecTime, topics.ESTIMATE_EXEC_TIME, self._serve)
         self.create_subscription(Task, topics.TASKS, self._on_task, qos.task_qos())
-        self.create_subscription(SegmentFeedback, topics.SEGMENT_FEEDBACK, self._on_feedback,
-                                 qos.feedback_qos())
+        self.create_subscription(
+            SegmentFeedback, topics.SEGMENT_FEEDBACK, self._on_feedback, qos.feedback_qos()
+        )
         self.create_timer(self.p["discovery_period"], self._discover)
         self._refit_timer = None
         self._arm_refit_timer()
@@ -133,7 +149,8 @@ class TimeModelNode(Node):
         self.counters["requests"] += 1
         try:
             response.minimum, response.expected, response.maximum = self.estimate(
-                request.robot_type, request.skill_set, request.segment_text)
+                request.robot_type, request.skill_set, request.segment_text
+            )
             response.ok = True
             response.error = ""
         except SkillParseError as exc:
@@ -202,8 +219,9 @@ class TimeModelNode(Node):
         self.record(rtype, [(c.name, list(c.args)) for c in seg.calls], fb.duration, seg.exec_time_expected)
         return True
 
-    def record(self, robot_type: str, calls: list[tuple[str, list[str]]], duration: float,
-               expected: float) -> None:
+    def record(
+        self, robot_type: str, calls: list[tuple[str, list[str]]], duration: float, expected: float
+    ) -> None:
         """One measured segment (also the unit-test entry point)."""
         measured = self.measurements.record(robot_type, calls, duration, expected)
         self.counters["measured" if measured else "multi_call"] += 1
@@ -237,8 +255,9 @@ class TimeModelNode(Node):
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_node(TimeModelNode, argv, description="execution-time model node (EstimateExecTime)",
-                    params=PARAMS)
+    return run_node(
+        TimeModelNode, argv, description="execution-time model node (EstimateExecTime)", params=PARAMS
+    )
 
 
 if __name__ == "__main__":

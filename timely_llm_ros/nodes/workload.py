@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from rclpy.node import Node
-from timely_llm_ros.msg import Task, TaskStatus
 
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.task import TaskSpec
+from timely_llm_ros.msg import Task, TaskStatus
 from timely_llm_ros.nodes.common import Param, ParamError, declare_params, nonempty, run_node
 from timely_llm_ros.ros import convert, qos, topics
 
@@ -48,39 +48,109 @@ def _fqn_check(value: list[str]) -> str | None:
 
 
 PARAMS = (
-    Param("workload", "", "workload: preset (wid1..), public sample (sample1, sample2, arm) or file path",
-          read_only=True, check=nonempty),
-    Param("agents", [], "fleet agents as 'agent:robot_type'; workload agents are mapped onto them by "
-          "robot type (empty = keep the workload's agent ids)", read_only=True),
-    Param("agent_prefix", "agent_", "prefix for workload agent ids that are not valid ROS names "
-          "(without 'agents')", read_only=True),
-    Param("skip_unmapped", False, "skip (and report) tasks whose robot type has no fleet agent instead of "
-          "refusing to start", read_only=True),
-    Param("task_id_prefix", "{name}-", "prefix of published task ids ({name} = workload name)",
-          read_only=True),
-    Param("time_scale", 1.0, "multiplies the workload's inter-arrival times (0.5 = twice as dense)",
-          low=0.0, high=1000.0, read_only=True),
-    Param("tuf_scale", 1.0, "multiplies every task's ERT and zero-utility time (TUF.scaled): run the "
-          "paper's GPU-calibrated TUFs on a slower engine, e.g. 5 for the embedded CPU model",
-          low=0.01, high=1000.0, read_only=True),
+    Param(
+        "workload",
+        "",
+        "workload: preset (wid1..), public sample (sample1, sample2, arm) or file path",
+        read_only=True,
+        check=nonempty,
+    ),
+    Param(
+        "agents",
+        [],
+        "fleet agents as 'agent:robot_type'; workload agents are mapped onto them by "
+        "robot type (empty = keep the workload's agent ids)",
+        read_only=True,
+    ),
+    Param(
+        "agent_prefix",
+        "agent_",
+        "prefix for workload agent ids that are not valid ROS names (without 'agents')",
+        read_only=True,
+    ),
+    Param(
+        "skip_unmapped",
+        False,
+        "skip (and report) tasks whose robot type has no fleet agent instead of refusing to start",
+        read_only=True,
+    ),
+    Param(
+        "task_id_prefix", "{name}-", "prefix of published task ids ({name} = workload name)", read_only=True
+    ),
+    Param(
+        "time_scale",
+        1.0,
+        "multiplies the workload's inter-arrival times (0.5 = twice as dense)",
+        low=0.0,
+        high=1000.0,
+        read_only=True,
+    ),
+    Param(
+        "tuf_scale",
+        1.0,
+        "multiplies every task's ERT and zero-utility time (TUF.scaled): run the "
+        "paper's GPU-calibrated TUFs on a slower engine, e.g. 5 for the embedded CPU model",
+        low=0.01,
+        high=1000.0,
+        read_only=True,
+    ),
     Param("max_tasks", 0, "publish only the first N tasks (0 = all)", low=0, high=10_000_000, read_only=True),
-    Param("start_delay", 0.5, "wait after discovery before the first task (s)", low=0.0, high=3600.0,
-          read_only=True),
-    Param("wait_for_planner", True, "start only once the planner node (planner_node) subscribes to /tasks",
-          read_only=True),
-    Param("planner_node", "/planner", "fully qualified name of the planner node: other /tasks subscribers "
-          "(recorder, time model) do not count, and a planner that warms its engine up subscribes late",
-          read_only=True, check=nonempty),
-    Param("wait_for_robots", True, "start only once every mapped agent has a robot node "
-          "(a subscriber in namespace /<agent>)", read_only=True),
-    Param("wait_for_nodes", [], "start only once these nodes (fully qualified, e.g. /recorder) subscribe to "
-          "/tasks: observers that must not miss the first tasks", read_only=True, check=_fqn_check),
-    Param("discovery_timeout", 60.0, "give up waiting for planner / robots after this long (s); the node "
-          "then exits with status 4", low=0.1, high=86400.0, read_only=True),
-    Param("exit_when_done", False, "exit after every published task reached a terminal state",
-          read_only=True),
-    Param("completion_timeout", 600.0, "with exit_when_done: give up waiting for final states after the "
-          "last task was published (s); exit status 3", low=0.1, high=86400.0, read_only=True),
+    Param(
+        "start_delay",
+        0.5,
+        "wait after discovery before the first task (s)",
+        low=0.0,
+        high=3600.0,
+        read_only=True,
+    ),
+    Param(
+        "wait_for_planner",
+        True,
+        "start only once the planner node (planner_node) subscribes to /tasks",
+        read_only=True,
+    ),
+    Param(
+        "planner_node",
+        "/planner",
+        "fully qualified name of the planner node: other /tasks subscribers "
+        "(recorder, time model) do not count, and a planner that warms its engine up subscribes late",
+        read_only=True,
+        check=nonempty,
+    ),
+    Param(
+        "wait_for_robots",
+        True,
+        "start only once every mapped agent has a robot node (a subscriber in namespace /<agent>)",
+        read_only=True,
+    ),
+    Param(
+        "wait_for_nodes",
+        [],
+        "start only once these nodes (fully qualified, e.g. /recorder) subscribe to "
+        "/tasks: observers that must not miss the first tasks",
+        read_only=True,
+        check=_fqn_check,
+    ),
+    Param(
+        "discovery_timeout",
+        60.0,
+        "give up waiting for planner / robots after this long (s); the node then exits with status 4",
+        low=0.1,
+        high=86400.0,
+        read_only=True,
+    ),
+    Param(
+        "exit_when_done", False, "exit after every published task reached a terminal state", read_only=True
+    ),
+    Param(
+        "completion_timeout",
+        600.0,
+        "with exit_when_done: give up waiting for final states after the "
+        "last task was published (s); exit status 3",
+        low=0.1,
+        high=86400.0,
+        read_only=True,
+    ),
 )
 
 
@@ -106,9 +176,18 @@ def parse_agents(entries: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def plan_tasks(tasks: list[TaskSpec], *, name: str, agents: dict[str, list[str]], agent_prefix: str,
-               skip_unmapped: bool, id_prefix: str, time_scale: float,
-               max_tasks: int, tuf_scale: float = 1.0) -> tuple[list[Planned], Counter]:
+def plan_tasks(
+    tasks: list[TaskSpec],
+    *,
+    name: str,
+    agents: dict[str, list[str]],
+    agent_prefix: str,
+    skip_unmapped: bool,
+    id_prefix: str,
+    time_scale: float,
+    max_tasks: int,
+    tuf_scale: float = 1.0,
+) -> tuple[list[Planned], Counter]:
     """Messages and publication offsets for a workload (pure function; unit-tested)."""
     ordered = sorted(tasks, key=lambda t: t.arrival)
     if max_tasks:
@@ -118,8 +197,10 @@ def plan_tasks(tasks: list[TaskSpec], *, name: str, agents: dict[str, list[str]]
     next_index: dict[str, int] = {}
     missing = sorted({t.robot_type for t in ordered} - set(agents)) if agents else []
     if missing and not skip_unmapped:
-        raise ParamError(f"workload {name!r} has {', '.join(missing)} tasks but parameter 'agents' has no "
-                         "agent of that robot type (set skip_unmapped to skip them)")
+        raise ParamError(
+            f"workload {name!r} has {', '.join(missing)} tasks but parameter 'agents' has no "
+            "agent of that robot type (set skip_unmapped to skip them)"
+        )
     prefix = id_prefix.replace("{name}", name)
     out: list[Planned] = []
     t0 = ordered[0].arrival if ordered else 0.0
@@ -140,8 +221,10 @@ def plan_tasks(tasks: list[TaskSpec], *, name: str, agents: dict[str, list[str]]
             if not topics.valid_agent_id(agent):
                 agent = f"{agent_prefix}{spec.agent_id}"
             if not topics.valid_agent_id(agent):
-                raise ParamError(f"workload agent {spec.agent_id!r} gives no valid ROS name even with prefix "
-                                 f"{agent_prefix!r}; set parameter 'agents'")
+                raise ParamError(
+                    f"workload agent {spec.agent_id!r} gives no valid ROS name even with prefix "
+                    f"{agent_prefix!r}; set parameter 'agents'"
+                )
         if tuf_scale != 1.0:
             spec = dataclasses.replace(spec, tuf=spec.tuf.scaled(tuf_scale))
         msg = convert.task_to_msg(spec)
@@ -165,10 +248,16 @@ class WorkloadNode(Node):
             raise ParamError(f"parameter 'workload': {exc}") from None
         self.workload_name = wl.name
         self.planned, self.skipped = plan_tasks(
-            wl.tasks, name=wl.name, agents=parse_agents(self.p["agents"]),
-            agent_prefix=self.p["agent_prefix"], skip_unmapped=self.p["skip_unmapped"],
-            id_prefix=self.p["task_id_prefix"], time_scale=self.p["time_scale"],
-            max_tasks=self.p["max_tasks"], tuf_scale=self.p["tuf_scale"])
+            wl.tasks,
+            name=wl.name,
+            agents=parse_agents(self.p["agents"]),
+            agent_prefix=self.p["agent_prefix"],
+            skip_unmapped=self.p["skip_unmapped"],
+            id_prefix=self.p["task_id_prefix"],
+            time_scale=self.p["time_scale"],
+            max_tasks=self.p["max_tasks"],
+            tuf_scale=self.p["tuf_scale"],
+        )
         if self.skipped:
             self.get_logger().warning(f"skipping tasks without a fleet agent: {dict(self.skipped)}")
         self._ids = {p.msg.task_id for p in self.planned}
@@ -188,13 +277,17 @@ class WorkloadNode(Node):
         self._thread: threading.Thread | None = None
         self.create_timer(0.1, self._tick)
         span = self.planned[-1].offset if self.planned else 0.0
-        self.get_logger().info(f"workload {wl.name!r}: {len(self.planned)} tasks for {len(self._agents)} "
-                               f"agents over {span:.1f} s")
+        self.get_logger().info(
+            f"workload {wl.name!r}: {len(self.planned)} tasks for {len(self._agents)} "
+            f"agents over {span:.1f} s"
+        )
 
     # ------------------------------------------------------------------ discovery, then publishing
     def _ready(self) -> bool:
-        present = {f"{i.node_namespace.rstrip('/')}/{i.node_name}"
-                   for i in self.get_subscriptions_info_by_topic(topics.TASKS)}
+        present = {
+            f"{i.node_namespace.rstrip('/')}/{i.node_name}"
+            for i in self.get_subscriptions_info_by_topic(topics.TASKS)
+        }
         if self.p["wait_for_planner"] and "/" + self.p["planner_node"].strip("/") not in present:
             return False
         if self.p["wait_for_nodes"]:
@@ -217,9 +310,11 @@ class WorkloadNode(Node):
                 self._thread = threading.Thread(target=self._publish_all, name="workload", daemon=True)
                 self._thread.start()
             elif now - self._created > self.p["discovery_timeout"]:
-                self.get_logger().error("planner or robot nodes not discovered within discovery_timeout "
-                                        f"({self.p['discovery_timeout']} s); agents: "
-                                        f"{', '.join(self._agents)}")
+                self.get_logger().error(
+                    "planner or robot nodes not discovered within discovery_timeout "
+                    f"({self.p['discovery_timeout']} s); agents: "
+                    f"{', '.join(self._agents)}"
+                )
                 self.exit_status = 4
                 self._finish()
             return
@@ -230,8 +325,10 @@ class WorkloadNode(Node):
         if complete:
             self._finish()
         elif now - self._all_published_at > self.p["completion_timeout"]:
-            self.get_logger().error(f"{len(self.planned) - len(self.final)} tasks without a final state "
-                                    f"after completion_timeout ({self.p['completion_timeout']} s)")
+            self.get_logger().error(
+                f"{len(self.planned) - len(self.final)} tasks without a final state "
+                f"after completion_timeout ({self.p['completion_timeout']} s)"
+            )
             self.exit_status = 3
             self._finish()
 
@@ -265,10 +362,15 @@ class WorkloadNode(Node):
     # ------------------------------------------------------------------ end
     def summary(self) -> dict[str, Any]:
         with self._lock:
-            return {"workload": self.workload_name, "planned": len(self.planned), "published": self.published,
-                    "skipped": dict(self.skipped), "final": dict(Counter(self.final.values())),
-                    "open": len(self.planned) - len(self.final),
-                    "reasons": dict(list(self.reasons.items())[:20])}
+            return {
+                "workload": self.workload_name,
+                "planned": len(self.planned),
+                "published": self.published,
+                "skipped": dict(self.skipped),
+                "final": dict(Counter(self.final.values())),
+                "open": len(self.planned) - len(self.final),
+                "reasons": dict(list(self.reasons.items())[:20]),
+            }
 
     def _finish(self) -> None:
         if self.stop_requested is not None:  # set by run_node
@@ -286,8 +388,9 @@ class WorkloadNode(Node):
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_node(WorkloadNode, argv, description="publishes an LRTrace workload's tasks on /tasks",
-                    params=PARAMS)
+    return run_node(
+        WorkloadNode, argv, description="publishes an LRTrace workload's tasks on /tasks", params=PARAMS
+    )
 
 
 if __name__ == "__main__":

@@ -71,18 +71,31 @@ class RobotType:
             raise PluginError(f"robot type name {self.name!r} is not an identifier")
         if not isinstance(self.default_skill_set, str) or not self.default_skill_set:
             raise PluginError(f"robot type {self.name!r}: default_skill_set must be a skill set name")
-        if not isinstance(self.backends, tuple) or not self.backends or not all(
-                isinstance(b, str) and b for b in self.backends):
+        if (
+            not isinstance(self.backends, tuple)
+            or not self.backends
+            or not all(isinstance(b, str) and b for b in self.backends)
+        ):
             raise PluginError(f"robot type {self.name!r}: backends must be a non-empty tuple of names")
         if self.node and not _TARGET_RE.match(self.node):
             raise PluginError(f"robot type {self.name!r}: node {self.node!r} is not 'module:Class'")
 
 
 # Built-ins, declared exactly like a plugin's entry points (setup.py lists the same names).
-DRONE = RobotType("drone", "tello_minispec", ("sim", "tello", "ros"), "timely_llm_ros.nodes.drone:DroneNode",
-                  "a drone executing MiniSpec plans (simulated, or a real Ryze Tello)")
-ARM = RobotType("arm", "robot_arm", ("sim", "ros"), "timely_llm_ros.nodes.arm:ArmNode",
-                "a robot arm executing call-language plans (simulated)")
+DRONE = RobotType(
+    "drone",
+    "tello_minispec",
+    ("sim", "tello", "ros"),
+    "timely_llm_ros.nodes.drone:DroneNode",
+    "a drone executing MiniSpec plans (simulated, or a real Ryze Tello)",
+)
+ARM = RobotType(
+    "arm",
+    "robot_arm",
+    ("sim", "ros"),
+    "timely_llm_ros.nodes.arm:ArmNode",
+    "a robot arm executing call-language plans (simulated)",
+)
 BUILTIN_TYPES = {"drone": "timely_llm_ros.robots.plugins:DRONE", "arm": "timely_llm_ros.robots.plugins:ARM"}
 BUILTIN_BACKENDS = {
     "sim": "timely_llm_ros.robots.plugins:sim_backend",
@@ -130,8 +143,10 @@ def _lookup(name: Any, table: dict[str, str], kind: str, group: str) -> tuple[st
         return name, table[name]
     if ":" in name:
         return name, name
-    raise PluginError(f"unknown {kind} {name!r}; known: {', '.join(sorted(table))} (a package adds one "
-                      f"with an entry point in group {group!r}, or give 'module:attr')")
+    raise PluginError(
+        f"unknown {kind} {name!r}; known: {', '.join(sorted(table))} (a package adds one "
+        f"with an entry point in group {group!r}, or give 'module:attr')"
+    )
 
 
 def robot_type(name: str) -> RobotType:
@@ -139,8 +154,10 @@ def robot_type(name: str) -> RobotType:
     key, target = _lookup(name, registered_types(), "robot type", TYPE_GROUP)
     obj = load_target(target, f"robot type {key!r}")
     if not isinstance(obj, RobotType):
-        raise PluginError(f"robot type {key!r}: {target!r} is a {type(obj).__name__}, expected a "
-                          "timely_llm_ros.robots.plugins.RobotType")
+        raise PluginError(
+            f"robot type {key!r}: {target!r} is a {type(obj).__name__}, expected a "
+            "timely_llm_ros.robots.plugins.RobotType"
+        )
     return obj
 
 
@@ -167,7 +184,9 @@ def create_backend(name: str, node: Any) -> Any:
     return factory(node)
 
 
-def check_robot(type_name: str, backend: str | None, skill_set_name: str | None) -> tuple[RobotType, str, str]:
+def check_robot(
+    type_name: str, backend: str | None, skill_set_name: str | None
+) -> tuple[RobotType, str, str]:
     """Everything a robot of a fleet needs before it starts: type, backend, skill set, mapping.
 
     Returns (type, backend, skill set name); raises :class:`PluginError` or the loaders' errors.
@@ -177,13 +196,17 @@ def check_robot(type_name: str, backend: str | None, skill_set_name: str | None)
     rtype = robot_type(type_name)
     backend = backend or rtype.backends[0]
     if backend not in rtype.backends:
-        raise PluginError(f"backend {backend!r} is not one of robot type {rtype.name!r}'s backends "
-                          f"({', '.join(rtype.backends)})")
+        raise PluginError(
+            f"backend {backend!r} is not one of robot type {rtype.name!r}'s backends "
+            f"({', '.join(rtype.backends)})"
+        )
     sset_name = skill_set_name or rtype.default_skill_set
     sset = load_skill_set(sset_name)
     if sset.robot_type != rtype.name:
-        raise PluginError(f"skill set {sset_name!r} ({sset.source_path}) is for {sset.robot_type!r} robots, "
-                          f"not {rtype.name!r}")
+        raise PluginError(
+            f"skill set {sset_name!r} ({sset.source_path}) is for {sset.robot_type!r} robots, "
+            f"not {rtype.name!r}"
+        )
     from timely_llm_ros.core.exectime import load_exec_time_model
 
     model = load_exec_time_model()
@@ -193,9 +216,11 @@ def check_robot(type_name: str, backend: str | None, skill_set_name: str | None)
         known = set()
     missing = sorted(sset.skill_names() - known)
     if missing:  # the planner estimates every segment's execution time (PUD priority, timeouts)
-        raise PluginError(f"no execution-time model for skill(s) {', '.join(missing)} of robot type "
-                          f"{rtype.name!r}: add exec_time/{rtype.name}.yaml to a config directory "
-                          "(see timely_llm_ros.core.paths)")
+        raise PluginError(
+            f"no execution-time model for skill(s) {', '.join(missing)} of robot type "
+            f"{rtype.name!r}: add exec_time/{rtype.name}.yaml to a config directory "
+            "(see timely_llm_ros.core.paths)"
+        )
     check_backend(backend, sset)
     return rtype, backend, sset_name
 
@@ -204,8 +229,9 @@ def sim_backend(node: Any) -> Any:
     """The simulated backend (execution-time models in wall time), from the node's parameters."""
     from timely_llm_ros.robots.sim import SimBackend
 
-    return SimBackend(node.skill_set, exec_mode=node.p["exec_mode"], seed=node.p["seed"],
-                      time_scale=node.p["time_scale"])
+    return SimBackend(
+        node.skill_set, exec_mode=node.p["exec_mode"], seed=node.p["seed"], time_scale=node.p["time_scale"]
+    )
 
 
 def tello_backend(node: Any) -> Any:
@@ -213,9 +239,15 @@ def tello_backend(node: Any) -> Any:
     from timely_llm_ros.robots.tello import TelloBackend
 
     p = node.p
-    return TelloBackend(node.skill_set, host=p["tello_host"], response_timeout_s=p["response_timeout"],
-                        retry_count=p["retry_count"], keepalive_s=p["keepalive_period"],
-                        late_reply_s=p["late_reply_timeout"], max_command_s=p["max_command_time"])
+    return TelloBackend(
+        node.skill_set,
+        host=p["tello_host"],
+        response_timeout_s=p["response_timeout"],
+        retry_count=p["retry_count"],
+        keepalive_s=p["keepalive_period"],
+        late_reply_s=p["late_reply_timeout"],
+        max_command_s=p["max_command_time"],
+    )
 
 
 def ros_backend(node: Any) -> Any:
@@ -224,6 +256,7 @@ def ros_backend(node: Any) -> Any:
     from timely_llm_ros.robots.ros_backend import RosBackend
 
     return RosBackend(node)
+
 
 # the mapping check needs only the interface packages, not rclpy (robots/ros_backend_map.py)
 ros_backend.check_skill_set = check_ros_skill_set  # type: ignore[attr-defined]

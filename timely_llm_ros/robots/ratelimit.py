@@ -20,8 +20,9 @@ class LogLimiter:
     prefixed with how many were suppressed since. At most ``max_keys`` keys are remembered.
     """
 
-    def __init__(self, period: float = 10.0, *, clock: Callable[[], float] = time.monotonic,
-                 max_keys: int = 256) -> None:
+    def __init__(
+        self, period: float = 10.0, *, clock: Callable[[], float] = time.monotonic, max_keys: int = 256
+    ) -> None:
         self.period = float(period)
         self.clock = clock
         self.max_keys = max_keys

@@ -35,8 +35,12 @@ from timely_llm_ros.robots.base import RobotBackend
 from timely_llm_ros.robots.minispec import Call, SkillFailure
 from timely_llm_ros.robots.ros_backend_map import Binding, MappingError, fill, parse_mapping, read
 
-_STATUS = {GoalStatus.STATUS_SUCCEEDED: "succeeded", GoalStatus.STATUS_ABORTED: "aborted",
-           GoalStatus.STATUS_CANCELED: "cancelled", GoalStatus.STATUS_UNKNOWN: "unknown"}
+_STATUS = {
+    GoalStatus.STATUS_SUCCEEDED: "succeeded",
+    GoalStatus.STATUS_ABORTED: "aborted",
+    GoalStatus.STATUS_CANCELED: "cancelled",
+    GoalStatus.STATUS_UNKNOWN: "unknown",
+}
 _POLL_S = 0.05
 # DDS discovery is asymmetric: right after this client sees a server, the server may not know this
 # client's reply reader yet, and a request sent in that window can lose its reply. Requests wait
@@ -71,8 +75,9 @@ class RosBackend(RobotBackend):
         for b in self.mapping.bindings.values():  # one client per interface name, shared by skills
             if b.name in self._clients:
                 if self._clients[b.name][0] != (b.kind, b.type_name):
-                    raise MappingError(f"{self.skill_set.source_path}: {b.label} is also mapped with "
-                                       "another kind or type")
+                    raise MappingError(
+                        f"{self.skill_set.source_path}: {b.label} is also mapped with another kind or type"
+                    )
                 continue
             self._clients[b.name] = ((b.kind, b.type_name), self._make(b))
         self._watch_status()
@@ -90,7 +95,6 @@ class RosBackend(RobotBackend):
 
     def _watch_status(self) -> None:
         from timely_llm_ros.msg import TaskStatus
-
         from timely_llm_ros.ros import qos, topics
 
         ends = {TaskStatus.FAILED: "FAILED", TaskStatus.EXPIRED: "EXPIRED"}
@@ -100,11 +104,16 @@ class RosBackend(RobotBackend):
         def on_status(msg: Any) -> None:
             if msg.agent_id != self.node.agent_id or msg.task_id != self.ctx.task_id or msg.state not in ends:
                 return
-            self.cancel_running(f"the planner marked the task {ends[msg.state]}"
-                                + (f": {msg.reason}" if msg.reason else ""))
+            self.cancel_running(
+                f"the planner marked the task {ends[msg.state]}" + (f": {msg.reason}" if msg.reason else "")
+            )
 
-        self.node.create_subscription(TaskStatus, topics.fleet_topic(self.node.get_namespace(), topics.TASK_STATUS),
-                                      on_status, qos.status_qos())
+        self.node.create_subscription(
+            TaskStatus,
+            topics.fleet_topic(self.node.get_namespace(), topics.TASK_STATUS),
+            on_status,
+            qos.status_qos(),
+        )
 
     def start(self) -> None:
         """Wait (up to ``wait_for_servers`` s) for every action/service server; fail start-up if absent."""
@@ -123,8 +132,10 @@ class RosBackend(RobotBackend):
             if not ready():
                 missing.append(f"{b.label} as {self._resolved(b)}")
         if missing:
-            raise MappingError(f"{self.skill_set.source_path}: no server within {wait:g} s (wait_for_servers) "
-                               f"for: {'; '.join(dict.fromkeys(missing))}")
+            raise MappingError(
+                f"{self.skill_set.source_path}: no server within {wait:g} s (wait_for_servers) "
+                f"for: {'; '.join(dict.fromkeys(missing))}"
+            )
 
     def _resolved(self, b: Binding) -> str:
         if b.kind == "service":
@@ -166,8 +177,9 @@ class RosBackend(RobotBackend):
             self.counters["failed"] += 1
             raise
 
-    def _wait(self, future: Any, until: float, b: Binding, call: Call, what: str,
-              limit_s: float | None = None) -> Any:
+    def _wait(
+        self, future: Any, until: float, b: Binding, call: Call, what: str, limit_s: float | None = None
+    ) -> Any:
         """Wait for ``future``; SkillFailure on timeout, shutdown or task cancel."""
         done = threading.Event()
         future.add_done_callback(lambda _f: done.set())
@@ -215,8 +227,14 @@ class RosBackend(RobotBackend):
         sent = self._client(b).send_goal_async(goal)
         try:
             accept_by = time.monotonic() + ACCEPT_TIMEOUT_S
-            handle = self._wait(sent, min(until, accept_by), b, call, "waiting for acceptance",
-                                None if until <= accept_by else ACCEPT_TIMEOUT_S)
+            handle = self._wait(
+                sent,
+                min(until, accept_by),
+                b,
+                call,
+                "waiting for acceptance",
+                None if until <= accept_by else ACCEPT_TIMEOUT_S,
+            )
         except SkillFailure as exc:
             sent.add_done_callback(_cancel_if_accepted)  # a goal accepted after we gave up must not run
             if "timed out" in exc.reason:
@@ -266,8 +284,10 @@ class RosBackend(RobotBackend):
             got = read(reply, path)
             if got != want:
                 detail = self._error_text(b, reply)
-                raise SkillFailure(f"{call.source}: {b.label} reported failure ({path} = {got!r})"
-                                   + (f": {detail}" if detail else ""))
+                raise SkillFailure(
+                    f"{call.source}: {b.label} reported failure ({path} = {got!r})"
+                    + (f": {detail}" if detail else "")
+                )
         return None if b.returns is None else read(reply, b.returns)
 
     # ------------------------------------------------------------------ cancel / stop

@@ -127,9 +127,10 @@ def import_interface(type_name: str, kind: str) -> Any:
     try:
         module = importlib.import_module(f"{pkg}.{sub}")
     except ImportError as exc:
-        raise MappingError(f"interface package {pkg!r} is not installed ({exc}); install its Python "
-                           f"package (from the PyPI ROS wheels: pip install ros-{pkg.replace('_', '-')})"
-                           ) from None
+        raise MappingError(
+            f"interface package {pkg!r} is not installed ({exc}); install its Python "
+            f"package (from the PyPI ROS wheels: pip install ros-{pkg.replace('_', '-')})"
+        ) from None
     if not hasattr(module, cls):
         raise MappingError(f"{pkg}.{sub} has no {cls!r}")
     return getattr(module, cls)
@@ -150,8 +151,10 @@ def field_type(cls: Any, path: str) -> str:
         name, _, index = part.partition("[")
         fields = current.get_fields_and_field_types()
         if name not in fields:
-            raise MappingError(f"{cls.__module__.split('.')[0]}/{cls.__name__} has no field {path!r} "
-                               f"({name!r} is not one of {', '.join(fields)})")
+            raise MappingError(
+                f"{cls.__module__.split('.')[0]}/{cls.__name__} has no field {path!r} "
+                f"({name!r} is not one of {', '.join(fields)})"
+            )
         type_str = fields[name]
         if index:
             inner = re.match(r"^(?:sequence<([^,>]+)(?:, ?\d+)?>|([^\[]+)\[\d*\])$", type_str)
@@ -200,10 +203,14 @@ def _source(raw: Any, skill: Any, where: str) -> Source:
         name = raw.get("arg")
         if name not in args:
             known = ", ".join(args) or "none"
-            raise MappingError(f"{where}: {name!r} is not an argument of skill {skill.abbr!r} (arguments: {known})")
+            raise MappingError(
+                f"{where}: {name!r} is not an argument of skill {skill.abbr!r} (arguments: {known})"
+            )
         scale, offset = float(raw.get("scale", 1.0)), float(raw.get("offset", 0.0))
         if (scale != 1.0 or offset != 0.0) and args[name].type not in ("int", "float"):
-            raise MappingError(f"{where}: scale/offset need a numeric argument, {name!r} is {args[name].type}")
+            raise MappingError(
+                f"{where}: scale/offset need a numeric argument, {name!r} is {args[name].type}"
+            )
         return Source(arg=name, scale=scale, offset=offset)
     return Source(value=raw)
 
@@ -228,8 +235,9 @@ def _check_fill(cls: Any, path: str, src: Source, skill: Any, where: str) -> str
 def _read_check(cls: Any, path: str, where: str) -> str:
     ftype = field_type(cls, path)
     if _scalar_kind(ftype) is None:
-        raise MappingError(f"{where}: field {path!r} is a {ftype}; it must be a scalar (index a sequence: "
-                           "name[0], name[-1])")
+        raise MappingError(
+            f"{where}: field {path!r} is a {ftype}; it must be a scalar (index a sequence: name[0], name[-1])"
+        )
     return ftype
 
 
@@ -275,8 +283,10 @@ def parse_binding(skill: Any, raw: dict[str, Any], where: str) -> Binding:
             if isinstance(spec, dict) and "equals" in spec:
                 success = (path, spec["equals"])
             elif _scalar_kind(ftype) != "bool":
-                raise MappingError(f"{where}.success: field {path!r} is a {ftype}; give "
-                                   "{field: ..., equals: <value>} for a non-boolean field")
+                raise MappingError(
+                    f"{where}.success: field {path!r} is a {ftype}; give "
+                    "{field: ..., equals: <value>} for a non-boolean field"
+                )
             else:
                 success = (path, True)
         elif key == "error":
@@ -284,12 +294,26 @@ def parse_binding(skill: Any, raw: dict[str, Any], where: str) -> Binding:
         else:
             returns = path
     if skill.returns != "none" and returns is None:
-        raise MappingError(f"{where}: skill {skill.abbr!r} returns {skill.returns}; say which field of the "
-                           f"{'result' if kind == 'action' else 'response'} it returns ('returns: <field>')")
+        raise MappingError(
+            f"{where}: skill {skill.abbr!r} returns {skill.returns}; say which field of the "
+            f"{'result' if kind == 'action' else 'response'} it returns ('returns: <field>')"
+        )
     timeout = float(raw.get("timeout", DEFAULT_TIMEOUT))
     cancel = bool(raw.get("cancel_on_task_cancel", True))
-    return Binding(skill.abbr, kind, type_name, raw["name"], interface, fields, types, success, error,
-                   returns, timeout, cancel)
+    return Binding(
+        skill.abbr,
+        kind,
+        type_name,
+        raw["name"],
+        interface,
+        fields,
+        types,
+        success,
+        error,
+        returns,
+        timeout,
+        cancel,
+    )
 
 
 def parse_mapping(skill_set: Any) -> RosMapping:
@@ -297,24 +321,29 @@ def parse_mapping(skill_set: Any) -> RosMapping:
     src = skill_set.source_path or skill_set.name
     section = (getattr(skill_set, "backends", None) or {}).get("ros")
     if section is None:
-        raise MappingError(f"{src}: skill set {skill_set.name!r} has no 'backends: ros:' section mapping its "
-                           "skills to ROS 2 interfaces, so the ros backend cannot run it")
+        raise MappingError(
+            f"{src}: skill set {skill_set.name!r} has no 'backends: ros:' section mapping its "
+            "skills to ROS 2 interfaces, so the ros backend cannot run it"
+        )
     raw_skills = section.get("skills") or {}
     bindings: dict[str, Binding] = {}
     for abbr, raw in raw_skills.items():
         where = f"backends.ros.skills.{abbr}"
         skill = skill_set.skills.get(abbr)
         if skill is None:
-            raise MappingError(f"{src}: {where}: {abbr!r} is not a skill of this set "
-                               f"({', '.join(skill_set.skills)})")
+            raise MappingError(
+                f"{src}: {where}: {abbr!r} is not a skill of this set ({', '.join(skill_set.skills)})"
+            )
         try:
             bindings[abbr] = parse_binding(skill, raw, where)
         except MappingError as exc:
             raise MappingError(f"{src}: {exc}") from None
     missing = [s for s in skill_set.skills if s not in bindings]
     if missing:
-        raise MappingError(f"{src}: backends.ros.skills: no mapping for skill(s) {', '.join(missing)}; a plan "
-                           "may use every skill of the set, so each needs one")
+        raise MappingError(
+            f"{src}: backends.ros.skills: no mapping for skill(s) {', '.join(missing)}; a plan "
+            "may use every skill of the set, so each needs one"
+        )
     return RosMapping(bindings, float(section.get("wait_for_servers", DEFAULT_SERVER_WAIT)))
 
 

@@ -93,8 +93,9 @@ class SegmentRunner:
         with self._lock:
             scene = self._scenes.get(task_id)
         if isinstance(scene, _TooLarge):
-            raise SkillFailure(f"the task's scene has {scene.size} characters; this robot keeps at most "
-                               f"{MAX_SCENE}")
+            raise SkillFailure(
+                f"the task's scene has {scene.size} characters; this robot keeps at most {MAX_SCENE}"
+            )
         return scene
 
     def forget(self, task_id: str) -> None:

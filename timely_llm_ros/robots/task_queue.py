@@ -35,7 +35,15 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-RUN, DUPLICATE, GAP, BUSY, OVER, MARKER, RELEASED = "run", "duplicate", "gap", "busy", "over", "marker", "released"
+RUN, DUPLICATE, GAP, BUSY, OVER, MARKER, RELEASED = (
+    "run",
+    "duplicate",
+    "gap",
+    "busy",
+    "over",
+    "marker",
+    "released",
+)
 
 
 @dataclass
@@ -218,12 +226,18 @@ class TaskQueue:
             if e is None:
                 continue
             if it.index < e.next_index:
-                return self._take(i, DUPLICATE, f"segment {it.index} of task {it.task_id!r} was already "
-                                                "handled; not executed again")
+                return self._take(
+                    i,
+                    DUPLICATE,
+                    f"segment {it.index} of task {it.task_id!r} was already handled; not executed again",
+                )
             if it.marker:
                 return self._take(i, MARKER)
-            return self._take(i, OVER, f"task {it.task_id!r} is over on this robot ({e.reason}); "
-                                       f"segment {it.index} is not executed")
+            return self._take(
+                i,
+                OVER,
+                f"task {it.task_id!r} is over on this robot ({e.reason}); segment {it.index} is not executed",
+            )
         # 2. the active task: its next segment, a duplicate, a gap, or an idle release
         if self.active is not None:
             out = self._pick_task(self.active, now, run)
@@ -247,8 +261,12 @@ class TaskQueue:
                     return self._start(i, it.task_id)
                 ready.add(it.task_id)
             elif it.index < want:
-                return self._take(i, DUPLICATE, f"segment {it.index} of task {it.task_id!r} was already "
-                                                f"received (next expected: {want}); not executed again")
+                return self._take(
+                    i,
+                    DUPLICATE,
+                    f"segment {it.index} of task {it.task_id!r} was already "
+                    f"received (next expected: {want}); not executed again",
+                )
             else:
                 low = lowest.setdefault(it.task_id, [it.index, i, it.received])
                 if it.index < low[0]:
@@ -280,8 +298,12 @@ class TaskQueue:
             if it.task_id != task:
                 continue
             if it.index < want:
-                return self._take(i, DUPLICATE, f"segment {it.index} of task {task!r} was already "
-                                                f"received (next expected: {want}); not executed again")
+                return self._take(
+                    i,
+                    DUPLICATE,
+                    f"segment {it.index} of task {task!r} was already "
+                    f"received (next expected: {want}); not executed again",
+                )
             if it.index == want:
                 return self._start(i, task) if run or it.marker else None
             if low is None or it.index < low[0]:
@@ -297,8 +319,12 @@ class TaskQueue:
         index = self._items[pos].index
         missing = f"{want}" if want == index - 1 else f"{want}..{index - 1}"
         self._next[task] = index + 1
-        out = self._take(pos, GAP, f"segment(s) {missing} of task {task!r} never arrived within "
-                                   f"{self.gap_timeout:g} s; segment {index} cannot run out of order")
+        out = self._take(
+            pos,
+            GAP,
+            f"segment(s) {missing} of task {task!r} never arrived within "
+            f"{self.gap_timeout:g} s; segment {index} cannot run out of order",
+        )
         self._end(task, out.reason)
         return out
 
@@ -318,9 +344,11 @@ class TaskQueue:
         """A segment of another task held past ``busy_wait``: refused, its task over."""
         for i, it in enumerate(self._items):
             if it.task_id != self.active and now - it.received >= self.busy_wait:
-                reason = (f"robot busy with task {self.active!r}: segment {it.index} of task "
-                          f"{it.task_id!r} waited {self.busy_wait:g} s and is not executed "
-                          "(one task at a time per robot)")
+                reason = (
+                    f"robot busy with task {self.active!r}: segment {it.index} of task "
+                    f"{it.task_id!r} waited {self.busy_wait:g} s and is not executed "
+                    "(one task at a time per robot)"
+                )
                 self._next[it.task_id] = max(self._next.get(it.task_id, 0), it.index + 1)
                 out = self._take(i, BUSY, reason)
                 self._end(it.task_id, reason)

@@ -20,8 +20,13 @@ import time
 
 TRANSITIONS = ("configure", "activate", "deactivate", "cleanup", "shutdown")
 # the primary state each transition ends in (ROS 2 managed-node design)
-TARGET = {"configure": "inactive", "activate": "active", "deactivate": "inactive", "cleanup": "unconfigured",
-          "shutdown": "finalized"}
+TARGET = {
+    "configure": "inactive",
+    "activate": "active",
+    "deactivate": "inactive",
+    "cleanup": "unconfigured",
+    "shutdown": "finalized",
+}
 POLL = 2.0  # seconds between state checks while a transition is unanswered
 RESEND = 10.0  # an unanswered request with the node still in a primary state is sent again after this
 
@@ -34,9 +39,13 @@ def drive(node_name: str, transitions: list[str], timeout: float) -> str | None:
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
-    ids = {"configure": Transition.TRANSITION_CONFIGURE, "activate": Transition.TRANSITION_ACTIVATE,
-           "deactivate": Transition.TRANSITION_DEACTIVATE, "cleanup": Transition.TRANSITION_CLEANUP,
-           "shutdown": Transition.TRANSITION_UNCONFIGURED_SHUTDOWN}
+    ids = {
+        "configure": Transition.TRANSITION_CONFIGURE,
+        "activate": Transition.TRANSITION_ACTIVATE,
+        "deactivate": Transition.TRANSITION_DEACTIVATE,
+        "cleanup": Transition.TRANSITION_CLEANUP,
+        "shutdown": Transition.TRANSITION_UNCONFIGURED_SHUTDOWN,
+    }
     context = rclpy.Context()
     rclpy.init(args=[], context=context, signal_handler_options=SignalHandlerOptions.NO)
     node = rclpy.create_node("lifecycle_client", context=context, start_parameter_services=False)
@@ -84,8 +93,9 @@ def drive(node_name: str, transitions: list[str], timeout: float) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m timely_llm_ros.ros.lifecycle_client",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m timely_llm_ros.ros.lifecycle_client", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("node", help="fully qualified node name, e.g. /planner or /fleet_a/planner")
     parser.add_argument("transitions", nargs="+", choices=TRANSITIONS)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per transition (default 600)")

@@ -32,13 +32,13 @@ from typing import Any
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.qos import QoSProfile
 from rclpy.task import Future
-from timely_llm_ros.action import PlanTask
-from timely_llm_ros.msg import Segment, Task, TaskStatus
-from timely_llm_ros.srv import CancelTask
 
+from timely_llm_ros.action import PlanTask
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core import limits
+from timely_llm_ros.msg import Segment, Task, TaskStatus
 from timely_llm_ros.ros import convert
+from timely_llm_ros.srv import CancelTask
 
 PLAN_TASK = "plan_task"  # action name, relative: resolved in the planner's (fleet) namespace
 CANCEL_TASK = "cancel_task"  # service name, relative
@@ -64,8 +64,13 @@ class PlanTaskServer:
     else why not (a lifecycle planner that is not active).
     """
 
-    def __init__(self, node: Any, intake: Callable[[Task], str], cancel: Callable[[str, str], str | None],
-                 accepting: Callable[[], str] = lambda: "") -> None:
+    def __init__(
+        self,
+        node: Any,
+        intake: Callable[[Task], str],
+        cancel: Callable[[str, str], str | None],
+        accepting: Callable[[], str] = lambda: "",
+    ) -> None:
         self._node = node
         self._intake = intake
         self._cancel = cancel
@@ -73,9 +78,15 @@ class PlanTaskServer:
         self._goals: dict[str, _Goal] = {}
         # a deep feedback history: one task's state changes and segments come in bursts (rclpy's
         # default depth 10 could overwrite feedback a slow client has not acknowledged yet)
-        self._server = ActionServer(node, PlanTask, PLAN_TASK, execute_callback=self._execute,
-                                    goal_callback=self._on_goal, cancel_callback=self._on_cancel,
-                                    feedback_pub_qos_profile=QoSProfile(depth=FEEDBACK_DEPTH))
+        self._server = ActionServer(
+            node,
+            PlanTask,
+            PLAN_TASK,
+            execute_callback=self._execute,
+            goal_callback=self._on_goal,
+            cancel_callback=self._on_cancel,
+            feedback_pub_qos_profile=QoSProfile(depth=FEEDBACK_DEPTH),
+        )
         self._service = node.create_service(CancelTask, CANCEL_TASK, self._on_cancel_service)
 
     def destroy(self) -> None:
@@ -147,5 +158,6 @@ class PlanTaskServer:
             return
         if msg.calls:
             goal.segments += 1
-        goal.handle.publish_feedback(PlanTask.Feedback(kind=PlanTask.Feedback.SEGMENT, status=goal.status,
-                                                       segment=msg))
+        goal.handle.publish_feedback(
+            PlanTask.Feedback(kind=PlanTask.Feedback.SEGMENT, status=goal.status, segment=msg)
+        )

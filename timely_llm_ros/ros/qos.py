@@ -38,8 +38,12 @@ FEEDBACK_DEPTH = INBOUND_DEPTH
 
 
 def _reliable(depth: int) -> QoSProfile:
-    return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=depth, reliability=ReliabilityPolicy.RELIABLE,
-                      durability=DurabilityPolicy.VOLATILE)
+    return QoSProfile(
+        history=HistoryPolicy.KEEP_LAST,
+        depth=depth,
+        reliability=ReliabilityPolicy.RELIABLE,
+        durability=DurabilityPolicy.VOLATILE,
+    )
 
 
 def segment_qos(lifespan_s: float | None = None) -> QoSProfile:

@@ -27,9 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from timely_llm_ros.core import events as ev
+from timely_llm_ros.core.agent_queue import AgentQueues
 from timely_llm_ros.core.exectime import load_exec_time_model
 from timely_llm_ros.core.generation import TaskRecord
-from timely_llm_ros.core.agent_queue import AgentQueues
 from timely_llm_ros.core.kv_policy import KVOptions
 from timely_llm_ros.core.planner import UNBOUNDED_AGENT_DEPTH, PlannerCore
 from timely_llm_ros.core.planner_options import PlannerOptions
@@ -72,16 +72,24 @@ class SimResult:
     stats: dict = field(default_factory=dict)
 
 
-def simulate(tasks: list[TaskSpec], config: SimConfig | None = None,
-             progress: Callable[[int, int, float], None] | None = None,
-             engine: SimEngine | ReplicaSetEngine | None = None) -> SimResult:
+def simulate(
+    tasks: list[TaskSpec],
+    config: SimConfig | None = None,
+    progress: Callable[[int, int, float], None] | None = None,
+    engine: SimEngine | ReplicaSetEngine | None = None,
+) -> SimResult:
     """Run ``tasks`` to completion; ``progress(done, total, sim_time)`` is called as tasks finish.
 
     ``engine``: a prepared virtual-clock engine (e.g. simulated replicas sharing a real model's
     tokenizer); default: ``config.replicas`` simulated engines timed by ``config.profile``."""
     config = config or SimConfig()
-    engine = engine if engine is not None else simulated_replicas(
-        config.profile, config.replicas, kv=config.kv, chunked_prefill=_chunked(config))
+    engine = (
+        engine
+        if engine is not None
+        else simulated_replicas(
+            config.profile, config.replicas, kv=config.kv, chunked_prefill=_chunked(config)
+        )
+    )
     heap: list[tuple[float, int, int, object]] = []
     counter = 0
 
@@ -91,8 +99,13 @@ def simulate(tasks: list[TaskSpec], config: SimConfig | None = None,
         heapq.heappush(heap, (t, counter, _FEEDBACK, (task_id, seg, state)))
 
     exec_model = load_exec_time_model()
-    robot = RobotSim(exec_model, schedule, exec_mode=config.exec_mode,
-                     network_latency=config.network_latency, seed=config.seed)
+    robot = RobotSim(
+        exec_model,
+        schedule,
+        exec_mode=config.exec_mode,
+        network_latency=config.network_latency,
+        seed=config.seed,
+    )
     trace: list[ev.TraceEvent] = []
     total = len(tasks)
     done = 0
@@ -105,9 +118,16 @@ def simulate(tasks: list[TaskSpec], config: SimConfig | None = None,
             if progress is not None:
                 progress(done, total, e.t)
 
-    planner = PlannerCore(engine, config.policy, dispatch=robot.dispatch, sink=sink, exec_model=exec_model,
-                          network_latency=config.network_latency, options=config.options,
-                          agent_queues=AgentQueues(UNBOUNDED_AGENT_DEPTH, config.lookahead))
+    planner = PlannerCore(
+        engine,
+        config.policy,
+        dispatch=robot.dispatch,
+        sink=sink,
+        exec_model=exec_model,
+        network_latency=config.network_latency,
+        options=config.options,
+        agent_queues=AgentQueues(UNBOUNDED_AGENT_DEPTH, config.lookahead),
+    )
     order = sorted(range(len(tasks)), key=lambda i: (_arrival(tasks[i]), i))
     for i in order:
         counter += 1

@@ -33,7 +33,6 @@ TYPE_COLUMNS: tuple[Column, ...] = (
 )
 
 
-
 def build(run_: Any) -> Any:
     """A bench :class:`~timely_llm_ros.bench.runner.RunResult` for a recorded run (same metric dicts)."""
     from timely_llm_ros.bench.runner import RunResult

@@ -25,8 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=float, default=1.0, help="replay speed (bag mode; default 1.0)")
     parser.add_argument("--window", type=float, default=30.0, help="seconds of history shown (default 30)")
     parser.add_argument("--trace-topic", default=None, help="trace event topic (default /trace_events)")
-    parser.add_argument("--use-sim-time", action="store_true",
-                        help="live mode: follow /clock (use_sim_time), e.g. the time of a replayed bag")
+    parser.add_argument(
+        "--use-sim-time",
+        action="store_true",
+        help="live mode: follow /clock (use_sim_time), e.g. the time of a replayed bag",
+    )
     parser.add_argument("--screenshot", type=Path, help="save the window to this PNG and quit")
     parser.add_argument(
         "--duration",
@@ -122,7 +125,9 @@ def run(args: argparse.Namespace) -> int:
             )
             return 2
         widget.clock = ros.get("clock", wall_clock)
-        widget.setWindowTitle("TimelyLLM timeline — " + ("sim time (/clock)" if args.use_sim_time else "live"))
+        widget.setWindowTitle(
+            "TimelyLLM timeline — " + ("sim time (/clock)" if args.use_sim_time else "live")
+        )
     duration = args.duration if args.duration is not None else (3.0 if args.screenshot else None)
     if duration is not None:
 
@@ -153,8 +158,9 @@ def _start_ros(widget: Any, trace_topic: str | None, use_sim_time: bool = False)
     from timely_llm_ros.viz import ros_source
 
     rclpy.init()
-    node = rclpy.create_node("timely_llm_timeline_viewer",
-                             parameter_overrides=[Parameter("use_sim_time", value=use_sim_time)])
+    node = rclpy.create_node(
+        "timely_llm_timeline_viewer", parameter_overrides=[Parameter("use_sim_time", value=use_sim_time)]
+    )
     subs = ros_source.attach(node, widget, trace_topic=trace_topic)
     executor = SingleThreadedExecutor()
     executor.add_node(node)

@@ -144,8 +144,14 @@ def draw(layout: Layout, title: str, notes: list[str] | None = None):
         Line2D([], [], marker=">", color=style.ARRIVAL_COLOR, linestyle="none", label="arrival"),
         Line2D([], [], color=style.ERT_COLOR, linewidth=1.4, label="ERT met / pending"),
         Line2D([], [], color=style.MISSED_COLOR, marker="x", linewidth=2.0, label="ERT missed"),
-        Line2D([], [], marker="X", color=style.FAILED_COLOR, linestyle="none",
-               label="failed / expired / cancelled"),
+        Line2D(
+            [],
+            [],
+            marker="X",
+            color=style.FAILED_COLOR,
+            linestyle="none",
+            label="failed / expired / cancelled",
+        ),
         Patch(color=style.URGENT_BAND, label="urgent task"),
     ]
     ax.legend(

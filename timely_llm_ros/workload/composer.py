@@ -110,8 +110,17 @@ class ComposerSpec:
         def bad(name: str, reason: str) -> WorkloadError:
             return WorkloadError(source, reason, entry="composer", field=name)
 
-        for name in ("rate", "duration", "job_interval", "guard_s", "start", "bursty", "burst_s", "calm_s",
-                     "compress"):
+        for name in (
+            "rate",
+            "duration",
+            "job_interval",
+            "guard_s",
+            "start",
+            "bursty",
+            "burst_s",
+            "calm_s",
+            "compress",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise bad(name, f"expected a finite number, got {value!r}")
@@ -260,12 +269,18 @@ def reshape_tasks(tasks: list[TaskSpec], overrides: dict[str, Any], source: str)
     """
     unknown = sorted(set(overrides) - set(RESHAPE_KEYS))
     if unknown:
-        raise WorkloadError(source, f"overrides {unknown} only apply to composer workloads; a task list "
-                            f"takes {', '.join(RESHAPE_KEYS)}")
+        raise WorkloadError(
+            source,
+            f"overrides {unknown} only apply to composer workloads; a task list "
+            f"takes {', '.join(RESHAPE_KEYS)}",
+        )
     compress = overrides.get("compress", 1.0)
     unique = overrides.get("unique_agents", False)
-    if isinstance(compress, bool) or not isinstance(compress, (int, float)) or not (
-            math.isfinite(compress) and compress > 0):
+    if (
+        isinstance(compress, bool)
+        or not isinstance(compress, (int, float))
+        or not (math.isfinite(compress) and compress > 0)
+    ):
         raise WorkloadError(source, f"must be a number > 0, got {compress!r}", field="compress")
     if not isinstance(unique, bool):
         raise WorkloadError(source, f"expected true or false, got {unique!r}", field="unique_agents")
@@ -274,8 +289,11 @@ def reshape_tasks(tasks: list[TaskSpec], overrides: dict[str, Any], source: str)
     start = min(t.arrival for t in tasks)
     out = []
     for i, t in enumerate(tasks):
-        out.append(dataclasses.replace(t, arrival=start + (t.arrival - start) * compress,
-                                       agent_id=f"u{i}" if unique else t.agent_id))
+        out.append(
+            dataclasses.replace(
+                t, arrival=start + (t.arrival - start) * compress, agent_id=f"u{i}" if unique else t.agent_id
+            )
+        )
     return out
 
 
@@ -287,8 +305,9 @@ class TimeChange:
     test may pass ``sojourns``, the state lengths in order, and ``start_burst``). :meth:`real` must
     be called with non-decreasing arguments (the event stream is increasing)."""
 
-    def __init__(self, spec: ComposerSpec, sojourns: Iterator[float] | None = None,
-                 start_burst: bool | None = None) -> None:
+    def __init__(
+        self, spec: ComposerSpec, sojourns: Iterator[float] | None = None, start_burst: bool | None = None
+    ) -> None:
         f = spec.bursty
         p = spec.burst_s / (spec.burst_s + spec.calm_s)
         self.rate = spec.rate

@@ -282,8 +282,9 @@ def workload_from_data(
         tasks = import_public_entries(data, source, catalog)
         if overrides:
             tasks = reshape_tasks(_ordered(tasks), overrides, source)
-        return Workload(name=default_name + _suffix(overrides), source=source, kind="public",
-                        tasks=_ordered(tasks))
+        return Workload(
+            name=default_name + _suffix(overrides), source=source, kind="public", tasks=_ordered(tasks)
+        )
     if not isinstance(data, dict):
         raise WorkloadError(
             source, "expected a mapping with 'composer' or 'tasks', or a list in the public format"
@@ -327,8 +328,13 @@ def workload_from_data(
         raise WorkloadError(source, f"duplicate task_id(s) {duplicates}", field="tasks")
     if overrides:
         tasks = reshape_tasks(_ordered(tasks), overrides, source)
-    return Workload(name=wl_name + _suffix(overrides), source=source, kind="list", tasks=_ordered(tasks),
-                    description=description)
+    return Workload(
+        name=wl_name + _suffix(overrides),
+        source=source,
+        kind="list",
+        tasks=_ordered(tasks),
+        description=description,
+    )
 
 
 def _suffix(overrides: dict[str, Any] | None) -> str:

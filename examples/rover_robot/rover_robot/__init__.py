@@ -12,5 +12,9 @@ from pathlib import Path
 from timely_llm_ros.robots.plugins import RobotType
 
 CONFIG_DIR = str(Path(__file__).resolve().parent / "config")
-ROVER = RobotType(name="rover", default_skill_set="rover_drive", backends=("ros",),
-                  description="a wheeled rover driven through its own ROS 2 action and services")
+ROVER = RobotType(
+    name="rover",
+    default_skill_set="rover_drive",
+    backends=("ros",),
+    description="a wheeled rover driven through its own ROS 2 action and services",
+)

@@ -33,8 +33,15 @@ class RoverDriver(Node):
         self.light = False
         self.odometry = 0
         group = ReentrantCallbackGroup()  # a cancel must be handled while a goal executes
-        ActionServer(self, Fibonacci, "drive", self._drive, goal_callback=self._accept,
-                     cancel_callback=lambda _g: CancelResponse.ACCEPT, callback_group=group)
+        ActionServer(
+            self,
+            Fibonacci,
+            "drive",
+            self._drive,
+            goal_callback=self._accept,
+            cancel_callback=lambda _g: CancelResponse.ACCEPT,
+            callback_group=group,
+        )
         self.create_service(SetBool, "light", self._light, callback_group=group)
         self.create_service(Trigger, "dock", self._dock, callback_group=group)
         self.get_logger().info(f"rover driver ready in {self.get_namespace()}: drive, light, dock")

@@ -56,4 +56,3 @@ def tokenize(text: str) -> list[Tok]:
 def unquote(tok: str) -> str:
     body = tok[1:-1]
     return re.sub(r"\\(.)", r"\1", body)
-

@@ -97,9 +97,7 @@ def skill_list_text(skills: dict[str, SkillSpec]) -> str:
         for a in s.args:
             rng = ""
             if a.min is not None or a.max is not None:
-                rng = (
-                    f"[{fmt_number(a.min) if a.min is not None else ''}-{fmt_number(a.max) if a.max is not None else ''}]"
-                )
+                rng = f"[{fmt_number(a.min) if a.min is not None else ''}-{fmt_number(a.max) if a.max is not None else ''}]"
             parts.append(f"{a.name}:{a.type}{rng}")
         ret = f" -> {s.returns}" if s.returns != "none" else ""
         lines.append(f"{s.abbr}:{s.name}({', '.join(parts)}){ret}: {s.description}")
@@ -203,8 +201,21 @@ def load_skill_set_file(path: str | Path) -> SkillSet:
     max_loop, examples = _loop_limit_and_examples(data, p)
     if _SKILL_PLACEHOLDER in prompt:
         prompt = prompt.replace(_SKILL_PLACEHOLDER, skill_list_text(skills))
-    sset = SkillSet(name, robot_type, language, prompt, mst, float(gen), skills, rule, template, max_loop,
-                    examples, p, dict(data.get("backends") or {}))
+    sset = SkillSet(
+        name,
+        robot_type,
+        language,
+        prompt,
+        mst,
+        float(gen),
+        skills,
+        rule,
+        template,
+        max_loop,
+        examples,
+        p,
+        dict(data.get("backends") or {}),
+    )
     for i, ex in enumerate(sset.examples):
         try:
             sset.parse_plan(ex["plan"])

@@ -332,4 +332,3 @@ def parse_text(
     p = Parser(sset, text, stack)
     calls = p.run()
     return calls, p.stack
-

@@ -83,5 +83,3 @@ class SkillSet:
         task = task.strip()
         request = task if task.startswith("Scene:") else f"Scene: {scene.strip() or '[]'} Task: {task}"
         return self.prompt + self.request_template.format(request=request)
-
-
