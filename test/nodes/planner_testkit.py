@@ -185,8 +185,9 @@ class Peer:
             self.node.create_subscription(Task, topics.TASKS, self._on_task, qos.task_qos())
         # observing a fleet: tasks, feedback, and segments seen from outside the robots' namespaces
         self.feedback: list = []
+        self.feedback_sub = None
         if watch_agents:  # /tasks: see watch_tasks()
-            self.node.create_subscription(
+            self.feedback_sub = self.node.create_subscription(
                 SegmentFeedback, topics.SEGMENT_FEEDBACK, self._on_feedback, qos.feedback_qos()
             )
         for agent in watch_agents:

@@ -98,7 +98,7 @@ def run(tmp_path_factory):
         # let discovery settle, so that the observer and the recorder see every publisher from the
         # first message on (all topics are volatile: what is sent before matching is not seen).
         wait_for(
-            lambda: _graph_settled(peer.node),
+            lambda: _graph_settled(peer),
             RUN_TIMEOUT / 2,
             "the fleet's graph to be discovered",
             period=0.2,
@@ -116,15 +116,20 @@ def run(tmp_path_factory):
     yield {"rc": proc.returncode, "log": text, "peer": peer, "tmp": tmp}
 
 
-def _graph_settled(node) -> bool:
-    """Every publisher and the recorder's subscriptions of the fleet are visible from here."""
+def _graph_settled(peer) -> bool:
+    """Every publisher and the recorder's subscriptions of the fleet are visible from here, and this
+    observer's feedback reader has matched every robot's writer (seeing a publisher in the graph comes
+    before matching it: a STARTED sent in between would be lost to the observer, not to the planner)."""
     from timely_llm_ros.ros import topics
+
+    node = peer.node
 
     def subscribers(topic: str) -> set[str]:
         return {i.node_name for i in node.get_subscriptions_info_by_topic(topic)}
 
     return (
         node.count_publishers(topics.SEGMENT_FEEDBACK) >= len(DRONES) + 1
+        and peer.feedback_sub.get_publisher_count() >= len(DRONES) + 1
         and node.count_publishers(topics.TASK_STATUS) >= 1
         and node.count_publishers(topics.TRACE_EVENTS) >= 1
         and node.count_publishers(topics.TASKS) >= 1
