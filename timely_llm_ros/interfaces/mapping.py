@@ -5,7 +5,7 @@ interface build), the bag writer and reader work without ROS on ``rosbags`` type
 are plain "class with keyword fields" objects, so the field mapping is written here once and takes
 the classes from a :class:`MessageTypes` back-end (:class:`timely_llm_ros.ros.convert.RclpyTypes`,
 :class:`timely_llm_ros.lrtrace.typestore.BagTypes`). A message written by either back-end reads back
-to the same core value (test/ros/test_message_adapter.py checks every field).
+to the same core value (test/interfaces/test_message_adapter.py checks every field).
 
 Conventions: times are float seconds on the planner's clock in the core and
 ``builtin_interfaces/Time`` in messages (nan, negative or zero -> the zero stamp, "unknown");
