@@ -42,6 +42,12 @@ def _configure_environment() -> None:
         sys.path.remove(str(REPO_ROOT))
     sys.path.insert(0, str(REPO_ROOT))
     _prepend_env_path("PYTHONPATH", str(REPO_ROOT))
+    # The test tree mirrors the package (test/<subpackage>/); shared helper modules (robot_testkit,
+    # viz_testlib, planner_testkit, ...) live beside the tests that wrote them first and import from
+    # any folder (their names are unique across the tree).
+    for folder in sorted(Path(__file__).resolve().parent.iterdir()):
+        if folder.is_dir() and folder.name not in ("data", "__pycache__") and str(folder) not in sys.path:
+            sys.path.append(str(folder))
 
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] = str(REPO_ROOT / "config" / "fastdds_localhost.xml")

@@ -2,7 +2,7 @@
 
 Why a tool of its own: the layering of ``timely_llm_ros`` (``core`` at the bottom; engines, lrtrace,
 robots, ros, nodes, bench above it; see docs/architecture.md) is only kept if it is checked. The
-same functions feed ``test/test_import_graph.py`` (which fails on a new upward import or a new
+same functions feed ``test/tools/test_import_graph.py`` (which fails on a new upward import or a new
 import cycle) and the drawing in the docs, so the picture and the check cannot disagree.
 
 Every ``import`` counts, at module level and inside functions or ``if TYPE_CHECKING:`` blocks: a

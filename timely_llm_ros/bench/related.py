@@ -46,6 +46,7 @@ from timely_llm_ros.core.metrics import summarize
 from timely_llm_ros.core.planner_options import PlannerOptions
 from timely_llm_ros.core.profile import load_profile
 from timely_llm_ros.core.task import TaskSpec
+from timely_llm_ros.core.tuf import tuf_class
 from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.workload import resolve_workload
 
@@ -156,7 +157,7 @@ def hide_tuf(tasks: list[TaskSpec]) -> list[TaskSpec]:
             t,
             tuf=None,
             reference_tuf=t.tuf,
-            task_class=t.task_class or ("urgent" if t.tuf.ert < 1.0 else "normal"),
+            task_class=t.task_class or tuf_class(t.tuf),
         )
         for t in tasks
     ]

@@ -27,14 +27,14 @@ from __future__ import annotations
 import heapq
 import math
 
+from timely_llm_ros.core.tuf import segment_deadline, zero_utility_time
+
 STRATEGIES = ("continue", "kill", "skip-next")
 
 
 def horizon(ref: float, ert_k: float, alpha: float, beta: float, net: float) -> float:
     """Latest generation end of a segment that still yields positive utility (inf: flat TUF)."""
-    if not alpha < 0.0:
-        return math.inf
-    return ref + ert_k - net + beta / -alpha
+    return zero_utility_time(segment_deadline(ref, ert_k, net), alpha, beta)
 
 
 def gen_horizon(gen) -> float:

@@ -413,7 +413,7 @@ class PlannerCore:
             self._emit(t, ev.RESUME, rec, gen.k)
         # the segment's deadline orders prompt work inside a step on engines that can use it, and the
         # task's initial utility ranks its KV in engines that evict by importance (paper 001)
-        self.engine.set_priority(gen.gen_id, gen.ref + gen.ert_k - gen.net)
+        self.engine.set_priority(gen.gen_id, gen.deadline())
         self.engine.set_importance(gen.gen_id, gen.beta)
         gen.seg_tokens = 0
         gen.seg_start = t

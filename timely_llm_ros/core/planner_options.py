@@ -277,7 +277,7 @@ class PlannerExtras:
 
         runs = [
             Running(
-                g.ref + g.ert_k - g.net,
+                g.deadline(),
                 self._tokens_left(g, speed),
                 g.gen_id not in self._prefilling,
                 g.alpha < 0.0,

@@ -5,7 +5,7 @@ interface build), the bag writer and reader work without ROS on ``rosbags`` type
 are plain "class with keyword fields" objects, so the field mapping is written here once and takes
 the classes from a :class:`MessageTypes` back-end (:class:`timely_llm_ros.ros.convert.RclpyTypes`,
 :class:`timely_llm_ros.lrtrace.typestore.BagTypes`). A message written by either back-end reads back
-to the same core value (test/ros/test_message_adapter.py checks every field).
+to the same core value (test/interfaces/test_message_adapter.py checks every field).
 
 Conventions: times are float seconds on the planner's clock in the core and
 ``builtin_interfaces/Time`` in messages (nan, negative or zero -> the zero stamp, "unknown");
@@ -125,10 +125,16 @@ def task_from_msg(msg: Any, arrival: float, default_max_tokens: int = DEFAULT_MA
     fields); the planner's intake checks the rest (skill set known, prompt fits). Raises
     :class:`TaskRejected`.
     """
+    limits.check_task_fields(task_fields(msg))
+    return task_from_checked_msg(msg, arrival, default_max_tokens)
+
+
+def task_from_checked_msg(msg: Any, arrival: float, default_max_tokens: int = DEFAULT_MAX_TOKENS) -> TaskSpec:
+    """:func:`task_from_msg` for a caller that already ran :func:`limits.check_task_fields` on
+    ``task_fields(msg)`` (the planner does, first, so that a rejection can name the task)."""
     # an unset Tuf (all zeros) asks for ``auto``: the planner's urgency classifier derives it from the
     # instruction (or rejects the task when it runs without one); any other TUF is checked as given
     tuf = None if is_auto_tuf(msg.tuf) else tuf_from_msg(msg.tuf)
-    limits.check_task_fields(task_fields(msg))
     for name in TASK_REQUIRED_FIELDS:
         if not getattr(msg, name).strip():
             raise TaskRejected(f"{name} is empty")

@@ -3,7 +3,7 @@
 Our interfaces are parsed from the package's own ``.msg`` files — the source tree's ``msg/`` or the
 installed ``<prefix>/share/timely_llm_ros/msg/`` — on top of the ROS 2 kilted standard types, so the
 RIHS01 type hashes written into a bag are the ones rosidl computes for the same files (checked in
-test/viz/test_bagio.py against the installed ``*.json`` type descriptions).
+test/lrtrace/test_bagio.py against the installed ``*.json`` type descriptions).
 
 Also here: :class:`BagTypes`, the bag back-end of the one message adapter
 (:mod:`timely_llm_ros.interfaces.mapping`; :func:`adapter`), and through it the uint8 codes of event

@@ -466,7 +466,8 @@ class PlannerNode(LifecycleNode):
         return None
 
     def _validate(self, msg: Task, now: float) -> TaskSpec:
-        spec = convert.task_from_msg(msg, now, self.p["default_max_tokens"])
+        # the field limits ran first in _admit (so a rejection names the task); not again here
+        spec = convert.task_from_checked_msg(msg, now, self.p["default_max_tokens"])
         check_robot_type(spec, load_task_skill_set(spec.skill_set), self._agent_types)
         self._find_plan(spec)
         self._segment_publisher(spec.agent_id)  # last: nothing else can reject it afterwards

@@ -36,6 +36,7 @@ from timely_llm_ros.interfaces.mapping import (  # noqa: F401 (API: the nodes im
     split_call_args,
     stamp_ns,
     task_fields,
+    task_from_checked_msg,
     task_from_msg,
     tuf_from_msg,
 )

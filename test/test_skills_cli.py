@@ -8,7 +8,7 @@ import yaml
 
 from timely_llm_ros.cli import main
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 ROVER = REPO / "examples" / "rover_robot" / "rover_robot" / "config"
 
 
