@@ -36,6 +36,7 @@ LAYERS: tuple[str, ...] = (
     "lrtrace",
     "ros",
     "robots",
+    "service",  # the planner's task life without ROS (front door, planner thread, journal)
     "bench",
     "viz",
     "nodes",

@@ -8,6 +8,7 @@ violation that has gone must leave the list too, so the lists only ever shrink.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -134,3 +135,21 @@ def test_engine_port_reexport_is_the_same_objects() -> None:
     assert base.__all__ == port.__all__
     for name in port.__all__:
         assert getattr(base, name) is getattr(port, name)
+
+
+def test_the_planner_service_needs_no_ros(graph: dict[str, set[str]]) -> None:
+    """The service layer sits above robots and ros in the layer order (nodes build on it), but it is
+    the ROS-free half of the planner: no rclpy, no message classes, no ROS adapter, no robot."""
+    service = [m for m in graph if ig.layer_of(m) == "service"]
+    assert P + "service.planner_service" in service
+    forbidden = {"ros", "robots"} | set(ig.GENERATED)
+    bad = sorted(
+        (m, dep)
+        for m in service
+        for dep in graph[m]
+        if ig.layer_of(dep) in forbidden or dep.split(".")[1] in ig.GENERATED
+    )
+    assert not bad, f"service imports ROS-side modules: {bad}"
+    files = ig.module_files()
+    rclpy = re.compile(r"^\s*(import|from)\s+rclpy\b", re.M)
+    assert not [m for m in service if rclpy.search(files[m].read_text())], "service imports rclpy"

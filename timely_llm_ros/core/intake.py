@@ -19,7 +19,7 @@ The prompt is the skill set's fixed prompt — tokenised once per skill set and 
 as a shared prefix (paper §4.1: users pre-store the fixed part of requests on the server) — followed
 by the task's own text, tokenised separately and appended as ids.
 
-A task resumed after a planner restart (:mod:`.journal`) passes ``seed``: the plan text its robot
+A task resumed after a planner restart (:mod:`timely_llm_ros.service.journal`) passes ``seed``: the plan text its robot
 already received. It is appended to the prompt as the beginning of the answer, so the engine
 re-plans only the rest of the plan, consistently with what the robot executes (for the simulated
 engine: the rest of the reference plan, which must start with the seed).

@@ -77,7 +77,7 @@ UNBOUNDED_AGENT_DEPTH = 1_000_000
 
 @dataclass(frozen=True, slots=True)
 class ResumedSegment:
-    """A segment a robot received before a planner restart (from the journal, see :mod:`.journal`)."""
+    """A segment a robot received before a planner restart (from the journal, see :mod:`timely_llm_ros.service.journal`)."""
 
     text: str
     min_exec: float

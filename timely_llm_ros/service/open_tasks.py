@@ -4,7 +4,7 @@ Why a separate book from the core's task records: the executor thread (intake, c
 lifecycle transitions, publisher housekeeping) must answer "is this task open, which robot has open
 tasks, how many are open" at once, while the planner thread may sit in the engine for a whole
 decoding iteration. So the front door keeps its own count under a lock; the planner thread tells it
-when a task closes (a :class:`~timely_llm_ros.core.handoff.Closed` item) and, at shutdown, whatever
+when a task closes (a :class:`~timely_llm_ros.service.handoff.Closed` item) and, at shutdown, whatever
 is still open is answered from here.
 """
 

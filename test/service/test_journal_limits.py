@@ -6,8 +6,8 @@ import math
 import pytest
 
 from timely_llm_ros.core import limits
-from timely_llm_ros.core.journal import Journal, JournalError, default_path
 from timely_llm_ros.core.task import TaskRejected
+from timely_llm_ros.service.journal import Journal, JournalError, default_path
 
 
 def test_open_tasks_survive_a_crash_and_ended_ones_are_compacted_away(tmp_path):

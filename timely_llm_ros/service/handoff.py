@@ -5,13 +5,14 @@ the tag is a silently ignored item, and a reader must find every ``put`` to lear
 is. One small frozen dataclass per kind names the fields, and the receiver dispatches on the type
 (``match`` / ``isinstance``), so a checker sees every kind and its fields.
 
-Two directions (see :mod:`timely_llm_ros.nodes.planner`, "Threads"):
+Two directions (see :mod:`timely_llm_ros.service.planner_service`, "Threads"):
 
 * inbound, executor thread → planner thread (which owns the core and the engine): :data:`Inbound`;
 * outbound, planner thread → executor thread (which owns the publishers): :data:`Outbound`.
 
-Pure Python: the outbound items carry ready-made ROS messages as opaque values (``Any``), so this
-module needs no ROS import; the node converts before it queues.
+Pure Python: the outbound items carry core values (a status's fields, a :class:`TraceEvent` in ROS
+time, a :class:`Dispatch`); the ROS node turns them into messages when it publishes them, so the
+service that fills the queue never touches a message class.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from timely_llm_ros.core.journal import OpenTask
+from timely_llm_ros.core.events import TraceEvent
+from timely_llm_ros.core.generation import Dispatch
 from timely_llm_ros.core.planner import ResumedSegment
 from timely_llm_ros.core.task import TaskSpec
+from timely_llm_ros.service.journal import OpenTask
 
 
 class WaitOutcome(enum.Enum):
@@ -102,16 +105,22 @@ Inbound = Submit | FeedbackIn | Recovered | Cancel
 # ------------------------------------------------------------------ outbound (to the executor thread)
 @dataclass(frozen=True, slots=True)
 class Status:
-    """A ``TaskStatus`` message to publish (and to hand to the plan_task action server)."""
+    """A ``TaskStatus`` to publish (and to hand to the plan_task action server); ``stamp`` is ROS time."""
 
-    msg: Any
+    task_id: str
+    agent: str
+    state: str
+    stamp: float
+    reason: str = ""
+    response: float = math.nan
+    utility: float = math.nan
 
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """A ``TraceEvent`` message to publish."""
+    """A trace event to publish (its ``t`` already in ROS time)."""
 
-    msg: Any
+    event: TraceEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,10 +132,14 @@ class Closed:
 
 @dataclass(frozen=True, slots=True)
 class SegmentOut:
-    """A ``Segment`` message for the robot ``agent`` (sent on its one segment publisher)."""
+    """A dispatched segment for the robot ``agent`` (sent on its one segment publisher); generation
+    times in ROS time, ``tokens`` its length (the Dispatch does not carry them)."""
 
     agent: str
-    msg: Any
+    dispatch: Dispatch
+    gen_start: float
+    gen_end: float
+    tokens: int
 
 
 Outbound = Status | Event | Closed | SegmentOut

@@ -4,11 +4,11 @@ marked the task COMPLETED while the robot still ran segment 1); segment timers f
 import pytest
 
 from timely_llm_ros.core import events as ev
-from timely_llm_ros.core.liveness import SegmentTimers
 from timely_llm_ros.core.planner import PlannerCore
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.core.tuf import NORMAL_TUF
 from timely_llm_ros.engines.sim import SimEngine
+from timely_llm_ros.service.liveness import SegmentTimers
 
 
 def planner_with_two_segments():

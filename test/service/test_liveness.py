@@ -1,11 +1,11 @@
-"""The segment watchdog (core/liveness.py) on a fake clock: every deadline below is computed by hand
+"""The segment watchdog (service/liveness.py) on a fake clock: every deadline below is computed by hand
 from the ``segment_timeout`` rule (fixed, or factor × expected + margin) and the heartbeat limit."""
 
 from __future__ import annotations
 
 import pytest
 
-from timely_llm_ros.core.liveness import SegmentTimers, feedback_time, segment_limit
+from timely_llm_ros.service.liveness import SegmentTimers, feedback_time, segment_limit
 
 
 def test_segment_limit_is_fixed_when_set_else_factor_times_expected_plus_margin():

@@ -37,6 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# The reason a task left open by a previous run ends with (alone, or with what stood in the way).
+RESTARTED = "planner restarted"
+
 COMPACT_BYTES = 8 << 20
 
 

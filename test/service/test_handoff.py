@@ -1,16 +1,19 @@
-"""Typed hand-off items between the planner node's threads (core/handoff.py): frozen, named fields,
+"""Typed hand-off items between the planner node's threads (service/handoff.py): frozen, named fields,
 and a receiver that dispatches on the type sees every kind."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import queue
 
 import pytest
 
-from timely_llm_ros.core import handoff as ho
+from timely_llm_ros.core.events import ARRIVAL, TraceEvent
+from timely_llm_ros.core.generation import Dispatch
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.core.tuf import NORMAL_TUF
+from timely_llm_ros.service import handoff as ho
 
 
 def spec(task_id: str = "t1") -> TaskSpec:
@@ -22,7 +25,13 @@ def test_items_are_frozen_and_name_their_fields():
     with pytest.raises(dataclasses.FrozenInstanceError):
         item.reason = "other"  # type: ignore[misc]
     assert ho.Submit(spec()).resume is None  # a new task; a resumed one carries its sent segments
-    assert [f.name for f in dataclasses.fields(ho.SegmentOut)] == ["agent", "msg"]
+    assert [f.name for f in dataclasses.fields(ho.SegmentOut)] == [
+        "agent",
+        "dispatch",
+        "gen_start",
+        "gen_end",
+        "tokens",
+    ]
 
 
 def _dispatch(item: ho.Inbound) -> str:
@@ -47,11 +56,15 @@ def test_a_queue_of_items_dispatches_on_type_in_fifo_order():
     assert got == ["submit t1 None", "feedback fb at 1.5", "recovered r1 ''", "cancel t1 stop"]
 
 
-def test_outbound_kinds_are_distinct_types():
-    kinds = {type(i) for i in (ho.Status("m"), ho.Event("m"), ho.Closed("t"), ho.SegmentOut("d1", "m"))}
+def test_outbound_kinds_are_distinct_types_of_core_values():
+    e = TraceEvent(1.0, ARRIVAL, "t", "d1")
+    d = Dispatch("t", "d1", "drone", 0, "tp;", (), 1.0, 0.1, 0.1)
+    status = ho.Status("t", "d1", "ACCEPTED", 1.0)
+    kinds = {type(i) for i in (status, ho.Event(e), ho.Closed("t"), ho.SegmentOut("d1", d, 0.5, 1.0, 3))}
     assert len(kinds) == 4
-    assert ho.Status("m") != ho.Event("m")  # same payload, different kind: never confused
     assert ho.Closed("t") == ho.Closed("t")
+    # no message classes: a status is its fields (response and utility unknown until measured)
+    assert math.isnan(status.response) and math.isnan(status.utility) and status.reason == ""
 
 
 def test_a_waiting_task_has_no_earliest_time_unless_recovered():
@@ -82,7 +95,7 @@ def test_a_new_waiting_task_goes_with_its_robot_or_is_given_up_at_the_deadline(r
     ],
 )
 def test_a_recovered_task_waits_for_robot_and_status_readers(ready, heard, now, outcome):
-    from timely_llm_ros.core.journal import OpenTask
+    from timely_llm_ros.service.journal import OpenTask
 
     w = ho.Waiting(spec(), deadline=6.0, recovered=OpenTask({"task_id": "t1"}), earliest=2.0)
     assert w.outcome(ready, heard, now) is outcome

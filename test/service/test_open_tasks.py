@@ -1,10 +1,10 @@
-"""The front door's book of open tasks (core/open_tasks.py)."""
+"""The front door's book of open tasks (service/open_tasks.py)."""
 
 from __future__ import annotations
 
 import threading
 
-from timely_llm_ros.core.open_tasks import OpenTasks
+from timely_llm_ros.service.open_tasks import OpenTasks
 
 
 def test_counts_per_agent_and_forgets_idle_agents():

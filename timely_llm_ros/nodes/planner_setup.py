@@ -1,0 +1,73 @@
+"""The planner node's parameters turned into what its service runs on: the engine, the simulated
+engine's reference plans, the planner options.
+
+Each failure is a :class:`~timely_llm_ros.nodes.common.ParamError` naming the parameter, so a bad
+``engine:=`` or a missing model fails the lifecycle configure transition with one clear line.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from timely_llm_ros.core.kv_policy import KVPolicyError
+from timely_llm_ros.core.planner_options import PlannerOptions
+from timely_llm_ros.engines.base import Engine
+from timely_llm_ros.nodes.common import ParamError
+from timely_llm_ros.nodes.planner_params import engine_options, planner_options
+from timely_llm_ros.nodes.sim_support import PlanTable, RealtimeSimEngine, sim_engine_kwargs
+
+
+def make_engine(p: Mapping[str, Any], overrides: Mapping[Any, Any], stop: threading.Event) -> Engine:
+    """The engine the ``engine`` / ``engine_options`` / ``profile`` parameters name (``stop``: the
+    real-time simulated engine's sleeps end when it is set)."""
+    name = p["engine"]
+    if name == "sim":
+        try:
+            kwargs = sim_engine_kwargs(engine_options(name, p["engine_options"], overrides))
+        except ValueError as exc:
+            raise ParamError(f"parameter 'engine_options': {exc}") from None
+        try:
+            return RealtimeSimEngine(p["profile"], clock=time.monotonic, stop=stop, **kwargs)
+        except KVPolicyError as exc:
+            raise ParamError(f"parameter 'engine_options': {exc}") from None
+        except (KeyError, ValueError, OSError) as exc:
+            raise ParamError(f"parameter 'profile': {exc}") from None
+    try:
+        from timely_llm_ros.engines.registry import create_engine  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise ParamError(
+            f"engine {name!r} needs timely_llm_ros.engines.registry, which cannot be "
+            f"imported here ({exc}); use engine:=sim"
+        ) from None
+    try:
+        options = engine_options(name, p["engine_options"], overrides)
+    except ValueError as exc:
+        raise ParamError(f"parameter 'engine_options': {exc}") from None
+    try:
+        return create_engine(name, **options)
+    except Exception as exc:  # model file missing, GPU library absent, bad option ...
+        raise ParamError(f"engine {name!r} could not be created: {type(exc).__name__}: {exc}") from None
+
+
+def make_planner_options(p: Mapping[str, Any], overrides: Mapping[Any, Any]) -> PlannerOptions:
+    try:
+        return planner_options(p["planner_options"], overrides)
+    except ValueError as exc:
+        raise ParamError(f"parameter 'planner_options': {exc}") from None
+
+
+def load_plans(engine: Engine, sources: list[str], log: Any) -> PlanTable | None:
+    """The reference plans of an engine that needs a script (the simulated one), else None."""
+    if not engine.needs_script:
+        return None
+    plans = PlanTable()
+    for source in sources:
+        try:
+            n = plans.load(source)
+        except Exception as exc:  # WorkloadError, OSError, ...: name the source
+            raise ParamError(f"parameter 'sim_plans': cannot load {source!r}: {exc}") from None
+        log.info(f"sim engine: {n} reference plans from {source!r}")
+    return plans
