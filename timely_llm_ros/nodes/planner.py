@@ -48,10 +48,16 @@ held or executing — a final FAILED status.
 Clocks: the planner runs on the engine clock (monotonic); stamps on messages are ROS (system) time,
 converted with one offset measured at start. Robot feedback stamps are used when they lie within
 ``feedback_clock_tolerance`` of the planner's own reading, else the receipt time (clock skew).
+
+Replay mode (``plan_source: reference``, :mod:`~timely_llm_ros.core.replay`): a real engine writes
+each task's reference plan exactly — the plan the simulated engine would emit, looked up in the
+``sim_plans`` sources as for ``engine: sim`` — as its structured-output constraint; a task for which
+no source has a plan keeps the skill grammar (the model writes its own).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import queue
@@ -93,6 +99,7 @@ from timely_llm_ros.core.liveness import SegmentTimers, feedback_time, segment_l
 from timely_llm_ros.core.open_tasks import OpenTasks
 from timely_llm_ros.core.planner import PlannerCore, ResumedSegment
 from timely_llm_ros.core.planner_options import PlannerOptions
+from timely_llm_ros.core.replay import REFERENCE
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
 from timely_llm_ros.engines.base import Engine, EngineError
 from timely_llm_ros.msg import Segment, SegmentFeedback, Task, TaskStatus, TraceEvent
@@ -206,19 +213,9 @@ class PlannerNode(LifecycleNode):
             self.engine = self._make_engine()
             self.clock_fn = self.engine.now
             self._ros_offset = time.time() - self.clock_fn()
-            self.plans = self._load_plans()
-            self.core = PlannerCore(
-                self.engine,
-                self.p["policy"],
-                clock=self.clock_fn,
-                dispatch=self._dispatch,
-                sink=self._event,
-                on_state=self._state,
-                network_latency=self.p["network_latency"],
-                agent_queues=AgentQueues(self.p["agent_queue_depth"], self.p["lookahead"]),
-                retain_records=self.p["finished_retention"],
-                options=self._planner_options(),
-            )
+            options = self._planner_options()
+            self.plans = self._load_plans(options.plan_source == REFERENCE)
+            self.core = self._new_core(options)
             self.seg_timers = SegmentTimers(self.segment_timeout, lambda: self.p["heartbeat_timeout"])
             self._warm_up(self.p["warmup_skill_sets"])
             self.journal, self._recovered_tasks = self._open_journal()
@@ -230,8 +227,26 @@ class PlannerNode(LifecycleNode):
         self.get_logger().info(
             f"planner configured: engine {self.engine.info.name}, policy "
             f"{self.core.policy.name}, journal {self.journal.path if self.journal else 'off'}"
+            + (", replaying reference plans" if self.core.intake.replay else "")
         )
         return TransitionCallbackReturn.SUCCESS
+
+    def _new_core(self, options: PlannerOptions) -> PlannerCore:
+        try:
+            return PlannerCore(
+                self.engine,
+                self.p["policy"],
+                clock=self.clock_fn,
+                dispatch=self._dispatch,
+                sink=self._event,
+                on_state=self._state,
+                network_latency=self.p["network_latency"],
+                agent_queues=AgentQueues(self.p["agent_queue_depth"], self.p["lookahead"]),
+                retain_records=self.p["finished_retention"],
+                options=options,
+            )
+        except EngineError as exc:  # plan_source reference on an engine that cannot replay
+            raise ParamError(f"parameter 'plan_source': {exc}") from None
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Accept tasks (tasks topic, plan_task action); the planner thread runs from now on."""
@@ -324,12 +339,16 @@ class PlannerNode(LifecycleNode):
 
     def _planner_options(self) -> PlannerOptions:
         try:
-            return planner_options(self.p["planner_options"], self._parameter_overrides)
+            opts = planner_options(self.p["planner_options"], self._parameter_overrides)
         except ValueError as exc:
             raise ParamError(f"parameter 'planner_options': {exc}") from None
+        if self.p["plan_source"] == REFERENCE:  # the parameter, or the planner_options key
+            opts = dataclasses.replace(opts, plan_source=REFERENCE)
+        return opts
 
-    def _load_plans(self) -> PlanTable | None:
-        if not self.engine.needs_script:
+    def _load_plans(self, replay: bool) -> PlanTable | None:
+        """The reference plans: the simulated engine emits them; in replay mode a real engine writes them."""
+        if not (self.engine.needs_script or replay):
             return None
         plans = PlanTable()
         for source in self.p["sim_plans"]:
@@ -337,7 +356,7 @@ class PlannerNode(LifecycleNode):
                 n = plans.load(source)
             except Exception as exc:  # WorkloadError, OSError, ...: name the source
                 raise ParamError(f"parameter 'sim_plans': cannot load {source!r}: {exc}") from None
-            self.get_logger().info(f"sim engine: {n} reference plans from {source!r}")
+            self.get_logger().info(f"{n} reference plans from {source!r}")
         return plans
 
     def _warm_up(self, skill_sets: list[str]) -> None:
@@ -477,6 +496,8 @@ class PlannerNode(LifecycleNode):
         if self.plans is None:
             return
         plan = self.plans.lookup(spec.skill_set, spec.instruction, spec.scene)
+        if plan is None and not self.engine.needs_script:  # replay mode: the skill grammar then
+            return
         if plan is None:
             raise TaskRejected(
                 f"the simulated engine has no reference plan for this instruction in "
