@@ -127,6 +127,8 @@ def test_replayed_tasks_write_their_reference_and_the_others_keep_their_own() ->
     assert all(r.state == "COMPLETED" for r in run.records)
     for t in tasks:
         assert run.plans[t.task_id] == (t.reference_plan or OWN_PLAN)
+        assert "".join(run.pieces[t.task_id]) == run.plans[t.task_id]
+        assert run.tokens[t.task_id] == len(run.pieces[t.task_id]) == run.own_tokens[t.task_id]
     literals = sorted(p or "" for p, _ in engine.admitted.values())
     assert literals == sorted(t.reference_plan or "" for t in tasks)
     # the default source hands no plan to the engine: the model writes its own

@@ -105,6 +105,9 @@ class Run:
     wall: float
     tokens: dict[str, int] = dataclasses.field(default_factory=dict)  # generated tokens with text, per task
     own_tokens: dict[str, int] = dataclasses.field(default_factory=dict)  # the tokenizer's count of the plan
+    # the text of each generated token, per task: the model's own spelling of its plan (a replayed
+    # plan may take more tokens than the tokenizer's encoding of the same text)
+    pieces: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
 def drive(
@@ -189,7 +192,8 @@ def drive(
     wall = time.monotonic() - started
     tokens = {tid: counts.get(gid, 0) for tid, gid in gens.items()}
     own = {tid: len(engine.tokenize(text)) if text else 0 for tid, text in plans.items()}
-    return Run(policy, planner.records, plans, wall, tokens, own)
+    pieces = {tid: list(texts.get(gid, [])) for tid, gid in gens.items()}
+    return Run(policy, planner.records, plans, wall, tokens, own, pieces)
 
 
 def fit_now(engine: Engine, out: Path) -> EngineProfile:
