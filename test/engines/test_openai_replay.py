@@ -28,7 +28,8 @@ SSET = load_skill_set("robot_arm")  # the shortest skill prompt with a grammar (
 REPLAY = PlannerOptions(plan_source="reference")
 PLANS = (
     "sc('blue_box'); gt('blue_box'); pi('blue_box'); sc('red_box'); gt('red_box'); dr();",
-    "sc('fruit_basket'); gt('fruit_basket'); pi('fruit_basket'); sc('apple'); gt('apple'); dr();",
+    # no final ';': the last segment ends the literal, so its resumption's rest is empty (only the end)
+    "sc('fruit_basket'); gt('fruit_basket'); pi('fruit_basket'); sc('apple'); gt('apple'); dr()",
 )
 
 
