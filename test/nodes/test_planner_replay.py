@@ -18,16 +18,26 @@ import pytest
 from planner_testkit import run_fleet
 
 from timely_llm_ros.bench.realbench import load_tasks
-
-pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (make test installs it)")
+from timely_llm_ros.fleet import fleet_nodes, load_fleet
 
 N_TASKS = 20
 RUN_TIMEOUT = 420.0
 
 
+def test_the_replay_fleet_gets_its_reference_plans_from_the_catalog_and_its_workload(repo_root):
+    """config/replay_fleet.yaml (README): a real engine in replay mode, with sim_plans filled in by
+    the fleet as for the simulated engine (without them only the catalog's instructions would match)."""
+    nodes = fleet_nodes(load_fleet(repo_root / "config" / "replay_fleet.yaml"))
+    planner = next(n for n in nodes if n.role == "planner")
+    workload = next(n for n in nodes if n.role == "workload")
+    assert planner.params["engine"] == "llamacpp" and planner.params["plan_source"] == "reference"
+    assert planner.params["sim_plans"] == ["catalog", workload.params["workload"]]
+
+
 @pytest.mark.ros
 @pytest.mark.slow
 def test_the_planner_replays_the_reference_plans_of_a_wid2_slice(tmp_path):
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (make test installs it)")
     drones = [f"drone_{i}" for i in range(1, 5)]
     cfg = {
         "planner": {
