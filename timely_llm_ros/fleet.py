@@ -17,8 +17,8 @@ parameters. File format (``config/fleet.yaml`` is the commented reference)::
 
 Filled in unless given explicitly: the planner's ``agent_types``, the workload's and the recorder's
 ``agents`` (from ``robots``), the workload's ``wait_for_nodes`` (recorder and time model, so neither
-misses the first task), each robot's ``agent_id``, and — for the simulated engine with a workload — the
-planner's ``sim_plans`` (``catalog`` + the workload). A ``workload`` that names a file relative to the
+misses the first task), each robot's ``agent_id``, and — for the simulated engine, or replay mode
+(``plan_source: reference``), with a workload — the planner's ``sim_plans`` (``catalog`` + the workload). A ``workload`` that names a file relative to the
 YAML file is made absolute.
 
 Robot types are looked up by name (:mod:`timely_llm_ros.robots.plugins`: built-ins and installed
@@ -275,7 +275,8 @@ def fleet_nodes(cfg: dict[str, Any], namespace: str = "/") -> list[NodeSpec]:
     if parts["recorder"] is not None:  # record the robots' segment topics from the very start
         parts["recorder"].setdefault("agents", agents)
         parts["recorder"].setdefault("policy", str(planner.get("policy", "timely")))
-    if workload is not None and planner.get("engine", "sim") == "sim":
+    replay = planner.get("plan_source") == "reference"  # a real engine writes the reference plans
+    if workload is not None and (planner.get("engine", "sim") == "sim" or replay):
         planner.setdefault("sim_plans", ["catalog", workload["workload"]])
 
     env = fleet_env(cfg, dict(os.environ))

@@ -20,6 +20,13 @@ Reported per policy and class: %Σβ (100·ΣU/Σβ), mean response time W(s₀)
 real and predicted response times and the prediction's relative error; the mean absolute error
 and the ratios between policies (mean response and %Σβ relative to the first policy), real vs
 predicted. Writes ``realbench.json`` and ``realbench.png`` to ``--out``.
+
+``--plans reference`` (replay mode, :mod:`timely_llm_ros.core.replay`): every task with a reference
+plan (an LRTrace task's plan) has the engine write exactly that plan — its structured-output
+constraint is the literal — so the real and the predicted run execute the same plans whatever the
+model (dummy weights included). Each task then reports whether its plan equals the reference, the
+tokens it took and the tokenizer's own count for the same text (``tokens``, ``own_tokens``; the model
+may spell the literal in more tokens than the tokenizer would), and each policy a ``replay`` summary.
 """
 
 from __future__ import annotations
@@ -42,7 +49,9 @@ from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.exectime import load_exec_time_model
 from timely_llm_ros.core.metrics import summarize
 from timely_llm_ros.core.planner import PlannerCore
+from timely_llm_ros.core.planner_options import PlannerOptions
 from timely_llm_ros.core.profile import EngineProfile, load_profile
+from timely_llm_ros.core.replay import MODEL, PLAN_SOURCES, REFERENCE, token_counts
 from timely_llm_ros.core.robot_sim import RobotSim
 from timely_llm_ros.core.task import TaskRejected, TaskSpec, task_class
 from timely_llm_ros.engines.base import Engine
@@ -94,6 +103,11 @@ class Run:
     records: list
     plans: dict[str, str]
     wall: float
+    tokens: dict[str, int] = dataclasses.field(default_factory=dict)  # generated tokens with text, per task
+    own_tokens: dict[str, int] = dataclasses.field(default_factory=dict)  # the tokenizer's count of the plan
+    # the text of each generated token, per task: the model's own spelling of its plan (a replayed
+    # plan may take more tokens than the tokenizer's encoding of the same text)
+    pieces: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
 def drive(
@@ -137,9 +151,12 @@ def drive(
     texts: dict[int, list[str]] = {}
     consume = planner._token
 
+    counts: dict[int, int] = {}
+
     def token(out: Any) -> None:
         if out.text and out.reason != "error" and out.gen_id in planner._running:
             texts.setdefault(out.gen_id, []).append(out.text)
+            counts[out.gen_id] = counts.get(out.gen_id, 0) + 1  # the end token carries no text
         consume(out)
 
     planner._token = token  # type: ignore[method-assign]
@@ -172,7 +189,11 @@ def drive(
             engine.advance_to(heap[0][0])  # type: ignore[attr-defined]
     # the whole generated text (dispatched segments and any tail after the last one) of each task
     plans = {tid: "".join(texts.get(gid, [])) for tid, gid in gens.items()}
-    return Run(policy, planner.records, plans, time.monotonic() - started)
+    wall = time.monotonic() - started
+    tokens = {tid: counts.get(gid, 0) for tid, gid in gens.items()}
+    own = {tid: len(engine.tokenize(text)) if text else 0 for tid, text in plans.items()}
+    pieces = {tid: list(texts.get(gid, [])) for tid, gid in gens.items()}
+    return Run(policy, planner.records, plans, wall, tokens, own, pieces)
 
 
 def fit_now(engine: Engine, out: Path) -> EngineProfile:
@@ -219,10 +240,12 @@ def predict(sim: SimEngine, tasks: list[TaskSpec], run: Run, seed: int) -> Run:
     return drive(sim, with_plans, run.policy, realtime=False, seed=seed)
 
 
-def first_segment_time(engine: Engine, task: TaskSpec) -> float:
+def first_segment_time(engine: Engine, task: TaskSpec, options: PlannerOptions | None = None) -> float:
     """Seconds from arrival to the first dispatched segment of ``task`` served alone (warm cache)."""
     seen: list[float] = []
-    planner = PlannerCore(engine, "timely", dispatch=lambda d: seen.append(d.t), network_latency=0.0)
+    planner = PlannerCore(
+        engine, "timely", dispatch=lambda d: seen.append(d.t), network_latency=0.0, options=options
+    )
     planner.warm_up([task.skill_set])
     t0 = engine.now()
     planner.submit(dataclasses.replace(task, task_id="probe", arrival=t0))
@@ -245,8 +268,12 @@ def _response(rec: Any) -> float:
     return rec.response_time
 
 
-def compare(real: Run, pred: Run) -> dict[str, Any]:
-    """Per-class metrics of both runs and the per-task response-time error of the prediction."""
+def compare(real: Run, pred: Run, references: dict[str, str] | None = None) -> dict[str, Any]:
+    """Per-class metrics of both runs and the per-task response-time error of the prediction.
+
+    ``references``: replay mode's reference plan per task; each task then says whether its plan is
+    exactly that text, and the result sums up the tokens replayed plans took (:func:`replay_summary`).
+    """
     by_id = {r.task_id: r for r in pred.records}
     per_task, errs = [], []
     for r in real.records:
@@ -264,9 +291,15 @@ def compare(real: Run, pred: Run) -> dict[str, Any]:
                 "sim_s": pr,
                 "rel_err": err,
                 "plan": real.plans.get(r.task_id, ""),
+                "tokens": real.tokens.get(r.task_id, 0),
+                "own_tokens": real.own_tokens.get(r.task_id, 0),
             }
         )
-    return {
+        if references is not None:
+            ref = references.get(r.task_id)
+            per_task[-1]["reference"] = ref
+            per_task[-1]["replayed_exactly"] = ref is not None and real.plans.get(r.task_id) == ref
+    out = {
         "policy": real.policy,
         "real": {k: v.as_dict() for k, v in summarize(real.records).items()},
         "sim": {k: v.as_dict() for k, v in summarize(pred.records).items()},
@@ -275,6 +308,25 @@ def compare(real: Run, pred: Run) -> dict[str, Any]:
         "completed": sum(r.state == ev.COMPLETED for r in real.records),
         "tasks": len(real.records),
         "wall_s": real.wall,
+    }
+    if references is not None:
+        out["replay"] = replay_summary(per_task)
+    return out
+
+
+def replay_summary(per_task: list[dict[str, Any]]) -> dict[str, Any]:
+    """Replay mode: how many plans equal their reference, and the tokens the replayed plans took vs
+    the model tokenizer's own tokenization of the same texts (:func:`~timely_llm_ros.core.replay.
+    token_counts`; the model picks among the tokenizations of the literal)."""
+    replayed = [t for t in per_task if t.get("reference")]
+    exact = [t for t in replayed if t["replayed_exactly"]]
+    counts = token_counts(sum(t["tokens"] for t in exact), sum(t["own_tokens"] for t in exact))
+    return {
+        "tasks_with_reference": len(replayed),
+        "replayed_exactly": len(exact),
+        "not_exact": [t["task"] for t in replayed if not t["replayed_exactly"]],
+        **counts,
+        "tasks_with_extra_tokens": sum(t["tokens"] > t["own_tokens"] for t in exact),
     }
 
 
@@ -311,6 +363,14 @@ def table(results: list[dict[str, Any]], engine: str) -> str:
                 f"{s.get('pct_beta', math.nan):8.1f} {r['response_mean']:10.2f} "
                 f"{s.get('response_mean', math.nan):9.2f} {r['on_time_pct']:12.0f} "
                 f"{100 * statistics.fmean(errs) if errs else math.nan:9.1f}%"
+            )
+    for res in results:
+        rp = res.get("replay")
+        if rp:
+            lines.append(
+                f"replay {res['policy']}: {rp['replayed_exactly']}/{rp['tasks_with_reference']} plans "
+                f"equal their reference; tokens {rp['replayed_tokens']} vs the tokenizer's "
+                f"{rp['own_tokens']} (x{rp['ratio']:.3f}, {rp['tasks_with_extra_tokens']} tasks took more)"
             )
     for key in ("response_mean", "pct_beta"):
         lines.append(
@@ -399,6 +459,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="engine constructor parameter (YAML value), repeatable",
     )
+    parser.add_argument(
+        "--plans",
+        choices=PLAN_SOURCES,
+        default=MODEL,
+        help="model: the model writes its own plans (skill grammar); reference: replay mode, each "
+        "task's reference plan (its LRTrace plan) is the engine's structured-output constraint, so "
+        "the engine writes exactly that plan (timing comparable across engines and the simulator)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="robot execution-time draws")
     parser.add_argument("--out", type=Path, default=Path("results/realbench"), help="output directory")
 
@@ -417,11 +485,12 @@ def run(args: argparse.Namespace) -> int:
         else SimEngine(DEFAULT_PROFILES["sim"] if profile == "fit" else profile)
     )
     realtime = args.engine != "sim"
+    options = PlannerOptions(plan_source=args.plans)
     try:
         probe = load_tasks(args.workload, args.tasks, 1.0)
         urgent = next((t for t in probe if task_class(t) == "urgent"), probe[0])
         if args.tuf_scale == "auto":
-            first = first_segment_time(engine, urgent)
+            first = first_segment_time(engine, urgent, options)
             scale = max(1.0, round(first / GPU_URGENT_FIRST_SEGMENT))
             print(
                 f"[realbench] urgent first segment alone: {first:.2f} s -> TUF scale x{scale:g}", flush=True
@@ -429,6 +498,11 @@ def run(args: argparse.Namespace) -> int:
         else:
             scale = float(args.tuf_scale)
         tasks = load_tasks(args.workload, args.tasks, scale)
+        references = (
+            {t.task_id: t.reference_plan for t in tasks if t.reference_plan}
+            if args.plans == REFERENCE
+            else None
+        )
         sets = sorted({t.skill_set for t in tasks})
         PlannerCore(engine, "timely").warm_up(sets)
         if profile == "fit":
@@ -440,9 +514,9 @@ def run(args: argparse.Namespace) -> int:
         results = []
         for pol in policies:
             print(f"[realbench] {args.engine} / {pol}: {len(tasks)} tasks ...", flush=True)
-            real = drive(engine, tasks, pol, realtime=realtime, seed=args.seed)
+            real = drive(engine, tasks, pol, realtime=realtime, seed=args.seed, options=options)
             pred = predict(sim, tasks, real, args.seed)
-            results.append(compare(real, pred))
+            results.append(compare(real, pred, references))
             print(
                 f"[realbench]   done in {real.wall:.0f} s; mean |err| "
                 f"{100 * results[-1]['mean_abs_rel_err']:.1f}%",
@@ -458,6 +532,7 @@ def run(args: argparse.Namespace) -> int:
     out = {
         "engine": args.engine,
         "engine_options": params,
+        "plans": args.plans,
         "profile": profile,
         "tuf_scale": scale,
         "workload": args.workload,

@@ -50,6 +50,8 @@ __all__ = [
     "SpeedMeter",
     "TokenOut",
     "check_admission",
+    "check_replays",
+    "plan_kwargs",
     "script_kwargs",
 ]
 
@@ -175,6 +177,12 @@ class Engine(ABC):
     # replica sets of it): their ``admit`` takes one more keyword, ``script`` (the ids to emit, then
     # EOS), which is not part of this port; callers pass it through :func:`script_kwargs`.
     needs_script = False
+    # True for engines that can hold a generation to an exact text (replay mode,
+    # :mod:`timely_llm_ros.core.replay`): their ``admit`` takes one more keyword, ``plan`` (the text
+    # the generation must write, applied as the engine's structured-output constraint in place of the
+    # skill grammar; after a resumption the constraint is the rest of it). Callers pass it through
+    # :func:`plan_kwargs`.
+    replays_plans = False
 
     @abstractmethod
     def tokenize(self, text: str) -> list[int]:
@@ -273,3 +281,26 @@ def script_kwargs(engine: Engine, script: list[int] | None) -> dict[str, list[in
     Why: the simulated engine's reference plan is no argument of the port's ``admit`` (an engine
     that generates has nothing to do with it), so only a scripted engine is handed one."""
     return {"script": script} if engine.needs_script else {}
+
+
+def plan_kwargs(engine: Engine, plan: str | None) -> dict[str, str]:
+    """``{"plan": plan}`` for a replayed generation on an engine that generates (``replays_plans``);
+    ``{}`` without a plan, and for a scripted engine, whose script already is the reference plan.
+
+    Why a keyword outside the port's signature: only replay mode needs it, and an engine that cannot
+    constrain its output to a literal is refused with a reason instead of silently writing its own
+    plan (:class:`EngineError`)."""
+    if plan is None or engine.needs_script:
+        return {}
+    check_replays(engine)
+    return {"plan": plan}
+
+
+def check_replays(engine: Engine) -> None:
+    """:class:`EngineError` unless ``engine`` can replay reference plans (scripted engines can: their
+    script is the reference plan)."""
+    if not (engine.needs_script or engine.replays_plans):
+        raise EngineError(
+            f"engine {engine.info.name!r} cannot replay reference plans (plan_source: reference): it "
+            "has no structured-output constraint for an exact text"
+        )

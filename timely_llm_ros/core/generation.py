@@ -226,6 +226,7 @@ class Generation:
         "prompt_ids",
         "prefix_len",
         "script",
+        "plan",
         "max_tokens",
         "seg_tokens",
         "seg_start",
@@ -263,6 +264,7 @@ class Generation:
         self.prompt_ids: list[int] = []
         self.prefix_len = 0
         self.script: list[int] | None = None
+        self.plan: str | None = None  # replay mode: the text the engine must write (core/replay.py)
         self.max_tokens = int(spec.max_tokens)
         self.seg_tokens = 0
         self.seg_start = NAN

@@ -7,6 +7,11 @@ utility (NaN / negative ERT, alpha > 0, beta ≤ 0 — re-checked because a TUF 
 built around its own validation), an unknown skill set, a prompt that does not fit the engine's
 context, and (simulated engine) a missing reference plan.
 
+In replay mode (``replay``, planner option ``plan_source: reference``) a task's reference plan is
+handed to a generating engine as the exact text to write (:mod:`.replay`); its token budget grows to
+the literal's length when smaller, so a replay is never cut short. Tasks without one keep the skill
+grammar.
+
 The ROS planner node's front door (:mod:`timely_llm_ros.nodes.planner`) runs the checks that must
 come before a task is queued for the planner thread from here too, so each check and its text has
 one home: :func:`load_task_skill_set` (also used by :meth:`Intake.prepare`), :func:`check_robot_type`,
@@ -34,6 +39,7 @@ from dataclasses import dataclass
 
 from timely_llm_ros.core.engine import Engine, EngineError
 from timely_llm_ros.core.limits import RecentIds, tuf_or_reject
+from timely_llm_ros.core.replay import ReplayError, reference_literal, replay_budget
 from timely_llm_ros.core.skills import SkillParseError, SkillSet, load_skill_set
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
 
@@ -45,13 +51,15 @@ class PreparedTask:
     prefix_len: int  # the first prefix_len ids are the skill set's shared prompt
     max_tokens: int  # the task's budget, capped by what is left of the context
     script: list[int] | None  # simulated engine: the reference plan's ids
+    plan: str | None = None  # replay mode: the text the engine must write (core/replay.py)
 
 
 class Intake:
     """Validates tasks and builds their prompts for one engine (caches prefix tokenisations)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, replay: bool = False) -> None:
         self.engine = engine
+        self.replay = replay  # plan_source: reference (core/replay.py)
         self._prefix_ids: dict[str, list[int]] = {}
 
     def prefix_ids(self, sset: SkillSet) -> list[int]:
@@ -92,7 +100,16 @@ class Intake:
                     "cannot resume: the plan sent before the restart is not the start of the reference plan"
                 )
             script = self.engine.tokenize(plan[len(seed) :])
-        return PreparedTask(sset, prompt, len(prefix), min(spec.max_tokens, limit - len(prompt)), script)
+        budget = spec.max_tokens
+        plan_text = None
+        if self.replay and not self.engine.needs_script:
+            try:
+                plan_text = reference_literal(spec.reference_plan, seed)
+            except ReplayError as exc:
+                raise TaskRejected(f"cannot resume: {exc}") from None
+            if plan_text is not None:
+                budget = replay_budget(plan_text, budget)
+        return PreparedTask(sset, prompt, len(prefix), min(budget, limit - len(prompt)), script, plan_text)
 
 
 def load_task_skill_set(name: str) -> SkillSet:

@@ -59,13 +59,22 @@ from dataclasses import dataclass
 
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.agent_queue import WAITING, AgentQueueFull, AgentQueues
-from timely_llm_ros.core.engine import Engine, EngineError, EngineOutOfMemory, TokenOut, script_kwargs
+from timely_llm_ros.core.engine import (
+    Engine,
+    EngineError,
+    EngineOutOfMemory,
+    TokenOut,
+    check_replays,
+    plan_kwargs,
+    script_kwargs,
+)
 from timely_llm_ros.core.exectime import ExecTimeModel, load_exec_time_model
 from timely_llm_ros.core.feedback import feedback_problem
 from timely_llm_ros.core.generation import Dispatch, Generation, Segment, TaskRecord, estimated_action_end
 from timely_llm_ros.core.intake import Intake
 from timely_llm_ros.core.motion_budget import PlanBudgets
 from timely_llm_ros.core.planner_options import PlannerExtras, PlannerOptions
+from timely_llm_ros.core.replay import REFERENCE
 from timely_llm_ros.core.scheduler import Policy, Scheduler
 from timely_llm_ros.core.skills import SkillParseError, load_skill_set
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
@@ -130,10 +139,13 @@ class PlannerCore:
         self._tasks: dict[str, Generation] = {}
         self._finished: OrderedDict[str, TaskRecord] = OrderedDict()  # retained terminal tasks
         self._running: dict[int, Generation] = {}
-        self.intake = Intake(engine)
         self._next_id = 0
         self._use_checker = self.policy.stream
         self.options = options or PlannerOptions()
+        replay = self.options.plan_source == REFERENCE
+        if replay:
+            check_replays(engine)  # an engine that cannot replay is refused now, with the reason
+        self.intake = Intake(engine, replay=replay)
         self.extras = PlannerExtras(self.options)
         self._costs = engine.cost_profile()
 
@@ -269,6 +281,7 @@ class PlannerCore:
         gen.prompt_ids = prep.prompt_ids
         gen.prefix_len = prep.prefix_len
         gen.script = prep.script
+        gen.plan = prep.plan
         gen.max_tokens = prep.max_tokens
         # KV tokens the admission takes: the private prompt part plus room for one segment
         gen.mem_need = len(prep.prompt_ids) - prep.prefix_len + gen.max_seg_tokens
@@ -403,6 +416,7 @@ class PlannerCore:
                 prefix_key=gen.skill_set.name,
                 prefix_len=gen.prefix_len,
                 **script_kwargs(self.engine, gen.script),
+                **plan_kwargs(self.engine, gen.plan),
             )
             rec.first_admit = t
             self._emit(t, ev.GEN_START, rec, gen.k)
@@ -740,6 +754,7 @@ class PlannerCore:
         gen.checker = None
         gen.prompt_ids = []
         gen.script = None
+        gen.plan = None
         gen.text = []
         promo = self.agents.leave(rec.agent_id, rec.task_id)
         if promo.active is not None and promo.active != rec.task_id:

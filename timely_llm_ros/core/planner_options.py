@@ -11,6 +11,9 @@ overrun             continue    default overrun strategy (002): ``continue``, ``
 token_budget        whole       prompt tokens per step (004): ``whole``, ``fixed``, ``slack``
 prefill_chunk       64          ``fixed``: tokens per step
 min_chunk           16          ``slack``: smallest chunk
+plan_source         model       ``reference``: a task with a reference plan makes the engine write
+                                exactly that plan (replay mode, :mod:`.replay`); ``model``: the
+                                model writes its own under the skill grammar
 ==================  ==========  ==================================================================
 
 KV handling of suspended generations (003, 001) is an *engine* option (``kv_policy``, ``eviction``,
@@ -33,6 +36,7 @@ from typing import Any
 from timely_llm_ros.core.engine import script_kwargs
 from timely_llm_ros.core.length_predictor import LengthPredictor, segment_time
 from timely_llm_ros.core.overrun import STRATEGIES, OverrunTracker
+from timely_llm_ros.core.replay import MODEL, check_plan_source
 from timely_llm_ros.core.token_budget import TOKEN_BUDGETS, BudgetOptions, Running, choose_budget
 from timely_llm_ros.core.urgency import (
     CLASSIFIERS,
@@ -57,8 +61,10 @@ class PlannerOptions:
     prefill_chunk: int = 64
     min_chunk: int = 16
     protect_tardy: bool = False
+    plan_source: str = MODEL
 
     def __post_init__(self) -> None:
+        check_plan_source(self.plan_source)
         if self.urgency not in CLASSIFIERS:
             raise ValueError(f"urgency must be one of {', '.join(CLASSIFIERS)}, got {self.urgency!r}")
         if self.overrun not in STRATEGIES:

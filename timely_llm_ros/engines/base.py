@@ -15,6 +15,8 @@ from timely_llm_ros.core.engine import (
     SpeedMeter,
     TokenOut,
     check_admission,
+    check_replays,
+    plan_kwargs,
     script_kwargs,
 )
 
@@ -28,5 +30,7 @@ __all__ = [
     "SpeedMeter",
     "TokenOut",
     "check_admission",
+    "check_replays",
+    "plan_kwargs",
     "script_kwargs",
 ]

@@ -33,7 +33,11 @@ This is the default real engine: SmolLM2-135M-Instruct (the GGUF inside the
   (the skill set's name) selects the GBNF grammar built from that skill set
   (:func:`~timely_llm_ros.core.grammar.build_gbnf`); each generation has its own llama.cpp grammar
   sampler that persists across suspensions, so the segments of one plan form one derivation and
-  every segment parses. Free-text skill sets (chatbot) have no grammar.
+  every segment parses. Free-text skill sets (chatbot) have no grammar. **Replay mode**: an
+  admission with ``plan`` (the planner's ``plan_source: reference``) gets a grammar whose only
+  sentence is that text (:func:`~timely_llm_ros.core.replay.gbnf_literal`) in place of the skill
+  grammar; its sampler also persists across suspensions, so after a resumption it admits exactly the
+  rest of the literal.
 * **Sampling.** Greedy (argmax) by default; ``temperature > 0`` samples with a per-generation RNG
   seeded from ``(seed, gen_id)`` so results do not depend on batch composition. End-of-generation is
   never allowed as the *first* token (an empty plan is useless and the grammar permits it). Every
@@ -90,11 +94,17 @@ from timely_llm_ros.core.engine import (
 )
 from timely_llm_ros.core.kv_policy import HOST, KEEP, at_suspension
 from timely_llm_ros.core.profile import EngineProfile
+from timely_llm_ros.core.replay import gbnf_literal
 from timely_llm_ros.engines.llamacpp_batch import Batching
 from timely_llm_ros.engines.llamacpp_chat import ChatPrompt, Grammars
 from timely_llm_ros.engines.llamacpp_config import DEFAULT_COST_PROFILE, LlamaCppConfig, default_threads
 from timely_llm_ros.engines.llamacpp_kv import NO_COSTS, KVMemory
-from timely_llm_ros.engines.llamacpp_native import NativeBatch, NativeModel, default_model_path
+from timely_llm_ros.engines.llamacpp_native import (
+    GrammarConstraint,
+    NativeBatch,
+    NativeModel,
+    default_model_path,
+)
 from timely_llm_ros.engines.llamacpp_seq import LlamaSeq, Prefix, StepInfo
 from timely_llm_ros.engines.sequences import FINISHED, RUNNING, SequenceTable
 
@@ -103,6 +113,8 @@ __all__ = ["DEFAULT_COST_PROFILE", "LlamaCppConfig", "LlamaCppEngine", "StepInfo
 
 class LlamaCppEngine(KVMemory, Batching, Engine):
     """llama.cpp engine (see the module docstring).
+
+    ``admit(..., plan=text)``: replay mode, the generation writes exactly ``text``.
 
     ``model_path``: a GGUF file (None: the default model). The options are the fields of
     :class:`~.llamacpp_config.LlamaCppConfig`, given as keyword arguments (what the registry and
@@ -125,6 +137,8 @@ class LlamaCppEngine(KVMemory, Batching, Engine):
     name, path or :class:`~timely_llm_ros.core.profile.EngineProfile` pricing prefill and transfers
     (None: the shipped CPU profile when the model is the default one).
     """
+
+    replays_plans = True
 
     def __init__(
         self,
@@ -291,6 +305,7 @@ class LlamaCppEngine(KVMemory, Batching, Engine):
         max_tokens: int,
         prefix_key: str | None = None,
         prefix_len: int = 0,
+        plan: str | None = None,
     ) -> None:
         nat = self._nat()
         table = self._table
@@ -319,12 +334,14 @@ class LlamaCppEngine(KVMemory, Batching, Engine):
                 f"all {nat.n_seq_max} llama.cpp sequence slots are busy ({len(table.active)} "
                 f"generations in the batch, {len(self._prefixes)} prefixes)"
             )
-        grammar = self._grammars.get(nat, prefix_key)
+        if plan is not None:  # replay: this generation's own grammar, the literal (compiled in ~ms)
+            constraint = GrammarConstraint(nat, gbnf_literal(plan))
+        else:
+            grammar = self._grammars.get(nat, prefix_key)
+            constraint = grammar.clone(nat) if grammar else None
         order = table.next_order()
         rng = np.random.default_rng([self.seed, gen_id & 0x7FFFFFFF]) if self.temperature > 0 else None
-        table.add(
-            LlamaSeq(gen_id, ids, prefix_ids, max_tokens, grammar.clone(nat) if grammar else None, order, rng)
-        )
+        table.add(LlamaSeq(gen_id, ids, prefix_ids, max_tokens, constraint, order, rng))
 
     def resume(self, gen_id: int, context: Context, *, max_tokens: int) -> None:
         seq = self._table.suspended(gen_id, context)

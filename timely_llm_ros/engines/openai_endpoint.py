@@ -24,7 +24,10 @@ honest:
   :meth:`server_state`, cover the others).
 * **grammar**: the skill set's GBNF in the server's field (:mod:`.openai_protocol`); a resumed request
   is a new derivation and gets :func:`~.vllm.continuation_gbnf`. ``grammar: None`` turns it off
-  explicitly (the segment parser still gates every segment).
+  explicitly (the segment parser still gates every segment). **Replay mode** (``admit(...,
+  plan=text)``): the grammar is the literal (:func:`~timely_llm_ros.core.replay.gbnf_literal`) — on
+  a resumption the rest of it after the text delivered so far — and no stop strings apply (the literal
+  ends the plan); text that leaves the literal fails the generation with the reason.
 
 Scheduler estimates that become approximate over HTTP: :meth:`speed` is the mean gap between streamed
 tokens of recent generations (not a lock-step iteration time: it includes the server's batching and
@@ -59,6 +62,7 @@ from timely_llm_ros.core.engine import (
     TokenOut,
     check_admission,
 )
+from timely_llm_ros.core.replay import PlanLiteral, ReplayError, gbnf_literal
 from timely_llm_ros.engines.chat_template import wrap_ids
 from timely_llm_ros.engines.openai_http import Endpoint, HttpFailure, Stream, StreamEvent, call
 from timely_llm_ros.engines.openai_protocol import (
@@ -93,13 +97,15 @@ class ResumeRecord:
 @dataclass
 class Detached:
     """A generation taken off a server: its ids, budget, prefix key, and the segment boundary where
-    its interrupted submission began with the text delivered since (for a verified replay)."""
+    its interrupted submission began with the text delivered since (for a verified replay); in replay
+    mode its literal, positioned at that boundary."""
 
     context: Context
     max_tokens: int
     key: str | None
     boundary: int
     text: str
+    plan: PlanLiteral | None = None
 
 
 @dataclass
@@ -135,6 +141,8 @@ class _Gen:
         "replay_ids",
         "replay_text",
         "replay_seen",
+        "plan",
+        "plan_start",
     )
 
     def __init__(self, gen_id: int, ids: list[int], n_prompt: int, max_tokens: int, key: str | None) -> None:
@@ -161,6 +169,8 @@ class _Gen:
         self.replay_ids: deque[int] = deque()
         self.replay_text = ""
         self.replay_seen = ""
+        self.plan: PlanLiteral | None = None  # replay mode: the literal and how much was delivered
+        self.plan_start = 0  # the literal's position at the start of the current submission
 
     @property
     def n_gen(self) -> int:
@@ -177,8 +187,11 @@ class OpenAIEndpointEngine(Engine):
     GBNF; ``chat_template``: ``auto`` (ChatML when the model has its control tokens), ``chatml`` or
     ``none``; ``stop``: stop strings (a line break ends a one-line plan, as the embedded engine does);
     ``kv_capacity``/``max_running`` override what the server states. ``connect=False`` defers the first
-    contact to :meth:`connect` (a replica that is down at start-up).
+    contact to :meth:`connect` (a replica that is down at start-up). ``admit(..., plan=text)``:
+    replay mode, the generation writes exactly ``text``.
     """
+
+    replays_plans = True
 
     def __init__(
         self,
@@ -453,12 +466,15 @@ class OpenAIEndpointEngine(Engine):
         max_tokens: int,
         prefix_key: str | None = None,
         prefix_len: int = 0,
+        plan: str | None = None,
     ) -> None:
         check_admission(gen_id in self._gens, gen_id, prompt_ids, max_tokens)
         self._need_connection()
         ids = self._wrap(list(prompt_ids), prefix_len if prefix_key is not None else 0)
         self._check_fits(len(ids))
-        self._gens[gen_id] = _Gen(gen_id, ids, len(ids), max_tokens, prefix_key)
+        gen = _Gen(gen_id, ids, len(ids), max_tokens, prefix_key)
+        gen.plan = PlanLiteral(plan) if plan is not None else None
+        self._gens[gen_id] = gen
 
     def adopt(
         self,
@@ -469,6 +485,7 @@ class OpenAIEndpointEngine(Engine):
         prefix_key: str | None,
         boundary: int | None = None,
         replay_text: str = "",
+        plan: PlanLiteral | None = None,
     ) -> None:
         """Continue on this server a generation that another replica started.
 
@@ -488,6 +505,7 @@ class OpenAIEndpointEngine(Engine):
         gen = _Gen(gen_id, ids[:cut], context.n_prompt, max_tokens, prefix_key)
         gen.replay_ids = deque(ids[cut:])
         gen.replay_text = replay_text if gen.replay_ids else ""
+        gen.plan = plan.at(plan.done) if plan is not None else None
         if len(ids) - context.n_prompt >= max_tokens:
             raise EngineError(f"generation {gen_id} has no token budget left")
         self._gens[gen_id] = gen
@@ -530,7 +548,13 @@ class OpenAIEndpointEngine(Engine):
             gen.key,
             gen.sub_start,
             "".join(gen.sub_text),
+            gen.plan.at(gen.plan_start) if gen.plan is not None else None,
         )
+
+    def plan_of(self, gen_id: int) -> PlanLiteral | None:
+        """A copy of a generation's literal at the text delivered so far (replay mode; else None)."""
+        gen = self._gens.get(gen_id)
+        return gen.plan.at(gen.plan.done) if gen is not None and gen.plan is not None else None
 
     def release(self, gen_id: int) -> None:
         gen = self._gens.pop(gen_id, None)
@@ -654,9 +678,11 @@ class OpenAIEndpointEngine(Engine):
             max_tokens=gen.max_tokens - gen.n_gen,
             temperature=self.temperature,
             seed=self.seed + gen.gen_id,
-            grammar=self._grammar(gen.key, resumed),
+            grammar=gbnf_literal(gen.plan.rest())
+            if gen.plan is not None
+            else self._grammar(gen.key, resumed),
             priority=prio,
-            stop=self.stop,
+            stop=self.stop if gen.plan is None else [],
             first=not resumed,
         )
         slot = self._pick_slot(gen)
@@ -692,6 +718,7 @@ class OpenAIEndpointEngine(Engine):
         the segment boundary it starts at, and what a failover replay still has to verify."""
         gen.sub += 1
         gen.sub_start = len(gen.ids)
+        gen.plan_start = gen.plan.done if gen.plan is not None else 0
         if not gen.replay_ids:  # a replay only ever covers the submission that adopt() restarted
             gen.replay_text = ""
         gen.sub_text = [gen.replay_text] if gen.replay_text else []
@@ -823,6 +850,8 @@ class OpenAIEndpointEngine(Engine):
                 transport=False,
             )
             return None
+        if gen.plan is not None:  # verified text is the planner's already: the literal moves past it
+            gen.plan.feed(seen[: len(want)][len(gen.replay_seen) :])
         gen.replay_seen = seen[: len(want)]
         if not gen.replay_ids and len(seen) >= len(want):  # replay complete: back to normal delivery
             gen.replay_text = gen.replay_seen = ""
@@ -835,6 +864,13 @@ class OpenAIEndpointEngine(Engine):
             self.stats["tokens"] += 1
         if text:
             gen.sub_text.append(text)
+            if gen.plan is not None:
+                try:
+                    gen.plan.feed(text)
+                except ReplayError as exc:  # the server ignored the constraint: never another plan
+                    self._close(gen)
+                    gen.state = _FINISHED
+                    return TokenOut(gen.gen_id, -1, f"{self.url}: {exc}", t, True, "error")
         if not finish and gen.n_gen >= gen.max_tokens:
             finish = "length"
         if finish:

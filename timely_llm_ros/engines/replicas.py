@@ -48,6 +48,7 @@ from timely_llm_ros.core.engine import (
     EngineInfo,
     MemoryInfo,
     TokenOut,
+    plan_kwargs,
     script_kwargs,
 )
 
@@ -76,6 +77,7 @@ class _Meta:
     prefix_key: str | None
     prefix_len: int
     max_tokens: int
+    plan: str | None = None  # replay mode: the literal the generation was admitted with
 
 
 @dataclass
@@ -89,6 +91,7 @@ class _Orphan:
     context: Context | None = None  # had run somewhere: continue from these ids
     boundary: int | None = None  # ... restarting at this segment boundary (verified replay)
     replay_text: str = ""
+    plan: object = None  # replay mode: the literal (PlanLiteral) positioned where it restarts
 
 
 @dataclass
@@ -126,6 +129,7 @@ class ReplicaSetEngine(Engine):
         self.replicas = [_Replica(e, n) for e, n in zip(replicas, names)]
         self.virtual = all(hasattr(e, "advance_to") for e in replicas)
         self.needs_script = replicas[0].needs_script
+        self.replays_plans = all(r.replays_plans for r in replicas)
         self.step_wait = float(step_wait)
         self.retry_base = float(retry_base)
         self.retry_max = float(retry_max)
@@ -243,12 +247,16 @@ class ReplicaSetEngine(Engine):
         prefix_key: str | None = None,
         prefix_len: int = 0,
         script: list[int] | None = None,
+        plan: str | None = None,
     ) -> None:
         """The port's ``admit``; ``script`` only for a set of scripted (simulated) replicas
-        (``needs_script``), kept for re-admitting the generation elsewhere after a failover."""
+        (``needs_script``), kept for re-admitting the generation elsewhere after a failover; ``plan``
+        (replay mode) for replicas that replay plans, kept likewise."""
         if gen_id in self._meta:
             raise EngineError(f"generation {gen_id} already admitted")
-        meta = _Meta(len(prompt_ids), prefix_key, prefix_len if prefix_key is not None else 0, max_tokens)
+        meta = _Meta(
+            len(prompt_ids), prefix_key, prefix_len if prefix_key is not None else 0, max_tokens, plan
+        )
         if prefix_key is not None and meta.prefix_len > 0 and prefix_key not in self._warmed:
             self.warm_prefix(list(prompt_ids[: meta.prefix_len]), prefix_key)
         self._meta[gen_id] = meta
@@ -309,6 +317,7 @@ class ReplicaSetEngine(Engine):
                 prefix_key=meta.prefix_key,
                 prefix_len=meta.prefix_len,
                 **script_kwargs(r.engine, script),
+                **plan_kwargs(r.engine, meta.plan),
             )
 
         return self._place(
@@ -360,9 +369,11 @@ class ReplicaSetEngine(Engine):
             return
         # the replica holding its KV is down: continue elsewhere from the ids
         context.check_matches(gen_id, context.token_ids, context.n_prompt)
+        plan_of = getattr(r.engine, "plan_of", None)
+        plan = plan_of(gen_id) if plan_of is not None else None  # replay: where the literal stands
         r.engine.release(gen_id)
         del self._where[gen_id]
-        self._adopt(gen_id, context, meta, exclude={idx}, kind="failover")
+        self._adopt(gen_id, context, meta, exclude={idx}, kind="failover", plan=plan)
 
     def _adopt(
         self,
@@ -373,6 +384,7 @@ class ReplicaSetEngine(Engine):
         kind: str,
         boundary: int | None = None,
         replay_text: str = "",
+        plan: object = None,
     ) -> None:
         def run(r: _Replica) -> None:
             adopt = getattr(r.engine, "adopt", None)
@@ -385,6 +397,7 @@ class ReplicaSetEngine(Engine):
                 prefix_key=meta.prefix_key,
                 boundary=boundary,
                 replay_text=replay_text,
+                **({"plan": plan} if plan is not None else {}),
             )
             r.failovers += 1
 
@@ -393,7 +406,7 @@ class ReplicaSetEngine(Engine):
             meta,
             exclude,
             run,
-            _Orphan(0.0, "", context=context, boundary=boundary, replay_text=replay_text),
+            _Orphan(0.0, "", context=context, boundary=boundary, replay_text=replay_text, plan=plan),
             kind,
         )
 
@@ -476,6 +489,7 @@ class ReplicaSetEngine(Engine):
             kind="failover",
             boundary=det.boundary,
             replay_text=det.text,
+            plan=getattr(det, "plan", None),
         )
 
     def _fail(self, gen_id: int, reason: str) -> None:
@@ -521,6 +535,7 @@ class ReplicaSetEngine(Engine):
                         kind="orphan-resume",
                         boundary=orphan.boundary,
                         replay_text=orphan.replay_text,
+                        plan=orphan.plan,
                     )
                 else:
                     self._place_new(gen_id, orphan.prompt_ids or [], orphan.script, meta, "orphan-admit")

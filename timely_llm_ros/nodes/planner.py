@@ -30,6 +30,11 @@ restarted" (default). A clean stop (SIGINT/SIGTERM) gives every open task a fina
 Clocks: the planner runs on the engine clock (monotonic); stamps on messages are ROS (system) time,
 converted with one offset measured at configure. Robot feedback stamps are used when they lie within
 ``feedback_clock_tolerance`` of the planner's own reading, else the receipt time (clock skew).
+
+Replay mode (``plan_source: reference``, :mod:`~timely_llm_ros.core.replay`): a real engine writes
+each task's reference plan exactly — the plan the simulated engine would emit, looked up in the
+``sim_plans`` sources as for ``engine: sim`` — as its structured-output constraint; a task for which
+no source has a plan keeps the skill grammar (the model writes its own).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 
 from timely_llm_ros.core import limits
+from timely_llm_ros.core.replay import REFERENCE
 from timely_llm_ros.core.task import TaskRejected
 from timely_llm_ros.engines.base import EngineError
 from timely_llm_ros.msg import Segment, SegmentFeedback, Task, TaskStatus, TraceEvent
@@ -129,9 +135,15 @@ class PlannerNode(LifecycleNode):
         self._transition_error = None
         try:
             overrides = self._parameter_overrides
+            options = make_planner_options(self.p, overrides)
             engine = make_engine(self.p, overrides, self.svc.new_stop_event())
-            plans = load_plans(engine, self.p["sim_plans"], self.get_logger())
-            self.svc.configure(engine, plans, make_planner_options(self.p, overrides))
+            plans = load_plans(
+                engine, self.p["sim_plans"], self.get_logger(), options.plan_source == REFERENCE
+            )
+            try:
+                self.svc.configure(engine, plans, options)
+            except EngineError as exc:  # plan_source reference on an engine that cannot replay
+                raise ParamError(f"parameter 'plan_source': {exc}") from None
             self._warm_up(self.p["warmup_skill_sets"])
             self.svc.journal, self.svc.recovered_tasks = self._open_journal()
         except ParamError as exc:
@@ -187,7 +199,8 @@ class PlannerNode(LifecycleNode):
     def _describe(self) -> str:
         svc = self.svc
         journal = svc.journal.path if svc.journal else "off"
-        return f"engine {svc.engine.info.name}, policy {svc.core.policy.name}, journal {journal}"
+        replay = ", replaying reference plans" if svc.core.intake.replay else ""
+        return f"engine {svc.engine.info.name}, policy {svc.core.policy.name}, journal {journal}{replay}"
 
     # ------------------------------------------------------------------ set-up
     def _warm_up(self, skill_sets: list[str]) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from timely_llm_ros.core.planner_options import PlannerOptions
+from timely_llm_ros.core.replay import MODEL, PLAN_SOURCES
 from timely_llm_ros.core.scheduler import parse_policy
 from timely_llm_ros.nodes.common import Param, nonempty
 from timely_llm_ros.nodes.sim_support import CATALOG
@@ -177,8 +178,18 @@ PARAMS = (
     Param(
         "sim_plans",
         [CATALOG],
-        "sim engine: where reference plans come from: 'catalog' (LRTrace tasks) "
+        "sim engine and replay mode: where reference plans come from: 'catalog' (LRTrace tasks) "
         "and workload specs (preset, public sample or file)",
+        read_only=True,
+    ),
+    Param(
+        "plan_source",
+        MODEL,
+        "model: the model writes its own plans (skill grammar); reference: replay mode, a real engine "
+        "writes each task's reference plan (from sim_plans) exactly, as its structured-output "
+        "constraint, so timing is comparable across engines and the simulator (also the "
+        "planner_options key plan_source)",
+        choices=PLAN_SOURCES,
         read_only=True,
     ),
     Param("require_robot", True, "reject tasks whose agent has no robot node on /<agent>/skill_segments"),

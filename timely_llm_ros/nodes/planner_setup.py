@@ -7,6 +7,7 @@ Each failure is a :class:`~timely_llm_ros.nodes.common.ParamError` naming the pa
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Mapping
@@ -14,6 +15,7 @@ from typing import Any
 
 from timely_llm_ros.core.kv_policy import KVPolicyError
 from timely_llm_ros.core.planner_options import PlannerOptions
+from timely_llm_ros.core.replay import REFERENCE
 from timely_llm_ros.engines.base import Engine
 from timely_llm_ros.nodes.common import ParamError
 from timely_llm_ros.nodes.planner_params import engine_options, planner_options
@@ -54,14 +56,17 @@ def make_engine(p: Mapping[str, Any], overrides: Mapping[Any, Any], stop: thread
 
 def make_planner_options(p: Mapping[str, Any], overrides: Mapping[Any, Any]) -> PlannerOptions:
     try:
-        return planner_options(p["planner_options"], overrides)
+        opts = planner_options(p["planner_options"], overrides)
     except ValueError as exc:
         raise ParamError(f"parameter 'planner_options': {exc}") from None
+    if p["plan_source"] == REFERENCE:  # the parameter, or the planner_options key
+        opts = dataclasses.replace(opts, plan_source=REFERENCE)
+    return opts
 
 
-def load_plans(engine: Engine, sources: list[str], log: Any) -> PlanTable | None:
-    """The reference plans of an engine that needs a script (the simulated one), else None."""
-    if not engine.needs_script:
+def load_plans(engine: Engine, sources: list[str], log: Any, replay: bool = False) -> PlanTable | None:
+    """The reference plans: the simulated engine emits them; in replay mode a real engine writes them."""
+    if not (engine.needs_script or replay):
         return None
     plans = PlanTable()
     for source in sources:
@@ -69,5 +74,5 @@ def load_plans(engine: Engine, sources: list[str], log: Any) -> PlanTable | None
             n = plans.load(source)
         except Exception as exc:  # WorkloadError, OSError, ...: name the source
             raise ParamError(f"parameter 'sim_plans': cannot load {source!r}: {exc}") from None
-        log.info(f"sim engine: {n} reference plans from {source!r}")
+        log.info(f"{n} reference plans from {source!r}")
     return plans

@@ -1,0 +1,95 @@
+"""Replay mode on the embedded llama.cpp engine (SmolLM2-135M on the CPU, real decoding).
+
+The reference plan is the generation's GBNF literal: whatever the model would write, the engine
+writes exactly that text, across suspensions (the grammar sampler keeps its place) — and through
+``timely-llm realbench --plans reference`` for every task of a WID2 slice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from llamacpp_guard import require_llamacpp
+
+from timely_llm_ros.bench import realbench
+from timely_llm_ros.core.skills import load_skill_set
+
+require_llamacpp()
+
+from timely_llm_ros.engines.llamacpp import LlamaCppEngine  # noqa: E402
+
+pytestmark = pytest.mark.slow
+THREADS = int(os.environ.get("TIMELY_LLM_TEST_THREADS", "1"))
+SSET = load_skill_set("tello_minispec")
+# quotes, a backslash, a block and a unicode string: what the GBNF escaping must carry through
+PLAN = "?iv('cat')==True{g('cat');l('mi\\'au \"ü\"')};tp();d(3);"
+
+
+@pytest.fixture(scope="module")
+def engine():
+    eng = LlamaCppEngine(n_ctx=2048, n_seq_max=8, n_threads=THREADS)
+    yield eng
+    eng.close()
+
+
+def admit(eng: LlamaCppEngine, gid: int, task: str, **kw) -> None:
+    pre = eng.tokenize(SSET.prompt)
+    ids = pre + eng.tokenize(SSET.format_request(task)[len(SSET.prompt) :])
+    eng.admit(gid, ids, max_tokens=120, prefix_key=SSET.name, prefix_len=len(pre), **kw)
+
+
+def run_to_end(eng: LlamaCppEngine, gid: int, suspend_at_segments: bool) -> tuple[str, list[str], str]:
+    """Step ``gid`` to its end, suspending and resuming it at every segment boundary while another
+    generation decodes alone; returns its text, the segments and how it ended."""
+    chk = SSET.new_checker()
+    text, segments = "", []
+    while True:
+        (out,) = [o for o in eng.step() if o.gen_id == gid]
+        text += out.text
+        if out.finished:
+            return text, segments, out.reason
+        if chk.feed(out.text):
+            segments.append(chk.cut())
+            if suspend_at_segments:
+                ctx = eng.suspend(gid)
+                for o in eng.step():  # the other generation runs meanwhile (it finishes or not)
+                    assert o.gen_id != gid
+                eng.resume(gid, ctx, max_tokens=120)
+
+
+def test_a_replayed_generation_writes_its_literal_across_suspensions(engine):
+    admit(engine, 1, "[A] Could you find the cat? If so, go to it.", plan=PLAN)
+    admit(engine, 2, "[A] Take a picture of the door.")  # the model's own plan, skill grammar
+    text, segments, reason = run_to_end(engine, 1, suspend_at_segments=True)
+    assert text == PLAN and reason == "eos"
+    # cut by the segmenter as always (a statement's ';' goes with the next segment or the tail)
+    assert len(segments) >= 4 and PLAN.startswith("".join(segments))
+    engine.release(1)
+    engine.release(2)
+
+
+def test_a_literal_that_ends_at_a_segment_boundary_resumes_into_its_end(engine):
+    plan = "tp();d(3)"  # the last segment ends with the literal: the resumed rest is empty
+    admit(engine, 3, "[A] Take a picture of the door.", plan=plan)
+    text, segments, reason = run_to_end(engine, 3, suspend_at_segments=True)
+    assert (text, "".join(segments), reason) == (plan, plan, "eos")
+    engine.release(3)
+
+
+def test_realbench_replays_every_plan_of_a_wid2_slice(tmp_path, capsys):
+    args = ["--engine", "llamacpp", "--plans", "reference", "--workload", "wid2", "--tasks", "20"]
+    args += ["--policies", "timely", "--tuf-scale", "8", "--out", str(tmp_path)]
+    assert realbench.main(args) == 0
+    out = json.loads((tmp_path / "realbench.json").read_text())
+    assert out["plans"] == "reference"
+    (res,) = out["results"]
+    assert res["tasks"] == 20
+    for t in res["per_task"]:
+        assert t["reference"] and t["plan"] == t["reference"], t["task"]
+        assert t["replayed_exactly"] and t["tokens"] >= 1 and t["own_tokens"] >= 1
+    rp = res["replay"]
+    assert rp["tasks_with_reference"] == rp["replayed_exactly"] == 20 and rp["not_exact"] == []
+    assert rp["replayed_tokens"] == sum(t["tokens"] for t in res["per_task"])
+    assert "replay timely: 20/20 plans equal their reference" in capsys.readouterr().out
