@@ -13,6 +13,7 @@ import json
 import re
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,10 @@ modes (combine freely; runs shared between them are done once):
                                      batch caps 2-16, bursts (incl. bursty=10), compressed arrivals,
                                      urgent-heavy, overload at caps 4/6/8; a summary table against
                                      the best baseline with x edf-seg and an upper bound; load figures
+  --suite stress                     bursty workloads never tuned on (4 bursty families x as composed,
+                                     compressed x0.5 and x0.35, distinct or shared agents = 20) x
+                                     caps 2-16: timely, the best baseline and the gap per row,
+                                     unclamped and clamped; --workload-seeds 11,12 draws new ones
   --suite related                    planner options beyond the paper (urgency, length predictor,
                                      overrun, token budget, KV handling) each against its off
                                      state: related.txt/json/png (--workers N runs N in parallel)
@@ -117,10 +122,17 @@ def _add_mode_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--suite",
-        choices=("paper", "scenarios", "related"),
+        choices=("paper", "scenarios", "stress", "related"),
         default=None,
-        help="paper: figures 5-9 + overhead; scenarios: overload scenario set + summary; related: the "
-        "planner options beyond the paper, each against its off state (ablation table + figure)",
+        help="paper: figures 5-9 + overhead; scenarios: overload scenario set + summary; stress: bursty "
+        "workloads x caps 2-16 + summary; related: the planner options beyond the paper, each against "
+        "its off state (ablation table + figure)",
+    )
+    parser.add_argument(
+        "--workload-seeds",
+        default=None,
+        metavar="N[,N...]",
+        help="--suite stress: compose every stress workload with these seeds instead of the presets' own",
     )
     parser.add_argument(
         "--overhead",
@@ -324,10 +336,20 @@ def _report(
         text.extend(_workload_tables(bench, plan, spec))
     extra: dict[str, Any] = {}
     if plan.scenarios:
+        from timely_llm_ros.bench import scenarios as sc
+
         note("computing the alone bounds ...")
-        rows = _scenario_summary(bench, plan.policies, options)
+        rows = _scenario_summary(bench, plan.policies, options, sc.SUITE)
         extra["scenario_summary"] = rn.clean(rows)
         text.append(render_summary(rows))
+        text.append("")
+    if plan.stress:
+        from timely_llm_ros.bench import stress
+
+        note("computing the alone bounds ...")
+        rows = _scenario_summary(bench, plan.policies, options, stress.suite(plan.stress_seeds))
+        extra["stress_summary"] = rn.clean(rows)
+        text.append(render_summary(rows, title="Stress summary"))
         text.append("")
     if plan.overhead:
         note("measuring overheads ...")
@@ -368,8 +390,14 @@ def _can_plot() -> bool:
     return True
 
 
-def _scenario_summary(bench: rn.Bench, policies: list[str], options: rn.BenchOptions) -> list[dict[str, Any]]:
-    """Summary rows of the scenario suite (:mod:`.scenario_table`), bounds computed once per workload."""
+def _scenario_summary(
+    bench: rn.Bench,
+    policies: list[str],
+    options: rn.BenchOptions,
+    entries: Sequence[tuple[str, str, int | None]],
+) -> list[dict[str, Any]]:
+    """Summary rows of a suite's ``(group, spec, cap)`` entries (:mod:`.scenario_table`), bounds
+    computed once per workload."""
     from timely_llm_ros.bench import scenarios as sc
     from timely_llm_ros.bench.bounds import class_bounds
     from timely_llm_ros.bench.scenario_table import summary_rows
@@ -393,7 +421,7 @@ def _scenario_summary(bench: rn.Bench, policies: list[str], options: rn.BenchOpt
         return None if run_ is None else run_.classes
 
     return summary_rows(
-        sc.SUITE,
+        entries,
         classes_of,
         bound_of,
         lambda spec: len(bench.workload(spec).skipped),

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from timely_llm_ros.bench import runner as rn
+from timely_llm_ros.bench.stress import parse_seeds
 from timely_llm_ros.core.scheduler import parse_policy
 
 Sweep = tuple[str, list[str]]  # (composer parameter, values as written)
@@ -82,6 +83,8 @@ class RunPlan:
     explicit: list[str] = field(default_factory=list)  # workload specs of the explicit mode, in order
     sweeps: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # base workload -> [(value, spec)]
     scenarios: bool = False  # --suite scenarios: its runs, summary table and load figures
+    stress: bool = False  # --suite stress: its runs and summary table (bench.stress)
+    stress_seeds: list[int] | None = None  # --workload-seeds: compose the stress families with these
     overhead: bool = False  # --overhead or --suite paper: the overhead report
     fig6_workload: str = "wid2"
     fig6_tasks: str | None = None
@@ -97,6 +100,8 @@ class RunPlan:
             batches=parse_batches(args.max_batch),
             sweep=parse_sweep(args.sweep),
             scenarios=args.suite == "scenarios",
+            stress=args.suite == "stress",
+            stress_seeds=parse_seeds(getattr(args, "workload_seeds", None)),
             overhead=bool(args.overhead or args.suite == "paper"),
             fig6_workload=args.fig6_workload,
             fig6_tasks=args.fig6_tasks,
@@ -108,6 +113,10 @@ class RunPlan:
         jobs += [job for fig in plan.figures for job in plan._figure_jobs(fig)]
         if plan.scenarios:
             jobs += rn.scenario_jobs(policies)
+        if plan.stress:
+            jobs += rn.stress_jobs(policies, plan.stress_seeds)
+        elif plan.stress_seeds is not None:
+            raise ValueError("--workload-seeds: only --suite stress composes workloads with other seeds")
         plan.jobs = dedupe(jobs)
         return plan
 

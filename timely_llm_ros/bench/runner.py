@@ -291,6 +291,15 @@ def scenario_jobs(policies: Sequence[str], groups: Sequence[str] | None = None) 
     return [Job(spec, sc.policy_for(p, cap)) for _, spec, cap in sc.suite(groups) for p in policies]
 
 
+def stress_jobs(policies: Sequence[str], seeds: Sequence[int] | None = None) -> list[Job]:
+    """The ``--suite stress`` runs: every entry of :func:`.stress.suite` (bursty workloads, plain and
+    compressed, distinct or shared agents, caps 2-16) under every policy."""
+    from timely_llm_ros.bench import scenarios as sc
+    from timely_llm_ros.bench import stress
+
+    return [Job(spec, sc.policy_for(p, cap)) for _, spec, cap in stress.suite(seeds) for p in policies]
+
+
 # ------------------------------------------------------------------------------ overhead report
 def segmentation_overhead(options: BenchOptions, repeats: int = 3) -> list[dict[str, Any]]:
     """Segmented vs unsegmented generation of each benchmark plan, alone on the simulated engine.

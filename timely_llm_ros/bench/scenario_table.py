@@ -94,7 +94,7 @@ def _f(v: Any, digits: int = 1) -> str:
     return f"{v:.{digits}f}"
 
 
-def render(rows: list[dict[str, Any]]) -> str:
+def render(rows: list[dict[str, Any]], title: str = "Scenario summary") -> str:
     """Aligned text table + the trailing-row counts (module docstring)."""
     header = [
         "group",
@@ -145,7 +145,7 @@ def render(rows: list[dict[str, Any]]) -> str:
         )
 
     out = [
-        "== Scenario summary: % of Σβ, Eq. 1 unclamped first, clamped at 0 (≥0) beside; "
+        f"== {title}: % of Σβ, Eq. 1 unclamped first, clamped at 0 (≥0) beside; "
         "×edf and bound/edf on clamped sums; bound = every task served alone at arrival",
         line(header),
         "  ".join("-" * w for w in widths),
