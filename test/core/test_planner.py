@@ -167,7 +167,11 @@ def test_a_truncated_plan_never_sends_the_partial_statement_under_any_policy(pol
         p.on_feedback("a", d.seg, ev.STARTED, 5.0 + i)
         p.on_feedback("a", d.seg, ev.DONE, 5.5 + i)
     assert rec.state in (ev.COMPLETED, ev.FAILED)
-    assert rec.reason.startswith(f"plan truncated at max_tokens ({n} tokens)"), (policy, rec.state, rec.reason)
+    assert rec.reason.startswith(f"plan truncated at max_tokens ({n} tokens)"), (
+        policy,
+        rec.state,
+        rec.reason,
+    )
     assert states[-1] == ("a", rec.state, rec.reason)
 
 

@@ -37,7 +37,7 @@ def test_a_plan_truncated_mid_statement_is_never_sent_and_its_task_ends_with_the
                 "agent": "drone_1",
                 "robot_type": "drone",
                 "skill_set": "tello_minispec",
-                "tuf": [5, 1, 1],
+                "tuf": [5, 1, 10],
                 "instruction": "[A] Climb, turn and take a picture.",
                 "plan": PLAN,
                 "max_tokens": cut_after_one,
@@ -49,7 +49,7 @@ def test_a_plan_truncated_mid_statement_is_never_sent_and_its_task_ends_with_the
                 "agent": "drone_1",
                 "robot_type": "drone",
                 "skill_set": "tello_minispec",
-                "tuf": [5, 1, 1],
+                "tuf": [5, 1, 10],
                 "instruction": "[A] Climb, turn and take a picture.",
                 "plan": PLAN,
                 "max_tokens": 2,
@@ -86,8 +86,10 @@ def test_a_plan_truncated_mid_statement_is_never_sent_and_its_task_ends_with_the
     rc, text, summary = run_fleet(cfg, tmp_path, RUN_TIMEOUT)
     assert rc == 0, text[-6000:]
     assert summary["final"] == {"COMPLETED": 1, "FAILED": 1}, summary
-    reasons = summary["reasons"]
+    reasons = {k.removeprefix("truncated-"): v for k, v in summary["reasons"].items()}
     assert reasons["cut_late"].startswith(f"plan truncated at max_tokens ({cut_after_one} tokens)"), reasons
-    assert "'tc(9'" in reasons["cut_late"], reasons
+    assert "tc(9" in reasons["cut_late"] and "tc(90)" not in reasons["cut_late"], reasons
     assert reasons["cut_early"].startswith("plan truncated at max_tokens (2 tokens)"), reasons
     assert "no complete statement" in reasons["cut_early"], reasons
+    # the planner sent one segment (mu(50)) and the closing marker; nothing of the cut statements
+    assert '"segments": 1,' in text, text[-3000:]
