@@ -310,12 +310,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=JSON",
         help="extra VllmEngine parameter, e.g. enforce_eager=true",
     )
+    parser.add_argument("--breakdown-rounds", type=int, default=2, help="waves of tasks per breakdown batch")
     parser.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
     parser.add_argument("--out", type=Path, help="write the results as JSON")
     args = parser.parse_args(argv)
     if args.quick:
         args.repeats, args.steps, args.prompt_tokens, args.tasks = 2, 4, 200, 1
-        args.breakdown_batches = args.breakdown_batches.split(",")[0]
+        args.breakdown_batches, args.breakdown_rounds = args.breakdown_batches.split(",")[0], 1
     opts: dict = {"max_model_len": 2048}
     model = args.model
     if args.shape:
@@ -345,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         res["breakdown"] = []
         for b in (int(x) for x in args.breakdown_batches.split(",") if x.strip()):
             print(f"per-step breakdown at batch {b} ...", file=sys.stderr, flush=True)
-            res["breakdown"].append(vllm_steps.step_breakdown(eng, b, TASKS))
+            res["breakdown"].append(vllm_steps.step_breakdown(eng, b, TASKS, rounds=args.breakdown_rounds))
         print("suspend/resume ...", file=sys.stderr, flush=True)
         res["suspend_resume"] = suspend_resume(eng, args.prompt_tokens, max(args.repeats, 1))
         print("segmentation overhead ...", file=sys.stderr, flush=True)
