@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import os
 import platform
@@ -217,8 +218,7 @@ def device_name(on_cpu: bool) -> str:
     """The accelerator's name as torch reports it, or the CPU's model name."""
     if not on_cpu:
         try:
-            import torch
-
+            torch = importlib.import_module("torch")  # vLLM's dependency, not the package's
             if torch.cuda.is_available():
                 return str(torch.cuda.get_device_name(0))
         except Exception:  # noqa: BLE001 - informative only
