@@ -1,7 +1,7 @@
 """`timely-llm gpucheck` end to end on vLLM's CPU build (marker ``vllm``: `make test-vllm`).
 
 The GPU check must run anywhere vLLM runs, so that it is tested before it meets a GPU: here with
-its small CPU size (the real SmolLM2 model, a quick bench, 2 WID2 tasks under timely / edf-seg /
+its small CPU size (the real SmolLM2 model, a quick bench, the first WID2 task under timely / edf-seg /
 vllm, the shipped profile) and without its own pytest step (this suite is that step). Asserted:
 every step ran, the JSON and the table hold every GPU goal (n/a on a CPU), the bench's floor says
 n/a without a bandwidth, its per-step breakdown and segmentation overhead are there.
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.vllm
 def test_gpucheck_runs_its_small_size_on_the_cpu(tmp_path, repo_root):
     out = tmp_path / "gc"
     res = subprocess.run(
-        [sys.executable, "-m", "timely_llm_ros.bench.gpucheck", "--size", "cpu", "--no-tests", "--tasks", "2"]
+        [sys.executable, "-m", "timely_llm_ros.bench.gpucheck", "--size", "cpu", "--no-tests", "--tasks", "1"]
         + ["--out", str(out)],
         cwd=repo_root,
         capture_output=True,

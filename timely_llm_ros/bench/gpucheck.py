@@ -21,7 +21,7 @@ served alone ≤ 60 ms; ``timely`` ≥ 1.5× ``vllm`` urgent %Σβ on the WID2 s
 response-time error ≤ 10 %; and the whole check ≤ 8 minutes. Sized for one H100-class GPU.
 
 ``--size cpu`` (chosen automatically without CUDA) runs the same steps with small sizes on vLLM's
-CPU build (`make vllm`): the real SmolLM2 model, a quick bench, 3 tasks, the shipped profile;
+CPU build (`make vllm`): the real SmolLM2 model, a quick bench, 2 tasks, the shipped profile;
 the goals are GPU goals, so they read "n/a (cpu)" there. Exit status: 0 when every step ran (goals
 missed included: they are measurements), 1 when a step failed; ``--strict`` also fails on a goal.
 """
@@ -76,7 +76,7 @@ SIZES = {
         "fit",
         900.0,
     ),
-    "cpu": Size("cpu", TEST_FILES_CPU, ["--quick"], 3, "smollm2-135m-vllm-cpu", 2400.0),
+    "cpu": Size("cpu", TEST_FILES_CPU, ["--quick"], 2, "smollm2-135m-vllm-cpu", 2400.0),
 }
 
 #: (key, label, target text, test of the measured value)
