@@ -309,3 +309,14 @@ def test_an_engine_error_token_fails_that_task_and_the_others_complete():
     assert bad.state == ev.FAILED and "engine error" in bad.reason
     assert good.state == ev.COMPLETED
     assert p.engine.running() == 0
+
+
+def test_the_reason_of_a_long_truncated_plan_shows_where_it_was_cut():
+    """Whole-plan policy (vllm): the unsent text is the whole plan; the reason shows its end."""
+    plan = "mu(40);" * 20 + "tp;mf(100);"
+    p, sent, _, states = make("vllm")
+    n = len(SimEngine(PROFILE).tokenize(plan[: plan.index("mf(1") + 4]))
+    rec = p.submit(spec(plan=plan, max_tokens=n))
+    run(p)
+    assert sent == [] and rec.state == ev.FAILED and "nothing of the plan was sent" in rec.reason
+    assert "'…" in rec.reason and "tp;mf(1" in rec.reason, rec.reason

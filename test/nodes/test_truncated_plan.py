@@ -90,6 +90,6 @@ def test_a_plan_truncated_mid_statement_is_never_sent_and_its_task_ends_with_the
     assert reasons["cut_late"].startswith(f"plan truncated at max_tokens ({cut_after_one} tokens)"), reasons
     assert "tc(9" in reasons["cut_late"] and "tc(90)" not in reasons["cut_late"], reasons
     assert reasons["cut_early"].startswith("plan truncated at max_tokens (2 tokens)"), reasons
-    assert "no complete statement" in reasons["cut_early"], reasons
+    assert "nothing of the plan was sent" in reasons["cut_early"], reasons
     # the planner sent one segment (mu(50)) and the closing marker; nothing of the cut statements
     assert '"segments": 1,' in text, text[-3000:]

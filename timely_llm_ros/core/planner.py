@@ -599,14 +599,16 @@ class PlannerCore:
                 # on any engine. The unfinished statement is never sent (nor guessed at); the GEN_STOP
                 # event and the task's end say so. Complete segments already sent stand, and the task
                 # completes with what was planned (reason: truncated); with none, it fails.
+                cut = tail.strip()
+                cut = cut if len(cut) <= 80 else "…" + cut[-79:]  # the cut is at the end
                 rec.truncated = (
                     f"plan truncated at max_tokens ({gen.max_tokens} tokens): unfinished statement "
-                    f"{tail.strip()[:80]!r} was not sent ({exc.reason})"
+                    f"{cut!r} was not sent ({exc.reason})"
                 )
                 stop_detail = f"length: {rec.truncated}"
                 if not rec.segments:
                     self._emit(t, ev.GEN_STOP, rec, 0, stop_detail, gen.seg_tokens)
-                    self._fail(gen, t, f"{rec.truncated}; no complete statement before it")
+                    self._fail(gen, t, f"{rec.truncated}; nothing of the plan was sent")
                     return
                 calls, send_tail = [], False
         self._emit(t, ev.GEN_STOP, rec, len(rec.segments), stop_detail, gen.seg_tokens)
