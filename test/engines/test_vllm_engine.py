@@ -299,24 +299,36 @@ def test_vllm_accepts_the_continuation_grammar_after_a_resume(eng):
 
 @pytest.mark.vllm
 def test_vllm_serves_the_planner_twice_on_one_engine(eng):
-    """Two PlannerCores in turn on one engine: both start at generation id 0."""
+    """Two PlannerCores in turn on one engine: both start at generation id 0. The first writes the
+    model's own plans (any end but an engine error is fine: a model may run into max_tokens or the
+    motion budget); the second replays fixed plans (``plan_source: reference``), which must then
+    complete exactly as written, whatever the model."""
     from timely_llm_ros.core.planner import PlannerCore
+    from timely_llm_ros.core.planner_options import PlannerOptions
     from timely_llm_ros.core.task import TaskSpec
     from timely_llm_ros.core.tuf import NORMAL_TUF
 
-    for run in range(2):
+    plans = ["tc(90);mf(100);tp;", "mu(50);tc(90);tp;"]
+    for run, source in enumerate(("model", "reference")):
         sent = []
-        planner = PlannerCore(eng, "timely", dispatch=sent.append, network_latency=0.0)
+        planner = PlannerCore(
+            eng,
+            "timely",
+            dispatch=sent.append,
+            network_latency=0.0,
+            options=PlannerOptions(plan_source=source),
+        )
         recs = [
             planner.submit(
                 TaskSpec(
                     task_id=f"v{run}.{i}",
-                    agent_id="d",
+                    agent_id=f"d{i}",
                     robot_type="drone",
                     skill_set="tello_minispec",
                     instruction=t,
                     tuf=NORMAL_TUF,
                     max_tokens=48,
+                    reference_plan=plans[i] if source == "reference" else None,
                 )
             )
             for i, t in enumerate(TASKS[:2])
@@ -330,12 +342,13 @@ def test_vllm_serves_the_planner_twice_on_one_engine(eng):
                 d = sent.pop(0)
                 planner.on_feedback(d.task_id, d.seg, ev.STARTED, planner.clock())
                 planner.on_feedback(d.task_id, d.seg, ev.DONE, planner.clock())
-        # both planners' generation ids start at 0 on one engine: no refusal, no error end; a task
-        # may still fail for what the model wrote (truncated, refused by the motion budget)
-        for r in recs:
+        for r in recs:  # no refusal of a reused generation id, no error end
             assert r.state in (ev.COMPLETED, ev.FAILED), (r.state, r.reason)
             assert r.state == ev.COMPLETED or any(k in r.reason for k in PLAN_REASONS), r.reason
             assert r.n_tokens > 0, r
+        if source == "reference":
+            assert [r.state for r in recs] == [ev.COMPLETED] * 2, [(r.state, r.reason) for r in recs]
+            assert ["".join(s.text for s in r.segments) for r in recs] == plans
 
 
 def _suspend_after(eng, gid: int, n_tokens: int, deadline: float):
