@@ -289,6 +289,10 @@ def run_realbench(
         step.detail = (
             "replayed reference plans" if replay else "the model's own plans"
         ) + f", {size.tasks} tasks"
+        reps = [r["replay"] for r in step.data.get("results", []) if r.get("replay")]
+        if reps:
+            exact = sum(r["replayed_exactly"] for r in reps)
+            step.detail += f"; {exact}/{sum(r['tasks_with_reference'] for r in reps)} plans replayed exactly"
     return step
 
 
