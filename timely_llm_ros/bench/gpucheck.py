@@ -10,10 +10,10 @@ step does not take the others with it, and each frees its GPU memory on exit):
    dimensions built in, the tokenizer of the SmolLM2 directory built from the shipped GGUF, no hub):
    decode step vs the weight-read floor, per-step breakdown, suspend/resume, segmentation overhead;
 3. **realbench** on WID2's first 40 tasks under ``timely``, ``edf-seg`` and ``vllm`` with a profile
-   fitted first, the simulator predicting the same runs. With replay (``realbench --plans
-   reference``, where this version has it) the tasks' reference plans are the constraint of each
-   generation, so the 8B-shaped random-weight model writes exactly the traces' plans; without it the
-   real SmolLM2 weights write their own plans.
+   fitted first, the simulator predicting the same runs, in replay mode (``realbench --plans
+   reference``): the tasks' reference plans are the constraint of each generation, so the 8B-shaped
+   random-weight model writes exactly the traces' plans (a realbench without replay: the real
+   SmolLM2 weights write their own plans).
 
 Then one JSON (``gpucheck.json``) and one table (``gpucheck.txt``, printed) with the GPU goals as
 pass/fail columns: decode step ≤ 1.5× the weight-read floor at batch 1; the urgent first action
