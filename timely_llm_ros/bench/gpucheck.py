@@ -49,6 +49,7 @@ TEST_FILES_GPU = (
     "test/engines/test_vllm_api.py",
     "test/engines/test_vllm_engine.py",
     "test/engines/test_vllm_model.py",
+    "test/engines/test_vllm_replay.py",
 )
 TEST_FILES_CPU = ("test/engines/test_vllm_api.py", "test/engines/test_vllm_model.py")
 POLICIES = "timely,edf-seg,vllm"
