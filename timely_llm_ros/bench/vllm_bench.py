@@ -9,8 +9,8 @@ enforce_eager=true`` to compare).
 
 1. **Decode throughput at batch 1, 4, 8**: B tello_minispec requests (shared skill prompt, each
    task's own text), no grammar, EOS ignored; tokens/s = B / median duration of the pure decoding
-   steps. **Weight-read floor** (:mod:`.weight_floor`): parameter bytes (loaded model, else
-   config.json) ÷ the device's memory bandwidth (table by device name, or ``--bandwidth``; n/a on
+   steps. **Weight-read floor** (:mod:`.weight_floor`): parameter bytes (config.json, else the
+   loaded model) ÷ the device's memory bandwidth (table by device name, or ``--bandwidth``; n/a on
    a CPU unless given), and the batch-1 decode step's ratio to it.
 2. **Per-step breakdown** (:mod:`.vllm_steps`): the planner's loop at batch 1 and 4 under the skill
    grammar with the segmenter, suspension and dispatch; where each step's time goes (vLLM's
@@ -266,15 +266,19 @@ def loaded_parameters(eng: VllmEngine) -> int | None:
 
 
 def floor_of(eng: VllmEngine, model: str, bandwidth: float | None) -> wf.Floor:
+    """The floor of the model the engine runs. Parameters from config.json first (the layer
+    shapes the weights have on any device), the loaded model's ``parameters()`` only where the
+    config is not a Llama-type one: vLLM's CPU backend repacks linear weights into buffers
+    (measured: SmolLM2-135M's parameters() counted 28 M, the embedding and norms only)."""
     on_cpu = eng.info.extra.get("device") == "cpu"
-    n = loaded_parameters(eng)
-    source = "loaded model"
+    cfg = wf.config_of(model)
+    try:
+        n, source = (wf.parameter_count(cfg), "config.json") if cfg else (None, "unknown")
+    except (KeyError, TypeError, ValueError):
+        n, source = None, "unknown"
     if n is None:
-        cfg = wf.config_of(model)
-        try:
-            n, source = (wf.parameter_count(cfg), "config.json") if cfg else (None, "unknown")
-        except (KeyError, TypeError, ValueError):
-            n, source = None, "unknown"
+        n = loaded_parameters(eng)
+        source = "loaded model" if n is not None else "unknown"
     dtype = str(getattr(eng.llm.vllm_config.model_config, "dtype", "bfloat16"))
     return wf.weight_floor(
         device_name(on_cpu),
