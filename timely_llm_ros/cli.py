@@ -32,6 +32,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "timely_llm_ros.bench.realbench",
         "policies side by side on a real engine (llamacpp, vllm) vs the simulator's prediction",
     ),
+    "gpucheck": (
+        "timely_llm_ros.bench.gpucheck",
+        "measure a GPU machine (vLLM tests, 8B-shaped bench, realbench) against the GPU goals",
+    ),
     "bench-replicas": (
         "timely_llm_ros.bench.replicas",
         "replica scaling on the simulator; a real multi-server run next to its prediction",

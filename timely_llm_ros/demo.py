@@ -42,8 +42,9 @@ from timely_llm_ros.core.paths import config_path
 # a machine shared with other work (load average ≈ 15); x120 keeps an urgent TUF's slack over the best
 # possible response. A quieter machine answers faster (pass --tuf-scale); on a GPU pass --tuf-scale 1.
 VLLM_CPU_SCALE = 120.0
-# The planner's vLLM options in the demo: a short context and no torch.compile (start-up on a CPU).
-VLLM_DEMO_OPTIONS = "{max_model_len: 2048, enforce_eager: true}"
+# The planner's vLLM options in the demo: a short context (enforce_eager follows the device: eager on a
+# CPU, no torch.compile start-up; CUDA graphs on a GPU).
+VLLM_DEMO_OPTIONS = "{max_model_len: 2048}"
 
 DEFAULT_SCALE = {"llamacpp": 8.0, "sim": 1.0, "vllm": VLLM_CPU_SCALE}  # why: module docstring
 TERMINAL = ev.TERMINAL_STATES  # the state names: core.events is their one home

@@ -135,18 +135,44 @@ def test_a_statement_cut_by_the_token_limit_is_dropped_and_the_task_completes():
     assert [d.text for d in sent] == ["mu(40)", ";tp;", ""] and sent[-1].closing_marker
     assert not any(e.kind in (ev.DROP, ev.FAIL) for e in trace)
     (stop,) = [e for e in trace if e.kind == ev.GEN_STOP and e.detail.startswith("length")]
-    assert "token limit" in stop.detail and "mf(1" in stop.detail
+    assert f"plan truncated at max_tokens ({n} tokens)" in stop.detail and "mf(1" in stop.detail
     for i in range(2):
         p.on_feedback("a", i, ev.STARTED, 5.0 + i)
         p.on_feedback("a", i, ev.DONE, 5.5 + i)
     assert rec.state == ev.COMPLETED and rec.segments[-1].final
+    assert rec.reason.startswith(f"plan truncated at max_tokens ({n} tokens)") and "'mf(1" in rec.reason
 
 
-def test_a_plan_cut_before_any_segment_fails():
-    p, sent, _, _ = make()
+def test_a_plan_cut_before_any_segment_fails_with_the_reason():
+    p, sent, trace, states = make()
     rec = p.submit(spec(plan="mf(100);", max_tokens=2))
     run(p)
     assert sent == [] and rec.state == ev.FAILED
+    assert rec.reason.startswith("plan truncated at max_tokens (2 tokens)"), rec.reason
+    assert states[-1] == ("a", ev.FAILED, rec.reason)
+    (stop,) = [e for e in trace if e.kind == ev.GEN_STOP]
+    assert stop.detail.startswith("length: plan truncated at max_tokens")
+
+
+@pytest.mark.parametrize("policy", ["timely", "fcfs-seg", "edf-seg", "vllm", "vllm-stream"])
+def test_a_truncated_plan_never_sends_the_partial_statement_under_any_policy(policy):
+    """Whatever the policy (segmented or whole-plan), a statement cut by max_tokens is not sent and
+    the task's end names the truncation."""
+    p, sent, _, states = make(policy)
+    n = len(SimEngine(PROFILE).tokenize("mu(40);tp;mf(1"))
+    rec = p.submit(spec(plan="mu(40);tp;mf(100);", max_tokens=n))
+    run(p)
+    assert all("mf(1" not in d.text for d in sent), sent
+    for i, d in enumerate([d for d in sent if not d.closing_marker]):
+        p.on_feedback("a", d.seg, ev.STARTED, 5.0 + i)
+        p.on_feedback("a", d.seg, ev.DONE, 5.5 + i)
+    assert rec.state in (ev.COMPLETED, ev.FAILED)
+    assert rec.reason.startswith(f"plan truncated at max_tokens ({n} tokens)"), (
+        policy,
+        rec.state,
+        rec.reason,
+    )
+    assert states[-1] == ("a", rec.state, rec.reason)
 
 
 def test_warm_up_prefills_the_skill_prompt_once():
@@ -283,3 +309,14 @@ def test_an_engine_error_token_fails_that_task_and_the_others_complete():
     assert bad.state == ev.FAILED and "engine error" in bad.reason
     assert good.state == ev.COMPLETED
     assert p.engine.running() == 0
+
+
+def test_the_reason_of_a_long_truncated_plan_shows_where_it_was_cut():
+    """Whole-plan policy (vllm): the unsent text is the whole plan; the reason shows its end."""
+    plan = "mu(40);" * 20 + "tp;mf(100);"
+    p, sent, _, states = make("vllm")
+    n = len(SimEngine(PROFILE).tokenize(plan[: plan.index("mf(1") + 4]))
+    rec = p.submit(spec(plan=plan, max_tokens=n))
+    run(p)
+    assert sent == [] and rec.state == ev.FAILED and "nothing of the plan was sent" in rec.reason
+    assert "'…" in rec.reason and "tp;mf(1" in rec.reason, rec.reason

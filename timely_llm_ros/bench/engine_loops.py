@@ -126,10 +126,12 @@ def generate(
     task: str,
     segmented: bool,
     submitted: Callable[[], int] | None = None,
+    max_tokens: int = 48,
 ) -> dict:
-    """One request from admission to EOS (greedy, under the skill grammar), unsegmented or segmented:
-    wall and CPU time, tokens, the time of the segmentation work, suspensions and (``submitted``: the
-    engine's counter of tokens fed to the model) the tokens submitted."""
+    """One request from admission to EOS or ``max_tokens`` (greedy, under the skill grammar),
+    unsegmented or segmented: wall and CPU time, tokens, the time of the segmentation work,
+    suspensions and (``submitted``: the engine's counter of tokens fed to the model) the tokens
+    submitted."""
     ids, plen = prompt_ids(eng, sset, task)
     chk = sset.new_checker() if segmented else None
     toks: list[int] = []
@@ -138,7 +140,7 @@ def generate(
     sub0 = submitted() if submitted else 0
     c0 = time.process_time()
     t0 = time.perf_counter()
-    eng.admit(gid, ids, max_tokens=48, prefix_key=sset.name, prefix_len=plen)
+    eng.admit(gid, ids, max_tokens=max_tokens, prefix_key=sset.name, prefix_len=plen)
     done = False
     while not done:
         for o in eng.step():
@@ -149,7 +151,7 @@ def generate(
                 if chk.feed(o.text):
                     chk.cut()
                     ctx = eng.suspend(gid)
-                    eng.resume(gid, ctx, max_tokens=48)
+                    eng.resume(gid, ctx, max_tokens=max_tokens)
                     n_susp += 1
                 seg_work += time.perf_counter() - ts
     wall = time.perf_counter() - t0
@@ -162,7 +164,12 @@ def generate(
 
 
 def interleaved_runs(
-    eng: Engine, task: str, repeats: int, first_gid: int, submitted: Callable[[], int] | None = None
+    eng: Engine,
+    task: str,
+    repeats: int,
+    first_gid: int,
+    submitted: Callable[[], int] | None = None,
+    max_tokens: int = 48,
 ) -> dict[bool, list[dict]]:
     """``repeats`` unsegmented and segmented generations of ``task`` (key: segmented), alternating
     which mode goes first so that a drift of the machine's speed hits both alike."""
@@ -171,6 +178,6 @@ def interleaved_runs(
     gid = first_gid
     for r in range(repeats):
         for segmented in (False, True) if r % 2 == 0 else (True, False):
-            runs[segmented].append(generate(eng, sset, gid, task, segmented, submitted))
+            runs[segmented].append(generate(eng, sset, gid, task, segmented, submitted, max_tokens))
             gid += 1
     return runs

@@ -45,13 +45,12 @@ from timely_llm_ros.engines.base import Engine, script_kwargs
 # Engine parameters that make generation lengths predictable for profiling.
 PROFILE_PARAMS: dict[str, dict[str, object]] = {
     "llamacpp": {"chat_template": "none", "grammar": None, "ignore_eos": True},
-    # vLLM: a short context and no compilation suit the CPU build (on a GPU: --param enforce_eager=false)
+    # vLLM: a short context; enforce_eager follows the device (eager on a CPU, CUDA graphs on a GPU)
     "vllm": {
         "chat_template": "none",
         "grammar": None,
         "ignore_eos": True,
         "max_model_len": 2048,
-        "enforce_eager": True,
     },
     "sim": {},
 }

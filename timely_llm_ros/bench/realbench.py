@@ -59,10 +59,11 @@ from timely_llm_ros.engines.sim import SimEngine
 from timely_llm_ros.engines.sim_tokenizer import SimTokenizer
 
 GPU_URGENT_FIRST_SEGMENT = 0.12  # s, Llama-3-8B/RTX 4090 profile (demo.py docstring)
-#: Engine options of the runs (the planner node's defaults for llama.cpp; a short context for vLLM).
+#: Engine options of the runs (the planner node's defaults for llama.cpp; a short context for vLLM,
+#: whose ``enforce_eager`` follows the device: eager on a CPU, CUDA graphs on a GPU).
 ENGINE_OPTIONS: dict[str, dict[str, Any]] = {
     "llamacpp": {"prefill_chunk": 16, "prefill_fast_batch": 64},
-    "vllm": {"max_model_len": 2048, "enforce_eager": True},
+    "vllm": {"max_model_len": 2048},
     "sim": {},
 }
 #: Profiles shipped in config/profiles for the engines' default models.

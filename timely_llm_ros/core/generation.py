@@ -66,6 +66,8 @@ class TaskRecord:
     trace_id: int | None = None
     state: str = "ACCEPTED"
     reason: str = ""
+    # why the plan is shorter than generated: "plan truncated at max_tokens ..." (the COMPLETED reason)
+    truncated: str = ""
     first_admit: float = NAN  # first GEN_START
     gen_end: float = NAN  # EOS / token limit
     n_tokens: int = 0  # generated tokens (EOS included)

@@ -591,17 +591,25 @@ class PlannerCore:
             try:
                 calls = gen.skill_set.parse(tail)
             except SkillParseError as exc:
-                if out.reason != "length" or not rec.segments:
+                if out.reason != "length":
                     self._emit(t, ev.GEN_STOP, rec, len(rec.segments), out.reason, gen.seg_tokens)
                     self._fail(gen, t, f"segment {len(rec.segments)} does not parse: {exc}")
                     return
-                # The token budget cut the plan inside a statement. The robot already holds complete,
-                # validated segments; the unfinished statement is never sent (nor guessed at), the
-                # GEN_STOP event says so, and the task completes with what was planned.
-                stop_detail = (
-                    f"length: unfinished statement {tail.strip()[:80]!r} cut by the token limit "
-                    f"({gen.max_tokens} tokens) was not sent ({exc.reason})"
+                # The token budget cut the plan inside a statement: a legitimate end of a generation
+                # on any engine. The unfinished statement is never sent (nor guessed at); the GEN_STOP
+                # event and the task's end say so. Complete segments already sent stand, and the task
+                # completes with what was planned (reason: truncated); with none, it fails.
+                cut = tail.strip()
+                cut = cut if len(cut) <= 80 else "…" + cut[-79:]  # the cut is at the end
+                rec.truncated = (
+                    f"plan truncated at max_tokens ({gen.max_tokens} tokens): unfinished statement "
+                    f"{cut!r} was not sent ({exc.reason})"
                 )
+                stop_detail = f"length: {rec.truncated}"
+                if not rec.segments:
+                    self._emit(t, ev.GEN_STOP, rec, 0, stop_detail, gen.seg_tokens)
+                    self._fail(gen, t, f"{rec.truncated}; nothing of the plan was sent")
+                    return
                 calls, send_tail = [], False
         self._emit(t, ev.GEN_STOP, rec, len(rec.segments), stop_detail, gen.seg_tokens)
         if not rec.segments and not calls:
@@ -663,7 +671,7 @@ class PlannerCore:
         ):
             rec.completion_time_abs = rec.segments[-1].exec_end
             rec.terminal_time = t
-            self._state(rec, ev.COMPLETED)
+            self._state(rec, ev.COMPLETED, rec.truncated)
             self._emit(t, ev.COMPLETE, rec, len(rec.segments) - 1, value=rec.utility)
             self._closed(gen, t)
 
