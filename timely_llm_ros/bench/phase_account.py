@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from timely_llm_ros.core import events as ev
@@ -337,9 +337,3 @@ def phase_table(policy: str, cmp: dict[str, Any]) -> str:
             f"{acc['sample_s']:8.2f} {acc['planner_s']:9.2f} {acc.get('profile_s', math.nan):7.2f}"
         )
     return "\n".join(lines)
-
-
-def as_json(x: Any) -> Any:
-    if isinstance(x, StepSample):
-        return asdict(x)
-    return x
