@@ -62,11 +62,11 @@ def test_identical_runs_compare_to_zero_and_the_table_prints_every_phase():
 
 def test_overheads_recover_the_terms_from_observed_steps():
     prof = load_profile("smollm2-135m-q4_1-cpu")
-    kv, tok, loop = 2e-4, 0.003, 0.004
+    kv, tok, loop = 5e-5, 0.003, 0.004
     tap = PhaseTap(lambda: 0.0)
     # prompt steps alone behind a cached prefix: forward = profile price + kv term
     for rows, front in ((16, 1200), (64, 1216), (10, 1280)):
-        fwd = prof.prefill_time(rows) + kv * rows * front
+        fwd = prof.prefill_time(rows) + kv * front
         tap.steps.append(StepSample(0.0, fwd, 1, rows, 0, front + rows, fwd, tok))
     for i in range(5):  # decode steps: one token each
         fwd = prof.decode_time(1, 1300 + i)
@@ -140,7 +140,7 @@ def test_joint_fit_recovers_the_forward_pass_from_sweep_and_probe_steps():
 
     true = EngineProfile(
         name="cpu", prefill_a=2e-6, prefill_b=0.008, prefill_c=0.12, decode_q=0.01, decode_p=3e-5,
-        decode_r=0.02, prefill_kv=1.5e-5,
+        decode_r=0.02, prefill_kv=5e-5,
     )  # fmt: skip
     meas = Measurements()
     meas.prefill = [(n, true.prefill_time(n)) for n in (8, 16, 64, 128)]

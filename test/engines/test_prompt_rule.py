@@ -91,7 +91,7 @@ def test_sim_prefill_kv_token_and_step_overheads_are_priced():
     t0 = e.now()
     out = e.step()  # 10 ids behind 100 cached ones, one token out
     assert len(out) == 1
-    assert e.now() - t0 == pytest.approx(0.1 + 10 * (0.01 + 1e-4 * 100) + 0.003 + 0.002)
+    assert e.now() - t0 == pytest.approx(0.1 + 10 * 0.01 + 1e-4 * 100 + 0.003 + 0.002)
     t0 = e.now()
     e.step()  # a decode step
     assert e.now() - t0 == pytest.approx(0.05 + 0.003 + 0.002)

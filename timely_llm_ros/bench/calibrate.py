@@ -6,7 +6,7 @@ sweeps: random prompts, no grammar, no planner. A planner run on the same engine
 
 * attention of every prompt token to the cached skill-set prefix in front of it — a real task's
   prompt is a short suffix behind a long cached prefix, which a sweep of fresh prompts never has
-  (``prefill_kv``, seconds per prompt token per cached token in front of it);
+  (``prefill_kv``, seconds per cached token in front of a prompt chunk);
 * sampling under the skill set's grammar (a rejected greedy token masks the whole vocabulary) and
   detokenisation (``token_overhead``, seconds per emitted token);
 * the planner's Python loop between engine steps: scheduling, segment checks, parsing, dispatch
@@ -72,8 +72,8 @@ def overheads(profile: EngineProfile, taps: Iterable[PhaseTap]) -> dict[str, flo
     """``prefill_kv``, ``token_overhead`` and ``step_overhead`` (module docstring) from observed runs
     of an engine whose forward pass ``profile`` prices; each term >= 0 (0 where nothing measured it).
 
-    ``prefill_kv``: what prompt steps' forward passes took beyond the profile's price, per prompt
-    token × cached token in front of it (steps without decoding rows, so the front is the fed
+    ``prefill_kv``: what prompt steps' forward passes took beyond the profile's price, per cached
+    token in front of their chunks (steps without decoding rows, so the front is the fed
     sequence's KV before the step). ``token_overhead``: sampling time per emitted token.
     ``step_overhead``: the loop's time outside steps per step."""
     steps: list[StepSample] = []
@@ -88,9 +88,9 @@ def overheads(profile: EngineProfile, taps: Iterable[PhaseTap]) -> dict[str, flo
             continue
         extra += s.forward_s - price_step(bare, s)
         if s.chunks:
-            weight += sum(n * f for _o, n, f in s.chunks)
+            weight += sum(f for _o, _n, f in s.chunks)
         else:  # one sequence fed alone: what is in front of its rows is its KV before the step
-            weight += s.prompt_rows * max(0, s.kv_tokens - s.prompt_rows)
+            weight += max(0, s.kv_tokens - s.prompt_rows)
     sampled = [s for s in steps if not math.isnan(s.sample_s)]
     emitted = sum(s.emitted for s in sampled)
     return {
@@ -114,12 +114,12 @@ def joint_fit(meas: Any, taps: Iterable[PhaseTap]) -> dict[str, float]:
     often clamped to 0, although a task's decoding step attends to a 1.2k-token skill prompt. The
     probes' steps are the planner's real mix (chunks behind the cached prefix, decoding at the
     task's context), measured minutes before the runs. Prefill: ``t = c + b·N + a·((o+N)² − o²) +
-    prefill_kv·N·F`` (N rows at private offset o behind F cached tokens; the sweep's prompts have
+    prefill_kv·F`` (N rows at private offset o behind F cached tokens; the sweep's prompts have
     o = F = 0); decode: ``t = q + p·ΣN_kv + r·B``. A probe step's time excludes its sampling (that is
     ``token_overhead``). ``meas``: :class:`~timely_llm_ros.bench.profile_cli.Measurements`."""
     from timely_llm_ros.bench import profile_cli as pc
 
-    pre: list[tuple[float, float, float, float]] = []  # (a-feature, N, N·F, t)
+    pre: list[tuple[float, float, float, float]] = []  # (a-feature, N, F, t)
     for n, t in pc._medians(meas.prefill, key=lambda s: (s[0],), t_index=1):
         pre.append((n * n, n, 0.0, t))
     dec: list[tuple[float, float, float]] = []  # (ΣN_kv, B, t)
@@ -134,8 +134,8 @@ def joint_fit(meas: Any, taps: Iterable[PhaseTap]) -> dict[str, float]:
             t = s.duration - s.sample_s
             if s.chunks and not s.decode_rows:
                 feat_a = sum((o + n) ** 2 - o * o for o, n, _f in s.chunks)
-                nf = sum(n * f for _o, n, f in s.chunks)
-                key = (s.prompt_rows, round(nf / max(1, s.prompt_rows), -2))
+                nf = sum(f for _o, _n, f in s.chunks)
+                key = (s.prompt_rows, round(nf, -2))
                 groups_p.setdefault(key, []).append((feat_a, s.prompt_rows, nf, t))
             elif s.decode_rows and not s.prompt_rows:
                 groups_d.setdefault((s.decode_rows, round(s.decode_kv, -2)), []).append(

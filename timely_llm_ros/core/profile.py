@@ -8,9 +8,10 @@ One :class:`EngineProfile` describes one model on one device:
   ``q + p·ΣN_kv + r·B`` seconds (TimeBill Eq. 4b, ``q + p·N_kv``, plus a per-sequence batch term);
 * what a real engine's step costs beyond the model's forward pass, learned from runs on it
   (``timely-llm realbench``'s per-phase account, :mod:`timely_llm_ros.bench.phase_account`):
-  ``prefill_kv`` per prompt token per cached KV token in front of it (a prompt suffix attends to the
-  cached skill-set prefix: on a CPU a 16-token chunk behind a 1.2k-token prefix costs about twice
-  the same chunk without it), ``token_overhead`` per emitted token (sampling, grammar checks and
+  ``prefill_kv`` per cached KV token in front of a prompt chunk, once per chunk (a prompt suffix
+  attends to the cached skill-set prefix: on a 2-core CPU a chunk of 7-64 tokens behind the
+  1.2k-token drone prompt took about 60 ms more than the same chunk fresh, whatever its size —
+  the batched attention's cost is the cached KV it reads, not rows × KV), ``token_overhead`` per emitted token (sampling, grammar checks and
   masks, detokenisation) and ``step_overhead`` per engine step (the planner's own loop between
   steps). All three are 0 in a profile that does not set them, so a GPU profile fitted from the
   forward pass alone prices exactly as before;
@@ -98,30 +99,30 @@ class EngineProfile:
     # -- the model ------------------------------------------------------------------------------
     def prefill_time(self, n: int, front: int = 0) -> float:
         """Seconds to prefill ``n`` uncached prompt tokens (0 for n <= 0) behind ``front`` cached
-        KV tokens (a shared prefix: ``prefill_kv`` per token pair)."""
+        KV tokens (a shared prefix: ``prefill_kv`` per cached token)."""
         if n <= 0:
             return 0.0
-        return (self.prefill_a * n + self.prefill_b + self.prefill_kv * front) * n + self.prefill_c
+        return (self.prefill_a * n + self.prefill_b) * n + self.prefill_kv * front + self.prefill_c
 
     def prefill_batch_time(self, ns: list[int], fronts: list[int] | None = None) -> float:
         """Seconds of one forward pass that prefills several sequences (``ns`` uncached tokens each,
-        behind ``fronts`` cached tokens each): ``c + Σ (a·N_i² + b·N_i + prefill_kv·N_i·F_i)`` —
+        behind ``fronts`` cached tokens each): ``c + Σ (a·N_i² + b·N_i + prefill_kv·F_i)`` —
         attention is quadratic per sequence, the rest is shared, and the constant (reading the
         weights, launching the pass) is paid once per pass."""
         total = 0.0
         for i, n in enumerate(ns):
             if n > 0:
                 front = fronts[i] if fronts is not None else 0
-                total += (self.prefill_a * n + self.prefill_b + self.prefill_kv * front) * n
+                total += (self.prefill_a * n + self.prefill_b) * n + self.prefill_kv * front
         return total + self.prefill_c if total > 0 else 0.0
 
     def chunk_time(self, offset: int, n: int, front: int = 0) -> float:
         """Seconds ``n`` prompt tokens at private offset ``offset`` add to a pass (no pass constant):
-        ``a·((o+n)² − o²) + b·n + prefill_kv·n·front``."""
+        ``a·((o+n)² − o²) + b·n + prefill_kv·front``."""
         if n <= 0:
             return 0.0
         o = offset
-        return self.prefill_a * ((o + n) ** 2 - o * o) + (self.prefill_b + self.prefill_kv * front) * n
+        return self.prefill_a * ((o + n) ** 2 - o * o) + self.prefill_b * n + self.prefill_kv * front
 
     def decode_time(self, batch: int, kv_tokens: int) -> float:
         """Seconds of one decoding iteration over ``batch`` sequences with ``kv_tokens`` in total."""

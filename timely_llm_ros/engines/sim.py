@@ -37,7 +37,7 @@ Timing follows an :class:`~timely_llm_ros.core.profile.EngineProfile`. One :meth
    batch, most urgent first, held back behind more urgent decoding generations — and prices it as
    that engine's one batch costs on a CPU: the chunks' ``a·((o+n)² − o²) + b·n`` plus the pass
    constant ``c`` once, added to the decoding iteration. Every prompt chunk also pays
-   ``prefill_kv`` per token per cached prefix token in front of it, every emitted token
+   ``prefill_kv`` per cached prefix token in front of it, every emitted token
    ``token_overhead`` and every step ``step_overhead`` (profile terms learned on a real engine; 0 in
    the GPU profiles). ``template_tokens`` pads each prompt as a real engine's chat template does
    (tokens added to the shared prefix, to the private part), so prompt lengths match the real run's.
