@@ -93,3 +93,13 @@ def test_realbench_replays_every_plan_of_a_wid2_slice(tmp_path, capsys):
     assert rp["tasks_with_reference"] == rp["replayed_exactly"] == 20 and rp["not_exact"] == []
     assert rp["replayed_tokens"] == sum(t["tokens"] for t in res["per_task"])
     assert "replay timely: 20/20 plans equal their reference" in capsys.readouterr().out
+    # the per-phase account of the same run: every task's response phases add up to its response
+    ph = res["phases"]
+    assert len(ph["per_task"]) == 20 and res["speed_check"] > 0
+    for t in res["per_task"]:
+        real = ph["per_task"][t["task"]]["real"]
+        parts = [real[k] for k in ("pickup", "queued", "prefill", "decode", "to_robot")]
+        assert sum(parts) == pytest.approx(t["real_s"], abs=1e-6)
+    run = ph["run"]["real"]
+    assert run["steps"] > 0 and run["prompt_rows"] > 0 and run["forward_s"] <= run["step_s"]
+    assert set(out["ordering"]) == {"response_mean", "pct_beta"}

@@ -16,6 +16,23 @@ engine's first-segment time of an urgent task served alone and divides it by the
 (≈ 0.12 s, see ``timely_llm_ros/demo.py``), so an urgent TUF keeps the paper's slack over the best
 possible response on this engine; utilities keep their paper values.
 
+The simulated engine predicts the same way the real one runs: llama.cpp's prompt schedule (16-token
+chunks or one 64-token batch, most urgent first, held back behind more urgent decoding;
+:mod:`timely_llm_ros.engines.prompt_rule`) and prompts as long as the real chat template makes them.
+``--profile fit`` fits the profile on the engine right before the runs: the quick sweep of
+``timely-llm profile`` plus one task per skill set served alone through the planner
+(:mod:`.calibrate`: the forward pass refitted with those steps, and what a planner run adds to it —
+prefix attention, grammar sampling, the planner's loop). Right before each policy's run a speed check
+(one probe task) slows the profile by the engine's current real/priced ratio (``--no-speed-check``:
+off), since a shared machine's load changes the engine's speed within minutes.
+
+Every run is observed by a :class:`~.phase_account.PhaseTap`: per task, the phases of its response
+(pickup, queued, prefill, decode, to robot; then suspended, resume, later decoding) real vs
+predicted, and the run's time by kind (steps, forward pass, sampling, planner loop, the profile's
+price of the real steps); ``--phases`` prints it, the JSON always has it. The table also gives the
+ordering of the policies real vs predicted and the prediction's error at the speed the engine had
+during the run (load drift removed; a diagnostic).
+
 Reported per policy and class: %Σβ (100·ΣU/Σβ), mean response time W(s₀), on-time %; per task the
 real and predicted response times and the prediction's relative error; the mean absolute error
 and the ratios between policies (mean response and %Σβ relative to the first policy), real vs
@@ -45,6 +62,8 @@ from typing import Any
 
 import yaml
 
+from timely_llm_ros.bench.calibrate import joint_fit, overheads, probe_tap
+from timely_llm_ros.bench.phase_account import PhaseTap, compare_phases, phase_table, price_step
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.exectime import load_exec_time_model
 from timely_llm_ros.core.metrics import summarize
@@ -55,6 +74,7 @@ from timely_llm_ros.core.replay import MODEL, PLAN_SOURCES, REFERENCE, token_cou
 from timely_llm_ros.core.robot_sim import RobotSim
 from timely_llm_ros.core.task import TaskRejected, TaskSpec, task_class
 from timely_llm_ros.engines.base import Engine
+from timely_llm_ros.engines.prompt_rule import PromptRule
 from timely_llm_ros.engines.sim import SimEngine
 from timely_llm_ros.engines.sim_tokenizer import SimTokenizer
 
@@ -82,6 +102,9 @@ class ModelPieces(SimTokenizer):
         super().__init__()
         self._tokenize = engine.tokenize
         self._cache: dict[int, str] = {}
+        # generated texts -> the real engine's pieces of them (a model may spell a replayed plan in
+        # more tokens than its tokenizer would; the prediction then emits as many)
+        self.known: dict[str, list[str]] = {}
         detok = getattr(engine, "detokenize", None)
         if callable(detok):
             self._decode_one = lambda i: detok([i])
@@ -90,6 +113,9 @@ class ModelPieces(SimTokenizer):
             self._decode_one = lambda i: tok.decode([i])
 
     def pieces(self, text: str) -> list[str]:  # type: ignore[override]
+        known = self.known.get(text)
+        if known is not None:  # a plan the real run generated: exactly its tokens
+            return list(known)
         out = []
         for i in self._tokenize(text):
             if i not in self._cache:
@@ -109,6 +135,7 @@ class Run:
     # the text of each generated token, per task: the model's own spelling of its plan (a replayed
     # plan may take more tokens than the tokenizer's encoding of the same text)
     pieces: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    tap: PhaseTap | None = None
 
 
 def drive(
@@ -121,9 +148,11 @@ def drive(
     exec_mode: str = "sampled",
     network_latency: float = 0.008,
     options: Any = None,
+    tap: PhaseTap | None = None,
 ) -> Run:
     """Run ``tasks`` (arrivals relative to the start) through the planner on ``engine`` with
-    simulated robots; wall time on a real engine (``realtime``), the engine's virtual clock else."""
+    simulated robots; wall time on a real engine (``realtime``), the engine's virtual clock else.
+    ``tap`` observes the run for the per-phase account (:mod:`.phase_account`)."""
     heap: list[tuple[float, int, int, Any]] = []
     n = 0
     t0 = engine.now()
@@ -142,6 +171,7 @@ def drive(
         exec_model=exec_model,
         network_latency=network_latency,
         options=options,
+        sink=tap.sink if tap is not None else None,
     )  # options: PlannerOptions
     for spec in tasks:
         n += 1
@@ -155,14 +185,20 @@ def drive(
     counts: dict[int, int] = {}
 
     def token(out: Any) -> None:
-        if out.text and out.reason != "error" and out.gen_id in planner._running:
+        gen = planner._running.get(out.gen_id)
+        if out.text and out.reason != "error" and gen is not None:
             texts.setdefault(out.gen_id, []).append(out.text)
             counts[out.gen_id] = counts.get(out.gen_id, 0) + 1  # the end token carries no text
+        if tap is not None and gen is not None:
+            tap.token(gen.record.task_id, out.t)
         consume(out)
 
     planner._token = token  # type: ignore[method-assign]
     gens: dict[str, int] = {}
+    if tap is not None:
+        tap.attach(engine)
     started = time.monotonic()
+    begin = engine.now()
     while True:
         now = engine.now()
         while heap and heap[0][0] <= now:
@@ -184,61 +220,128 @@ def drive(
             if planner.has_work():
                 planner.abort_all("run stalled: queued work could not be admitted")
             break
+        t_wait = engine.now()
         if realtime:
             time.sleep(min(max(heap[0][0] - engine.now(), 0.0), 0.05))
         else:
             engine.advance_to(heap[0][0])  # type: ignore[attr-defined]
+        if tap is not None:
+            tap.wait(engine.now() - t_wait)
+    if tap is not None:
+        tap.detach(engine)
+        tap.busy(engine.now() - begin - tap.idle - sum(s.duration for s in tap.steps))
     # the whole generated text (dispatched segments and any tail after the last one) of each task
     plans = {tid: "".join(texts.get(gid, [])) for tid, gid in gens.items()}
     wall = time.monotonic() - started
     tokens = {tid: counts.get(gid, 0) for tid, gid in gens.items()}
     own = {tid: len(engine.tokenize(text)) if text else 0 for tid, text in plans.items()}
     pieces = {tid: list(texts.get(gid, [])) for tid, gid in gens.items()}
-    return Run(policy, planner.records, plans, wall, tokens, own, pieces)
+    return Run(policy, planner.records, plans, wall, tokens, own, pieces, tap)
 
 
-def fit_now(engine: Engine, out: Path) -> EngineProfile:
-    """A profile of ``engine`` measured now (the quick sweep of ``timely-llm profile``), so that the
-    prediction sees the machine as loaded as the runs do; written to ``out`` for the record."""
+def fit_now(
+    engine: Engine, out: Path, probes: list[TaskSpec] | None = None, options: PlannerOptions | None = None
+) -> EngineProfile:
+    """A profile of ``engine`` measured now, so that the prediction sees the machine as loaded as the
+    runs do; written to ``out`` for the record. The forward pass: the quick sweep of ``timely-llm
+    profile`` with prompt sizes around the engine's chunks and contexts as long as the probes'
+    (a decoding step attends to the whole skill-set prompt). Then what a planner run adds to it
+    (:mod:`.calibrate`), from ``probes`` served alone (one per skill set: the workload's first task
+    of it)."""
     from timely_llm_ros.bench import profile_cli as pc
 
+    probes = probes or []
+    longest = max((prompt_tokens(engine, t) for t in probes), default=0)
+    plan = pc.SweepPlan.quick()
+    plan.prefill_sizes, plan.prefill_repeats = (8, 16, 64, 128), 2
+    plan.kv_sizes = tuple(sorted({*plan.kv_sizes, *((longest + 16,) if longest else ())}))
     # as `timely-llm profile` runs it: whole prompts in one step, fixed-length generations
     saved = {k: getattr(engine, k) for k in ("prefill_chunk", "ignore_eos") if hasattr(engine, k)}
     for k, v in (("prefill_chunk", None), ("ignore_eos", True)):
         if k in saved:
             setattr(engine, k, v)
     try:
-        meas = pc.measure(engine, pc.SweepPlan.quick())
+        meas = pc.measure(engine, plan)
     finally:
         for k, v in saved.items():
             setattr(engine, k, v)
     coef = pc.fit(meas)
     prof = pc.build_profile(engine, coef, f"{Path(engine.info.name).name}-now", pc.machine_description())
+    taps = [probe_tap(engine, t, options=options) for t in probes]
+    joint = joint_fit(meas, taps) if taps else {}
+    prof = dataclasses.replace(prof, **joint)
+    terms = {
+        **overheads(prof, taps),
+        **({"prefill_kv": joint["prefill_kv"]} if "prefill_kv" in joint else {}),
+    }
+    prof = dataclasses.replace(prof, **terms)
     load = os.getloadavg()[0]
-    pc.write_profile(
-        out, prof, pc.header("realbench --profile fit", engine, coef, pc.machine_description(), (load, load))
+    head = pc.header("realbench --profile fit", engine, coef, pc.machine_description(), (load, load))
+    head += (
+        f"# Refitted with the steps of {len(taps)} probe task(s) served alone through the planner "
+        "(bench/calibrate.py: joint_fit, overheads); the coefficients below are those, the fit "
+        "diagnostics above the sweep's alone. Planner-run terms: "
+        + ", ".join(f"{k} {v:.3g}" for k, v in terms.items())
+        + ".\n"
     )
+    pc.write_profile(out, prof, head)
     return prof
+
+
+def prompt_tokens(engine: Engine, task: TaskSpec) -> int:
+    """Tokens of ``task``'s prompt as the engine evaluates it (skill-set prefix, chat template)."""
+    from timely_llm_ros.core.intake import Intake
+
+    prep = Intake(engine).prepare(dataclasses.replace(task, reference_plan=task.reference_plan or " "))
+    ids, prefix = prep.prompt_ids, prep.prefix_len
+    wrap = getattr(engine, "wrapped_prompt", None)
+    return len(wrap(ids, prefix)[0]) if callable(wrap) else len(ids)
+
+
+def engine_rule(engine: Engine) -> PromptRule | None:
+    """The real engine's prompt schedule, for the simulator (llama.cpp; None: whole prompts)."""
+    if hasattr(engine, "prefill_chunk") and hasattr(engine, "prefill_fast_batch"):
+        return PromptRule(engine.prefill_chunk, engine.prefill_fast_batch)  # type: ignore[attr-defined]
+    return None
+
+
+def template_tokens(engine: Engine) -> tuple[int, int]:
+    """Tokens the real engine's chat template adds to a prompt's shared prefix and to its private
+    part (the simulator pads its prompts by as many)."""
+    wrap = getattr(engine, "wrapped_prompt", None)
+    if not callable(wrap):
+        return (0, 0)
+    ids, plen = wrap([1, 2, 3, 4], 2)
+    return (plen - 2, len(ids) - 4 - (plen - 2))
 
 
 def predictor(
     engine: Engine, profile: str | EngineProfile, probe: TaskSpec, skill_sets: list[str]
 ) -> SimEngine:
     """The simulated engine that predicts the real runs, prepared like the real one: the same probe
-    and warm-up before the first run (a warm prefix cache and speed meter, as on the real engine)."""
+    and warm-up before the first run (a warm prefix cache and speed meter, as on the real engine),
+    the same prompt schedule (:mod:`timely_llm_ros.engines.prompt_rule`) and prompt lengths."""
     sim = SimEngine(
         profile if isinstance(profile, EngineProfile) else load_profile(profile),
         tokenizer=ModelPieces(engine),
+        prompt_rule=engine_rule(engine),
+        template_tokens=template_tokens(engine),
     )
     first_segment_time(sim, probe)
     PlannerCore(sim, "timely").warm_up(skill_sets)
+    sim.advance_to(engine.now())  # the same clock origin as the run it predicts (same float rounding)
     return sim
 
 
-def predict(sim: SimEngine, tasks: list[TaskSpec], run: Run, seed: int) -> Run:
-    """The simulator's run of the same tasks, emitting the plans the real engine generated."""
+def predict(sim: SimEngine, tasks: list[TaskSpec], run: Run, seed: int, tap: PhaseTap | None = None) -> Run:
+    """The simulator's run of the same tasks, emitting the plans the real engine generated, token for
+    token as the real engine emitted them."""
+    if isinstance(sim.tokenizer, ModelPieces):
+        for tid, text in run.plans.items():
+            if text and run.pieces.get(tid) and "".join(run.pieces[tid]) == text:
+                sim.tokenizer.known[text] = run.pieces[tid]
     with_plans = [dataclasses.replace(t, reference_plan=run.plans.get(t.task_id) or None) for t in tasks]
-    return drive(sim, with_plans, run.policy, realtime=False, seed=seed)
+    return drive(sim, with_plans, run.policy, realtime=False, seed=seed, tap=tap)
 
 
 def first_segment_time(engine: Engine, task: TaskSpec, options: PlannerOptions | None = None) -> float:
@@ -331,6 +434,82 @@ def replay_summary(per_task: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def account(real: PhaseTap, sim: PhaseTap, profile: EngineProfile) -> dict[str, Any]:
+    """The per-phase account of a real run next to its prediction (:mod:`.phase_account`)."""
+    out = compare_phases(real.tasks(), sim.tasks())
+    out["run"] = {"real": real.run_account(profile), "sim": sim.run_account(profile)}
+    out["steps"] = {"real": real.step_rows(), "sim": sim.step_rows()}
+    return out
+
+
+def speed_check(
+    engine: Engine, profile: EngineProfile, probe: TaskSpec, options: PlannerOptions | None = None
+) -> float:
+    """How much slower (> 1) than ``profile`` the engine runs right now: one probe task served alone
+    to the end of its plan (:func:`~.calibrate.probe_tap`), its steps' real time ÷ their price. 1.0
+    on an engine whose steps do not say what they fed (vLLM, servers, the simulated engine)."""
+    steps = probe_tap(engine, probe, options=options).steps
+    if not steps or any(math.isnan(s.forward_s) for s in steps):
+        return 1.0
+    priced = sum(price_step(profile, s) for s in steps)
+    k = sum(s.duration for s in steps) / priced if priced > 0 else math.nan
+    return k if math.isfinite(k) and k > 0 else 1.0
+
+
+def at_run_speed(
+    engine: Engine,
+    profile: EngineProfile,
+    tasks: list[TaskSpec],
+    real: Run,
+    seed: int,
+    probe: TaskSpec,
+    sets: list[str],
+) -> dict[str, float]:
+    """The prediction again with the profile slowed to the speed the engine had during the run (its
+    steps' time ÷ the profile's price of the same steps; > 1 when the machine got busier after the
+    fit): how much of the error is the machine's load drift, how much the model. A diagnostic next
+    to the real prediction, never instead of it."""
+    steps = real.tap.steps if real.tap is not None else []
+    if any(math.isnan(s.forward_s) for s in steps):  # the engine does not say what its steps fed
+        steps = []
+    priced = sum(price_step(profile, s) for s in steps)
+    k = sum(s.duration for s in steps) / priced if priced > 0 else math.nan
+    if not math.isfinite(k) or k <= 0:
+        return {"speed_ratio": math.nan, "mean_abs_rel_err": math.nan, "sim_response_mean": math.nan}
+    sim = predictor(engine, profile.slowed(k), probe, sets)
+    res = compare(real, predict(sim, tasks, real, seed))
+    return {
+        "speed_ratio": k,
+        "mean_abs_rel_err": res["mean_abs_rel_err"],
+        "sim_response_mean": res["sim"]["all"]["response_mean"],
+    }
+
+
+#: Two policies' values closer than this (relative) are a tie for the ordering check.
+ORDER_TIE = 0.02
+
+
+def ordering(results: list[dict[str, Any]], key: str, cls: str = "all") -> dict[str, Any]:
+    """Policies best first by ``key`` (smaller response, larger %Σβ), real and predicted, and whether
+    the prediction orders them as the real runs did: no pair whose real and predicted values differ
+    by more than :data:`ORDER_TIE` in opposite directions."""
+    sign = -1.0 if key == "response_mean" else 1.0
+    vals = {
+        side: {r["policy"]: sign * r[side].get(cls, {}).get(key, math.nan) for r in results}
+        for side in ("real", "sim")
+    }
+    order = {side: sorted(vals[side], key=lambda p, v=vals[side]: -v[p]) for side in vals}
+    discordant = 0
+    pols = [r["policy"] for r in results]
+    for i, a in enumerate(pols):
+        for b in pols[i + 1 :]:
+            d = [vals[side][a] - vals[side][b] for side in ("real", "sim")]
+            scale = [max(abs(vals[side][a]), abs(vals[side][b]), 1e-12) for side in ("real", "sim")]
+            if all(abs(x) / m > ORDER_TIE for x, m in zip(d, scale, strict=True)) and d[0] * d[1] < 0:
+                discordant += 1
+    return {**order, "match": discordant == 0, "discordant": discordant}
+
+
 def ratios(results: list[dict[str, Any]], key: str, cls: str = "all") -> list[dict[str, float]]:
     """``key`` of each policy relative to the first policy's, real and predicted."""
     base = results[0]
@@ -373,6 +552,21 @@ def table(results: list[dict[str, Any]], engine: str) -> str:
                 f"equal their reference; tokens {rp['replayed_tokens']} vs the tokenizer's "
                 f"{rp['own_tokens']} (x{rp['ratio']:.3f}, {rp['tasks_with_extra_tokens']} tasks took more)"
             )
+    for key, label in (("response_mean", "mean response"), ("pct_beta", "%Σβ")):
+        o = ordering(results, key)
+        lines.append(
+            f"ordering by {label} (all tasks, best first): real {' > '.join(o['real'])}; "
+            f"sim {' > '.join(o['sim'])}: {'matches' if o['match'] else 'DIFFERS'}"
+            + (f" ({o['discordant']} pair(s) swapped)" if o["discordant"] else "")
+        )
+    for r in results:
+        ars = r.get("at_run_speed", {})
+        lines.append(
+            f"{r['policy']}: engine speed vs fitted profile x{r.get('speed_check', 1.0):.2f} before the run "
+            f"(prediction uses it), x{ars.get('speed_ratio', math.nan):.2f} during it; |err| at the "
+            f"run's speed {100 * ars.get('mean_abs_rel_err', math.nan):.1f}% (load drift removed); "
+            f"load {r.get('load_average', math.nan):.1f}"
+        )
     for key in ("response_mean", "pct_beta"):
         lines.append(
             f"ratio to {results[0]['policy']} of {key} (all tasks): "
@@ -469,6 +663,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the engine writes exactly that plan (timing comparable across engines and the simulator)",
     )
     parser.add_argument("--seed", type=int, default=0, help="robot execution-time draws")
+    parser.add_argument(
+        "--no-speed-check",
+        dest="speed_check",
+        action="store_false",
+        help="predict every policy's run with the profile as fitted (default: right before each run, "
+        "time one probe task served alone and slow the profile by its real/priced ratio: a shared "
+        "machine's load changes the engine's speed between the fit and the runs)",
+    )
+    parser.add_argument(
+        "--phases",
+        action="store_true",
+        help="print each policy's per-phase account, real vs simulated (always in the JSON)",
+    )
     parser.add_argument("--out", type=Path, default=Path("results/realbench"), help="output directory")
 
 
@@ -508,16 +715,32 @@ def run(args: argparse.Namespace) -> int:
         PlannerCore(engine, "timely").warm_up(sets)
         if profile == "fit":
             args.out.mkdir(parents=True, exist_ok=True)
-            prof = fit_now(engine, args.out / "profile-fit.yaml")
+            probes = list({t.skill_set: t for t in reversed(tasks)}.values())
+            prof = fit_now(engine, args.out / "profile-fit.yaml", probes, options)
             print(f"[realbench] fitted now: {args.out / 'profile-fit.yaml'}", flush=True)
             PlannerCore(engine, "timely").warm_up(sets)  # the sweep's prompts may have evicted them
-        sim = predictor(engine, prof if profile == "fit" else profile, urgent, sets)
+        base = prof if profile == "fit" else load_profile(profile)
         results = []
         for pol in policies:
-            print(f"[realbench] {args.engine} / {pol}: {len(tasks)} tasks ...", flush=True)
-            real = drive(engine, tasks, pol, realtime=realtime, seed=args.seed, options=options)
-            pred = predict(sim, tasks, real, args.seed)
+            speed = speed_check(engine, base, urgent, options) if args.speed_check else 1.0
+            sim = predictor(engine, base.slowed(speed) if speed != 1.0 else base, urgent, sets)
+            print(
+                f"[realbench] {args.engine} / {pol}: {len(tasks)} tasks (speed check x{speed:.2f}, "
+                f"load {os.getloadavg()[0]:.1f}) ...",
+                flush=True,
+            )
+            real_tap, sim_tap = PhaseTap(engine.now), PhaseTap(sim.now)
+            real = drive(engine, tasks, pol, realtime=realtime, seed=args.seed, options=options, tap=real_tap)
+            pred = predict(sim, tasks, real, args.seed, tap=sim_tap)
             results.append(compare(real, pred, references))
+            results[-1]["speed_check"] = speed
+            results[-1]["load_average"] = os.getloadavg()[0]
+            results[-1]["phases"] = account(real_tap, sim_tap, sim.profile)
+            results[-1]["at_run_speed"] = at_run_speed(
+                engine, sim.profile, tasks, real, args.seed, urgent, sets
+            )
+            if args.phases:
+                print(phase_table(pol, results[-1]["phases"]), flush=True)
             print(
                 f"[realbench]   done in {real.wall:.0f} s; mean |err| "
                 f"{100 * results[-1]['mean_abs_rel_err']:.1f}%",
@@ -543,6 +766,7 @@ def run(args: argparse.Namespace) -> int:
         "load_average": os.getloadavg()[0],
         "results": results,
         "ratios": {k: ratios(results, k) for k in ("response_mean", "pct_beta")},
+        "ordering": {k: ordering(results, k) for k in ("response_mean", "pct_beta")},
     }
     (args.out / "realbench.json").write_text(json.dumps(_clean(out), indent=1))
     (args.out / "realbench.txt").write_text(text + "\n")

@@ -6,6 +6,15 @@ One :class:`EngineProfile` describes one model on one device:
   (TimeBill Eq. 4a: attention is quadratic in N, the feed-forward layers linear, the rest constant);
 * one decoding iteration over ``B`` running sequences holding ``ΣN_kv`` KV tokens in total:
   ``q + p·ΣN_kv + r·B`` seconds (TimeBill Eq. 4b, ``q + p·N_kv``, plus a per-sequence batch term);
+* what a real engine's step costs beyond the model's forward pass, learned from runs on it
+  (``timely-llm realbench``'s per-phase account, :mod:`timely_llm_ros.bench.phase_account`):
+  ``prefill_kv`` per cached KV token in front of a prompt chunk, once per chunk (a prompt suffix
+  attends to the cached skill-set prefix: on a 2-core CPU a chunk of 7-64 tokens behind the
+  1.2k-token drone prompt took about 60 ms more than the same chunk fresh, whatever its size —
+  the batched attention's cost is the cached KV it reads, not rows × KV), ``token_overhead`` per emitted token (sampling, grammar checks and
+  masks, detokenisation) and ``step_overhead`` per engine step (the planner's own loop between
+  steps). All three are 0 in a profile that does not set them, so a GPU profile fitted from the
+  forward pass alone prices exactly as before;
 * KV memory: ``kv_bytes_per_token`` and a device capacity in tokens; a host (CPU) capacity for
   swapped-out contexts and the host↔device bandwidths that price a swap (paper §4.1: restoring a
   suspended context from host memory instead of re-prefilling it).
@@ -18,7 +27,7 @@ profile from measurements in the same form the simulator consumes.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +57,11 @@ class EngineProfile:
     decode_q: float = 0.02
     decode_p: float = 0.0
     decode_r: float = 0.0
+    # beyond the forward pass (module docstring): per prompt token × cached KV token in front of it,
+    # per emitted token, per engine step
+    prefill_kv: float = 0.0
+    token_overhead: float = 0.0
+    step_overhead: float = 0.0
     kv_bytes_per_token: int = 131072
     kv_capacity_tokens: int = 60000
     host_kv_capacity_tokens: int = 120000
@@ -83,21 +97,32 @@ class EngineProfile:
             raise ProfileError(f"profile {self.name!r}: a decode step must take time (q + r > 0)")
 
     # -- the model ------------------------------------------------------------------------------
-    def prefill_time(self, n: int) -> float:
-        """Seconds to prefill ``n`` uncached prompt tokens (0 for n <= 0)."""
+    def prefill_time(self, n: int, front: int = 0) -> float:
+        """Seconds to prefill ``n`` uncached prompt tokens (0 for n <= 0) behind ``front`` cached
+        KV tokens (a shared prefix: ``prefill_kv`` per cached token)."""
         if n <= 0:
             return 0.0
-        return (self.prefill_a * n + self.prefill_b) * n + self.prefill_c
+        return (self.prefill_a * n + self.prefill_b) * n + self.prefill_kv * front + self.prefill_c
 
-    def prefill_batch_time(self, ns: list[int]) -> float:
-        """Seconds of one forward pass that prefills several sequences (``ns`` uncached tokens each):
-        ``c + Σ (a·N_i² + b·N_i)`` — attention is quadratic per sequence, the rest is shared, and the
-        constant (reading the weights, launching the pass) is paid once per pass."""
+    def prefill_batch_time(self, ns: list[int], fronts: list[int] | None = None) -> float:
+        """Seconds of one forward pass that prefills several sequences (``ns`` uncached tokens each,
+        behind ``fronts`` cached tokens each): ``c + Σ (a·N_i² + b·N_i + prefill_kv·F_i)`` —
+        attention is quadratic per sequence, the rest is shared, and the constant (reading the
+        weights, launching the pass) is paid once per pass."""
         total = 0.0
-        for n in ns:
+        for i, n in enumerate(ns):
             if n > 0:
-                total += (self.prefill_a * n + self.prefill_b) * n
+                front = fronts[i] if fronts is not None else 0
+                total += (self.prefill_a * n + self.prefill_b) * n + self.prefill_kv * front
         return total + self.prefill_c if total > 0 else 0.0
+
+    def chunk_time(self, offset: int, n: int, front: int = 0) -> float:
+        """Seconds ``n`` prompt tokens at private offset ``offset`` add to a pass (no pass constant):
+        ``a·((o+n)² − o²) + b·n + prefill_kv·front``."""
+        if n <= 0:
+            return 0.0
+        o = offset
+        return self.prefill_a * ((o + n) ** 2 - o * o) + self.prefill_b * n + self.prefill_kv * front
 
     def decode_time(self, batch: int, kv_tokens: int) -> float:
         """Seconds of one decoding iteration over ``batch`` sequences with ``kv_tokens`` in total."""
@@ -112,6 +137,21 @@ class EngineProfile:
     def swap_out_time(self, tokens: int) -> float:
         """Device → host transfer of ``tokens`` KV tokens."""
         return tokens * self.kv_bytes_per_token / self.device_to_host_bytes_per_s
+
+    def slowed(self, k: float) -> EngineProfile:
+        """This profile on a machine ``k`` times slower (every time term × k, bandwidths ÷ k): the
+        speed a shared machine's load gave an engine during a run, for a prediction at that speed."""
+        if not (math.isfinite(k) and k > 0):
+            raise ProfileError(f"profile {self.name!r}: slow-down factor must be > 0, got {k!r}")
+        times = (
+            "prefill_a prefill_b prefill_c decode_q decode_p decode_r prefill_kv token_overhead step_overhead"
+        ).split()
+        return replace(
+            self,
+            **{f: getattr(self, f) * k for f in times},
+            host_to_device_bytes_per_s=self.host_to_device_bytes_per_s / k,
+            device_to_host_bytes_per_s=self.device_to_host_bytes_per_s / k,
+        )
 
     # -- persistence ----------------------------------------------------------------------------
     def to_dict(self) -> dict:

@@ -59,7 +59,10 @@ This is the default real engine: SmolLM2-135M-Instruct (the GGUF inside the
 * **Device options** (llama.cpp's own): ``n_gpu_layers`` (layers offloaded to a GPU; -1 all, 0 none;
   needs a GPU build of llama-cpp-python), ``flash_attn`` (``auto``/``on``/``off``),
   ``cache_type_k``/``cache_type_v`` (KV-cache element type: ``f16`` default, ``q8_0``, ``q4_0``, ...;
-  quantized V needs flash attention) — the KV budget in tokens is unchanged, its bytes shrink.
+  quantized V needs flash attention) — the KV budget in tokens is unchanged, its bytes shrink;
+  ``defrag_thold`` (default 0.1: llama.cpp compacts the KV cache when holes exceed that fraction; a
+  step attends over every cell up to the highest used one, so without it decoding got 2-3× slower
+  after long prompts came and went; <= 0 turns it off).
 * **Errors** are :class:`~.base.EngineError` with a reason: missing model file or backend,
   prompts that do not fit the context, decode failures; :class:`~.base.EngineOutOfMemory` when
   the running generations alone exceed the KV budget or the sequence slots.
@@ -168,6 +171,7 @@ class LlamaCppEngine(KVMemory, Batching, Engine):
             flash_attn=cfg.flash_attn,
             cache_type_k=cfg.cache_type_k,
             cache_type_v=cfg.cache_type_v,
+            defrag_thold=cfg.defrag_thold,
         )
         nat = self.native
         kv_budget = cfg.kv_budget
@@ -235,6 +239,7 @@ class LlamaCppEngine(KVMemory, Batching, Engine):
                 "flash_attn": cfg.flash_attn,
                 "cache_type_k": cfg.cache_type_k,
                 "cache_type_v": cfg.cache_type_v,
+                "defrag_thold": cfg.defrag_thold,
                 "kv_bytes_per_token": nat.kv_bytes_per_token,
             },
         )

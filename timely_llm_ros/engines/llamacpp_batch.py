@@ -13,7 +13,6 @@ is the engine's, declared below.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -22,6 +21,7 @@ import numpy as np
 from timely_llm_ros.core.engine import EngineError, EngineOutOfMemory, TokenOut
 from timely_llm_ros.engines.llamacpp_native import NativeBatch, NativeModel
 from timely_llm_ros.engines.llamacpp_seq import LlamaSeq, Prefix, StepInfo
+from timely_llm_ros.engines.prompt_rule import PromptRule, prompt_takes
 from timely_llm_ros.engines.sequences import DEVICE, PENDING_ADMIT, SequenceTable
 
 
@@ -142,36 +142,20 @@ class Batching:
         return out
 
     def _prompt_rows(self, singles: list[LlamaSeq], multi: list[LlamaSeq]) -> list[tuple[LlamaSeq, int]]:
-        """(sequence, feed up to this id) of this step's multi-token rows (:meth:`set_priority`):
-        pending prompts in priority order, none ranked strictly after a decoding generation or after
-        a prompt that completes in this step (it decodes from the next step on, and a longer step
-        would only delay its first token), at most ``prefill_chunk`` tokens in all (None: whole
-        prompts)."""
-        top = min((s.priority for s in singles), default=math.inf)
-        planned = self._planner_budget
-        budget = self._step_budget if planned else self.prefill_chunk
-        out: list[tuple[LlamaSeq, int]] = []
-        for seq in sorted(multi, key=lambda s: (s.priority, s.order)):
-            if (seq.priority > top and not planned) or (budget is not None and budget <= 0):
-                break
-            rest = len(seq.ids) - seq.kv_len
-            fast = self.prefill_fast_batch
-            if (
-                not planned
-                and budget is not None
-                and fast is not None
-                and rest >= fast
-                and budget == self.prefill_chunk
-            ):
-                take, budget = fast, 0  # one efficient batch is the whole step
-            else:
-                take = rest if budget is None else min(rest, budget)
-                if budget is not None:
-                    budget -= take
-            out.append((seq, seq.kv_len + take))
-            if take == rest and not planned:  # decoding from the next step on: only equal ranks may share
-                top = min(top, seq.priority)
-        return out
+        """(sequence, feed up to this id) of this step's multi-token rows: the shared engine-side rule
+        (:func:`~.prompt_rule.prompt_takes`: pending prompts in priority order, none ranked strictly
+        after a decoding generation or after a prompt that completes in this step, at most
+        ``prefill_chunk`` tokens in all or one ``prefill_fast_batch``; None: whole prompts)."""
+        rule = PromptRule(self.prefill_chunk, self.prefill_fast_batch)
+        pending = [(s.priority, s.order, len(s.ids) - s.kv_len) for s in multi]
+        takes = prompt_takes(
+            rule,
+            (s.priority for s in singles),
+            pending,
+            self._step_budget,
+            planner_budget=self._planner_budget,
+        )
+        return [(multi[i], multi[i].kv_len + take) for i, take in takes]
 
     def _rollback(self, new_prefix: dict[tuple[int, ...], list[LlamaSeq]]) -> None:
         """After a failed step: forget this step's new prefixes and make every batched generation

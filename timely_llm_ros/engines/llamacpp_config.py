@@ -85,6 +85,12 @@ class LlamaCppConfig:
     flash_attn: str = "auto"
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
+    # llama.cpp defragments the KV cache when free holes exceed this fraction of it (<= 0: never).
+    # Why on: with the unified cache a step attends over every cell up to the highest one in use;
+    # after an 800-2500-token prompt was processed and released, SmolLM2's one-sequence decoding step
+    # at a 1.2k context went from 18 ms to 35-60 ms and stayed there; with 0.1 it stayed at 18-21 ms
+    # (measured on this project's 2-core CPU, bench/phase_account.py found it)
+    defrag_thold: float = 0.1
     # what happens to suspended generations' KV (timely_llm_ros.core.kv_policy) and its cost model
     kv_policy: str = "evict"
     eviction: str = "furthest"
@@ -132,6 +138,9 @@ class LlamaCppConfig:
                 f"kv_policy {self.kv_policy!r} / reload {self.reload!r} weigh prefill against "
                 "transfer costs: give cost_profile (a profile fitted for this model)"
             )
+        d = self.defrag_thold
+        if isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) or d >= 1:
+            raise EngineError(f"defrag_thold must be a number below 1 (<= 0: off), got {d!r}")
         grammar = self.grammar
         if not (grammar is None or grammar == "auto" or isinstance(grammar, dict)):
             raise EngineError(f"grammar must be 'auto', None or a mapping, got {grammar!r}")

@@ -150,6 +150,7 @@ class NativeModel:
         flash_attn: str = "auto",
         cache_type_k: str = "f16",
         cache_type_v: str = "f16",
+        defrag_thold: float = -1.0,
     ) -> None:
         self.lib = lib = load_llama_cpp()
         path = Path(model_path)
@@ -197,6 +198,7 @@ class NativeModel:
         # (prompt suffixes, several running sequences): see LlamaCppEngine.
         cparams.n_threads_batch = n_threads_batch
         cparams.kv_unified = True  # one cell pool: shared prefix cells, one KV budget (module doc)
+        cparams.defrag_thold = float(defrag_thold)  # LlamaCppConfig.defrag_thold says why
         cparams.flash_attn_type = getattr(lib, FLASH_ATTN[flash_attn])
         cparams.type_k = getattr(lib, KV_CACHE_TYPES[cache_type_k][0])
         cparams.type_v = getattr(lib, KV_CACHE_TYPES[cache_type_v][0])

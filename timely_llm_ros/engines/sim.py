@@ -32,6 +32,15 @@ Timing follows an :class:`~timely_llm_ros.core.profile.EngineProfile`. One :meth
    tokens of the next step (paper 004's token budget), given to pending prompts in
    :meth:`set_priority` order (then admission order). A sequence emits its first token in the step
    that completes its prompt.
+   With ``prompt_rule`` (:mod:`timely_llm_ros.engines.prompt_rule`, the llama.cpp engine's rule) the
+   step feeds prompt work the way the llama.cpp engine does — ``chunk`` tokens or one ``fast``
+   batch, most urgent first, held back behind more urgent decoding generations — and prices it as
+   that engine's one batch costs on a CPU: the chunks' ``a·((o+n)² − o²) + b·n`` plus the pass
+   constant ``c`` once, added to the decoding iteration. Every prompt chunk also pays
+   ``prefill_kv`` per cached prefix token in front of it, every emitted token
+   ``token_overhead`` and every step ``step_overhead`` (profile terms learned on a real engine; 0 in
+   the GPU profiles). ``template_tokens`` pads each prompt as a real engine's chat template does
+   (tokens added to the shared prefix, to the private part), so prompt lengths match the real run's.
 3. advances the clock by that time and emits one token per sequence that finished its prompt: the
    next id of its script, then EOS; ``finished`` at EOS or when ``max_tokens`` generated ids are
    reached.
@@ -56,6 +65,7 @@ from timely_llm_ros.core.engine import (
 )
 from timely_llm_ros.core.kv_policy import HOST, KVOptions, at_suspension, evict_destination
 from timely_llm_ros.core.profile import EngineProfile, load_profile
+from timely_llm_ros.engines.prompt_rule import PromptRule, prompt_takes
 
 # the shared state machine (sequences.py); the underscore names are this module's own spelling
 from timely_llm_ros.engines.sequences import (
@@ -89,7 +99,7 @@ from timely_llm_ros.engines.sim_tokenizer import EOS_ID, SimTokenizer
 class _Seq(Sequence):
     """A generation of the simulated engine: the shared state plus its script and prefill progress."""
 
-    __slots__ = ("prefix_key", "prefix_len", "script", "private", "todo", "done")
+    __slots__ = ("prefix_key", "prefix_len", "script", "private", "todo", "done", "front")
 
     def __init__(
         self,
@@ -108,6 +118,7 @@ class _Seq(Sequence):
         self.private = 0  # KV tokens this sequence holds outside the shared prefix
         self.todo = 0  # prompt tokens still to prefill (chunked prefill)
         self.done = 0  # prompt tokens of the current prefill already in the KV (chunk offset)
+        self.front = 0  # cached prefix tokens in front of the current prefill
 
 
 class SimEngine(Engine):
@@ -126,8 +137,16 @@ class SimEngine(Engine):
         start_time: float = 0.0,
         kv: KVOptions | None = None,
         chunked_prefill: bool = False,
+        prompt_rule: PromptRule | None = None,
+        template_tokens: tuple[int, int] = (0, 0),
     ) -> None:
         self.profile = load_profile(profile) if isinstance(profile, str) else profile
+        self.rule = prompt_rule
+        if len(template_tokens) != 2 or any(
+            isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in template_tokens
+        ):
+            raise EngineError(f"template_tokens must be two integers >= 0, got {template_tokens!r}")
+        self.template_tokens = (int(template_tokens[0]), int(template_tokens[1]))
         self.tokenizer = tokenizer or SimTokenizer()
         self.info = EngineInfo(
             name=f"sim:{self.profile.name}", context_limit=self.profile.context_limit, eos_id=EOS_ID
@@ -227,9 +246,10 @@ class SimEngine(Engine):
             raise EngineError("prefix_len outside the prompt")
         if prefix_key is None:
             prefix_len = 0
+        prompt_ids, prefix_len = self._wrap(list(prompt_ids), prefix_len)
         seq = _Seq(
             gen_id,
-            list(prompt_ids),
+            prompt_ids,
             prefix_key,
             prefix_len,
             list(script or ()),
@@ -237,6 +257,19 @@ class SimEngine(Engine):
             self._table.next_order(),
         )
         self._table.add(seq)
+
+    def _wrap(self, ids: list[int], prefix_len: int) -> tuple[list[int], int]:
+        """The prompt as long as a real engine's chat template makes it (``template_tokens``)."""
+        head, tail = self.template_tokens
+        if not (head or tail):
+            return ids, prefix_len
+        if len(ids) + head + tail >= self.profile.context_limit:
+            raise EngineError(
+                f"prompt of {len(ids)} tokens (+{head + tail} template) does not fit the context "
+                f"({self.profile.context_limit})"
+            )
+        fill = ids[0]
+        return [fill] * head + ids + [fill] * tail, prefix_len + head if prefix_len > 0 else 0
 
     def resume(self, gen_id: int, context: Context, *, max_tokens: int) -> None:
         self._table.resume(self._table.suspended(gen_id, context), max_tokens)
@@ -303,13 +336,18 @@ class SimEngine(Engine):
             if seq.todo == 0:
                 decode_b += 1
                 decode_kv += len(seq.ids)
-        prefill_ns, fused = self._prompt_work()
+        decoding = [s.priority for s in self._active.values() if s.todo == 0]
+        prefill_ns, fronts, fused = self._prompt_work(decoding)
         if prefill_ns or fused:
             pure = False
-        dt += prof.prefill_batch_time(prefill_ns)
-        if self.chunked and fused > 0.0:
+        dt += prof.prefill_batch_time(prefill_ns, fronts)
+        if self.rule is not None and fused > 0.0:
+            dt += fused + prof.prefill_c  # llama.cpp on a CPU: the constant of a multi-row batch
+        elif self.chunked and fused > 0.0:
             dt += fused if decode_b else fused + prof.prefill_c
         dt += prof.decode_time(decode_b, decode_kv)
+        emitting = sum(1 for s in self._active.values() if s.todo == 0)
+        dt += prof.step_overhead + prof.token_overhead * emitting
         self._now += dt
         self.stats["steps"] += 1
         self.stats["busy_time"] += dt
@@ -332,6 +370,7 @@ class SimEngine(Engine):
                     self._prefix_tokens += seq.prefix_len
             seq.private = seq.n_prompt - seq.prefix_len
             seq.todo, seq.done = n, 0
+            seq.front = seq.n_prompt - n
         elif seq.location == _DEVICE:  # resumed from device memory: free, joins the decode batch
             self._mem_susp_dev -= seq.private
         elif seq.location == _HOST:  # restore from host, then decode
@@ -340,6 +379,7 @@ class SimEngine(Engine):
             self.stats["swap_in"] += 1
         else:  # discarded: re-prefill the private tokens (the shared prefix is still cached)
             seq.todo, seq.done = seq.private, 0
+            seq.front = seq.prefix_len if seq.prefix_key is not None else 0
             self.stats["reprefill"] += 1
             self.stats["reprefill_tokens"] += seq.private
         self._mem_running += seq.private
@@ -347,37 +387,52 @@ class SimEngine(Engine):
         seq.state = _RUNNING
         return dt
 
-    def _prompt_work(self) -> tuple[list[int], float]:
-        """This step's prompt work: (token counts of a separate prefill pass, fused chunk time).
+    def _prompt_work(self, decoding: list[float]) -> tuple[list[int], list[int], float]:
+        """This step's prompt work: (token counts and cached fronts of a separate prefill pass, fused
+        chunk time).
 
-        Without chunked prefill every pending prompt is prefilled whole in one pass. With it, the
-        budget (None: unlimited) goes to pending prompts in priority order, each chunk priced at its
-        offset (module docstring)."""
+        Without chunked prefill or a prompt rule every pending prompt is prefilled whole in one pass.
+        With ``prompt_rule`` the llama.cpp engine's rule picks the chunks (``decoding``: priorities
+        of the generations that decode this step). With chunked prefill the budget (None:
+        unlimited) goes to pending prompts in priority order. Chunks are priced at their offset
+        (module docstring)."""
         pending = [s for s in self._active.values() if s.todo > 0]
         if not pending:
-            return [], 0.0
-        if not self.chunked:
+            return [], [], 0.0
+        if self.rule is None and not self.chunked:
             ns = [s.todo for s in pending]
+            fronts = [s.front for s in pending]
             for s in pending:
                 self.stats["prefill_tokens"] += s.todo
                 s.done += s.todo
                 s.todo = 0
-            return ns, 0.0
-        a, b = self.profile.prefill_a, self.profile.prefill_b
-        budget = self._budget
+            return ns, fronts, 0.0
+        if self.rule is not None:
+            takes = prompt_takes(
+                self.rule,
+                decoding,
+                [(s.priority, s.order, s.todo) for s in pending],
+                self._budget,
+                planner_budget=self._budget is not None,
+            )
+            chunks = [(pending[i], c) for i, c in takes]
+        else:
+            chunks = []
+            budget = self._budget
+            for s in sorted(pending, key=lambda x: (x.priority, x.order)):
+                if budget is not None and budget <= 0:
+                    break
+                c = s.todo if budget is None else min(s.todo, budget)
+                chunks.append((s, c))
+                if budget is not None:
+                    budget -= c
         fused = 0.0
-        for s in sorted(pending, key=lambda x: (x.priority, x.order)):
-            if budget is not None and budget <= 0:
-                break
-            c = s.todo if budget is None else min(s.todo, budget)
-            o = s.done
-            fused += a * ((o + c) ** 2 - o * o) + b * c
+        for s, c in chunks:
+            fused += self.profile.chunk_time(s.done, c, s.front)
             s.done += c
             s.todo -= c
             self.stats["prefill_tokens"] += c
-            if budget is not None:
-                budget -= c
-        return [], fused
+        return [], [], fused
 
     def _emit_tokens(self) -> list[TokenOut]:
         now = self._now
