@@ -98,7 +98,7 @@ from timely_llm_ros.core.admission import DEFAULT_MAX_BATCH, Admission, LatencyG
 from timely_llm_ros.core.generation import Generation
 from timely_llm_ros.core.priority import PriorityStrategy, Ranking, check_estimate
 from timely_llm_ros.core.tuf import utility
-from timely_llm_ros.core.ua_index import LATE, PROMOTED, Entry, PhaseIndex
+from timely_llm_ros.core.ua_index import INF, LATE, ONTIME, PROMOTED, Entry, PhaseIndex
 
 # Prior of the measured step model before any measurement (paper Table 1 profile: 21.5 ms
 # per decode step + 0.8 ms per extra running sequence, i.e. ≈ 3.7 % of a step per sequence) and of
@@ -126,8 +126,14 @@ class TimelyOptions:
     window: int = DEFAULT_WINDOW  # lookahead of the utility-accrual test (live generations)
     adm_promise: bool = True  # a refusal promises admission at the deferral point it assumed
     adm_bare_g: bool = False  # the earlier admission rule (candidates timed by G, every loser credited)
+    # What the policy maximises: "unclamped" Eq. 1 (the reported metric: late work keeps costing |α|
+    # per second, so it is ranked by that cost, never parked) or "clamped" at 0 (late work is
+    # worthless: the late tier). See the module docstring.
+    objective: str = "unclamped"
 
     def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
         if self.admission not in ADMISSIONS:
             raise ValueError(f"admission must be one of {ADMISSIONS}, got {self.admission!r}")
         if not math.isfinite(self.aging):
@@ -139,6 +145,7 @@ class TimelyOptions:
 
 
 ADMISSIONS = ("utility", "paper", "none")
+OBJECTIVES = ("unclamped", "clamped")
 
 
 # -------------------------------------------------------------------------------- ordering
@@ -195,9 +202,13 @@ class UtilityAccrualPriority(PriorityStrategy):
     dynamic = True
 
     def __init__(self, options: TimelyOptions | None = None) -> None:
-        self.opt = options or TimelyOptions()
+        self.opt = opt = options or TimelyOptions()
         self.max_batch = DEFAULT_MAX_BATCH
-        self.index = PhaseIndex(self.opt.aging, self.opt.critical_zero, self.opt.late_tier)
+        self.unclamped = opt.objective == "unclamped"
+        # unclamped: no late tier (late work keeps costing), and it counts in the tardy slope
+        self.index = PhaseIndex(
+            opt.aging, opt.critical_zero, opt.late_tier and not self.unclamped, late_costs=self.unclamped
+        )
         self._hint = 0  # least removals of the last decision (search start)
 
     def fixed_key(self, arrival: float, ert: float) -> float:
@@ -238,7 +249,7 @@ class UtilityAccrualPriority(PriorityStrategy):
         window = [ent[item[2]] for item in ix.live.head(opt.window)]
         kept, deferred = window, []
         if opt.ua_defer:
-            tested = window if opt.late_tier else [e for e in window if e.phase != LATE]
+            tested = window if ix.late_tier or self.unclamped else [e for e in window if e.phase != LATE]
             if len(tested) > 1:
                 ends.sort()
                 slots = [t] * (m - len(ends)) + ends[:m] if len(ends) < m else ends[:m]
@@ -261,6 +272,8 @@ class UtilityAccrualPriority(PriorityStrategy):
         crit = [e.item[0] for e in live]
         g = [e.g for e in live]
         rank = [k] * k  # removal rank of each live item (k: never removed)
+        if self.unclamped:  # only on-time work can still be saved; tardy work only takes its slot
+            crit = [c if e.phase == ONTIME else INF for c, e in zip(crit, live, strict=True)]
 
         def feasible(r: int) -> bool:
             prior = 0.0
@@ -284,9 +297,14 @@ class UtilityAccrualPriority(PriorityStrategy):
         if feasible(0):
             self._hint = 0
             return {}
-        # removal order: lowest PUD first; ties: latest critical time, then newest
-        pud = [e.utility(t) / e.g for e in live]
-        removal = sorted(range(k), key=lambda i: (pud[i], -crit[i], -live[i].seq))
+        # removal order: lowest PUD first; ties: latest critical time, then newest. Unclamped, deferring
+        # a segment costs |α| per second past its deadline whatever its utility: the density is |α|/G
+        # (Smith's rule for weighted tardiness), so normal work yields to urgent work first.
+        if self.unclamped:
+            pud = [(-e.al if e.al < 0.0 else 0.0) / e.g for e in live]
+        else:
+            pud = [e.utility(t) / e.g for e in live]
+        removal = sorted(range(k), key=lambda i: (pud[i], -live[i].item[0], -live[i].seq))
         for pos, i in enumerate(removal):
             rank[i] = pos
         r = self._hint = _least_removals(feasible, k, self._hint)
@@ -603,4 +621,5 @@ VARIANTS: dict[str, TimelyOptions] = {
     "timely-full-ua": TimelyOptions(window=1 << 30),
     "timely-adm-nopromise": TimelyOptions(adm_promise=False),
     "timely-adm-g": TimelyOptions(adm_bare_g=True, adm_promise=False),
+    "timely-clamped": TimelyOptions(objective="clamped"),
 }
