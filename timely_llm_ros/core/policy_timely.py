@@ -17,6 +17,15 @@ with ``W = t + G + net − ref`` (TUF_0 for a first segment, TUF_1 after, §4.2)
 TARDY (what is left to save; ordering a tardy segment by its missed deadline — ablation
 ``timely-crit-d`` — puts the most overdue work first: EDF's domino effect under overload).
 
+**Objective** (option ``objective``). ``"unclamped"`` (default, policy ``timely``): the paper's Eq. 1
+as reported, unbounded below — a segment past its deadline loses |α| per further second whether its
+utility is still positive or not. So there is no late tier: LATE segments stay in the live order
+(by ``Z``, like TARDY ones) and in the tardy slope; the utility-accrual test checks only ONTIME
+segments (a tardy one cannot be saved, it only takes its slot) and defers by cost density |α|/G
+(Smith's rule for weighted tardiness) instead of PUD, ties to the latest critical time — so a tardy
+segment is never deferred for on-time work of the same class, which would only move its cost.
+``"clamped"`` (policy ``timely-clamped``): utility below 0 is worth 0, the tiers and PUD below.
+
 Order (first = served first):
 
 1. promoted generations, by ``P`` (first promoted first) — the starvation bound: once promoted a
