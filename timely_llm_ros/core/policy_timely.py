@@ -310,7 +310,7 @@ class UtilityAccrualPriority(PriorityStrategy):
         # a segment costs |α| per second past its deadline whatever its utility: the density is |α|/G
         # (Smith's rule for weighted tardiness), so normal work yields to urgent work first.
         if self.unclamped:
-            pud = [(-e.al if e.al < 0.0 else 0.0) / e.g for e in live]
+            pud = [e.cost_density() for e in live]
         else:
             pud = [e.utility(t) / e.g for e in live]
         removal = sorted(range(k), key=lambda i: (pud[i], -live[i].item[0], -live[i].seq))

@@ -189,6 +189,11 @@ class Entry:
             return self.p
         return INF
 
+    def cost_density(self) -> float:
+        """|α|/G: utility lost per second of delay past the deadline, per second of engine time
+        (the unclamped objective's deferral order; 0 for a flat TUF)."""
+        return (-self.al if self.al < 0.0 else 0.0) / self.g
+
     def utility(self, t: float) -> float:
         """Eq. 4's numerator: the utility if its generation starts at ``t`` (unclamped below)."""
         return utility(t + self.g + self.net - self.ref, self.e, self.al, self.be)
