@@ -85,7 +85,9 @@ ending at ``F`` (past its zero-utility point a generation loses nothing more, so
 * admit unless some ``t_j`` saves more than it costs; if several do, the group is deferred to the one
   that saves the most, and that is a *promise*: a later decision admits it once ``t_j`` has come,
   without trading again (the trade assumed admission at ``t_j``; re-trading at every step could defer
-  it step after step); a promoted candidate is always admitted (the starvation bound);
+  it step after step), and a trade before ``t_j`` may bring the promise forward but never push it
+  back (re-trading at every step kept urgent first segments waiting past their promise beside free
+  slots at cap 16); a promoted candidate is always admitted (the starvation bound);
   with nothing running or nothing measured yet, admit (the paper's "lag for one generation").
 
 So a normal request with plenty of slack waits a few steps while urgent first segments finish, a
@@ -527,7 +529,10 @@ class UtilityGuidedAdmission(Admission):
             )
         if gain > 0.0:
             if self.promise:
-                self._promised[cand.gen_id] = until
+                # a later trade may bring the promise forward, never push it back: re-deferring at
+                # every step moved urgent first segments past their promise while slots were free
+                if promised is None or until < promised:
+                    self._promised[cand.gen_id] = until
             self.refused += 1
             return False
         return self._admit(t, cand)
