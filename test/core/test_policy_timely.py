@@ -88,9 +88,13 @@ def three_urgent(policy):
 
 
 def test_overload_defers_the_lowest_utility_density():
-    s, a, b, c = three_urgent("timely@b1")
+    # the clamped objective saves b and c (4 > 3.63); unclamped, a served last ends at 0.27
+    # (W = 0.658, U = -1.05): 2.95 < 3.63, and deferring a tardy segment only moves its cost, so EDF
+    s, a, b, c = three_urgent("timely-clamped@b1")
     assert order(s, 0.0) == [b, c, a]
     assert s.ranking(0.0).n_deferred == 1
+    s, a, b, c = three_urgent("timely@b1")
+    assert order(s, 0.0) == [a, b, c]
     s, a, b, c = three_urgent("timely-no-ua@b1")
     assert order(s, 0.0) == [a, b, c]
 
@@ -98,18 +102,22 @@ def test_overload_defers_the_lowest_utility_density():
 def test_busy_slots_count_in_the_feasibility_test():
     # same three with two slots: b and c both start at once -> feasible, EDF a, b, c; but if one of
     # the two slots is busy until 0.15 (a running generation, seg_start 0.06 + G), c cannot make it
-    s, a, b, c = three_urgent("timely@b2")
+    # (clamped objective: the unclamped one keeps tardy a first, as in the test above)
+    s, a, b, c = three_urgent("timely-clamped@b2")
     assert order(s, 0.0) == [a, b, c]
     busy = gen(arrival=-0.5)
     busy.seg_start = 0.06
     assert order(s, 0.0, running=[busy]) == [b, c, a]
+    s, a, b, c = three_urgent("timely@b2")
+    assert order(s, 0.0, running=[busy]) == [a, b, c]
 
 
 def test_late_tier_and_aging():
     # normal request arrived at 0: Z = 0 + 1 - 0.008 + 0.5 = 1.492 (U <= 0 once t + G >= Z), promoted
     # at P = Z + 1·(1 + 0.5) = 2.992.
+    # (the clamped objective's late tier; the default unclamped one: next test)
     late = gen(arrival=0.0)
-    s = Scheduler("timely")
+    s = Scheduler("timely-clamped")
     s.push(late)
     fresh_n = gen(arrival=1.95)
     s.push(fresh_n)
@@ -124,7 +132,7 @@ def test_late_tier_and_aging():
     for g in (late, fresh_n, urgent):
         g.slot = -1
         s2.push(g)
-    assert order(s2, 3.0)[-1] is late
+    assert order(s2, 3.0)[0] is late  # unclamped: no late tier, and it is the most overdue
     # the literal Eq. 4 ranks it last too (negative priority)
     s3 = Scheduler("timely-paper")
     for g in (late, fresh_n, urgent):
@@ -132,6 +140,56 @@ def test_late_tier_and_aging():
         s3.push(g)
     s3_scores = {g.gen_id: s3._prio.score_of(3.0, g) for g in (late, fresh_n, urgent)}
     assert s3_scores[late.gen_id] < 0 and s3_scores[late.gen_id] == min(s3_scores.values())
+
+
+def test_late_work_is_ranked_by_what_each_further_second_costs():
+    # Unclamped Eq. 1 (the default objective): a task past its zero-utility time still loses |α| per
+    # second, so it is never parked behind work that can wait for free. t = 2.0, one slot:
+    #   late_n: normal, arrived 0 (Z = 1.492: U < 0) ; fresh_n: normal, arrived 1.95 (D = 2.942)
+    #   late_u: urgent, arrived 1.3 (Z = 1.792, not yet promoted: P = 2.292) ; fresh_u: urgent,
+    #   arrived 1.99 (D = 2.182)
+    # Both late ones go before the fresh normal one, which still ends on time after them (2.27 <=
+    # 2.942); the fresh urgent one (ends 2.27 > 2.182 behind both) makes the schedule infeasible, so
+    # the lowest cost density |α|/G is deferred first: late_n (2/0.09) yields, late_u (6.67/0.09) stays.
+    late_n, fresh_n = gen(arrival=0.0), gen(arrival=1.95)
+    late_u, fresh_u = gen(arrival=1.3, tuf=URGENT_TUF), gen(arrival=1.99, tuf=URGENT_TUF)
+    s = Scheduler("timely@b1")
+    for g in (fresh_n, late_n, late_u):
+        s.push(g)
+    assert order(s, 2.0)[-1] is fresh_n
+    s.push(fresh_u)
+    assert order(s, 2.0) == [late_u, fresh_u, late_n, fresh_n]
+    # the clamped objective parks both late ones behind every live one
+    c = Scheduler("timely-clamped@b1")
+    for g in (fresh_n, late_n, late_u, fresh_u):
+        g.slot = -1
+        c.push(g)
+    assert order(c, 2.0)[:2] == [fresh_u, fresh_n]
+
+
+def burst_of_urgent(n=12):
+    """One event of ``n`` urgent drone requests (traces 6-8 of the catalog) 1 ms apart."""
+    from timely_llm_ros.workload.tasks import load_catalog
+
+    cat = load_catalog()
+    return [
+        cat.get(6 + i % 3).to_spec(task_id=str(i), agent_id=str(i), arrival=1.0 + 0.001 * i) for i in range(n)
+    ]
+
+
+def test_one_burst_of_twelve_urgent_at_cap_four_serves_the_late_ones_early():
+    # 12 urgent first segments, 4 slots: only the first wave can be on time. Deferring the tardy
+    # ones behind later work (the late tier) cost the issue's row 3.8 points; unclamped, every task
+    # is answered by 0.6 s (edf-seg: 0.80 s) and the sum beats edf-seg's (measured 34.8 vs -7.5 %Σβ)
+    from timely_llm_ros.core.metrics import summarize
+
+    got = {}
+    for p in ("timely", "edf-seg"):
+        recs = simulate(burst_of_urgent(), SimConfig(policy=f"{p}@b4")).records
+        assert all(r.state == "COMPLETED" for r in recs)
+        got[p] = (summarize(recs)["urgent"].pct_beta, max(r.response_time for r in recs))
+    assert got["timely"][0] >= got["edf-seg"][0] + 1.0
+    assert got["timely"][1] <= 0.6 < got["edf-seg"][1]
 
 
 def test_promoted_ones_are_served_in_promotion_order_ahead_of_new_work():
@@ -192,7 +250,6 @@ def test_a_late_task_is_served_within_three_zero_utility_times():
     # without aging the late task waits until the stream is over, past the bound
     late_na, urgent_max_na = responses("timely-no-aging@b1")
     assert late_na > 3 * NORMAL_TUF.zero_time and late_na > late
-    assert urgent_max_na > 3 * URGENT_TUF.zero_time
 
 
 # -------------------------------------------------------------------------------- admission
@@ -289,6 +346,37 @@ def test_a_deferred_prompt_that_shares_a_later_prefill_pass():
         g.slot = -1
         s.push(g)
     assert s.select(0.0, two_running(), None, 10**6) == [] and s.select(0.063, fresh, None, 10**6) == []
+
+
+def test_a_later_trade_never_pushes_a_promise_back():
+    # Issue 24's cap-16 case: urgent first segments waited beside free slots past the admission's
+    # promise, because every decision before the promised time traded again and could defer them
+    # further. An urgent candidate (arrived 0) refused at 0 is promised 0.063 (as above). At 0.03 the
+    # running pair is 30 ms younger (their first ends at 0.093): waiting would pay again, until
+    # 0.093; the promise stays 0.063 and the candidate is admitted then, though they still run.
+    s = Scheduler("timely@b3")
+    s._adm.model = model()
+    cand, other = gen(arrival=0.0, tuf=URGENT_TUF), gen(arrival=0.0)
+    s.push(cand)
+    s.push(other)
+    assert s.select(0.0, two_running(), None, 10**6) == []
+    assert s._adm._promised[cand.gen_id] == pytest.approx(0.063)
+    later = [gen(arrival=-0.09, tuf=URGENT_TUF, seg_tokens=2), gen(arrival=-0.07, tuf=URGENT_TUF)]
+    assert cand not in s.select(0.03, later, None, 10**6)
+    assert s._adm._promised[cand.gen_id] == pytest.approx(0.063)
+    assert cand in s.select(0.063, later, None, 10**6)
+
+
+def test_cap_16_burst_keeps_up_with_edf_seg():
+    # the stress suite's row that trailed (wid1 bursts, seed 11, one robot per task, cap 16): urgent
+    # 92.9 vs edf-seg 94.2 %Σβ while promises were pushed back; measured 94.8 with the fix
+    from timely_llm_ros.core.metrics import summarize
+    from timely_llm_ros.workload import resolve_workload
+
+    tasks = resolve_workload("wid1:bursty=10,duration=150,unique_agents=true,seed=11").tasks
+    got = {p: summarize(simulate(tasks, SimConfig(policy=f"{p}@b16")).records) for p in ("timely", "edf-seg")}
+    for cls in ("urgent", "normal"):
+        assert got["timely"][cls].pct_beta >= got["edf-seg"][cls].pct_beta - 1.0, cls
 
 
 def test_late_running_generation_never_blocks_admission():

@@ -61,6 +61,7 @@ class PolicyName(enum.StrEnum):
     TIMELY_FULL_UA = "timely-full-ua"
     TIMELY_ADM_NOPROMISE = "timely-adm-nopromise"
     TIMELY_ADM_G = "timely-adm-g"
+    TIMELY_CLAMPED = "timely-clamped"
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,15 @@ with ``W = t + G + net − ref`` (TUF_0 for a first segment, TUF_1 after, §4.2)
 TARDY (what is left to save; ordering a tardy segment by its missed deadline — ablation
 ``timely-crit-d`` — puts the most overdue work first: EDF's domino effect under overload).
 
+**Objective** (option ``objective``). ``"unclamped"`` (default, policy ``timely``): the paper's Eq. 1
+as reported, unbounded below — a segment past its deadline loses |α| per further second whether its
+utility is still positive or not. So there is no late tier: LATE segments stay in the live order
+(by ``Z``, like TARDY ones) and in the tardy slope; the utility-accrual test checks only ONTIME
+segments (a tardy one cannot be saved, it only takes its slot) and defers by cost density |α|/G
+(Smith's rule for weighted tardiness) instead of PUD, ties to the latest critical time — so a tardy
+segment is never deferred for on-time work of the same class, which would only move its cost.
+``"clamped"`` (policy ``timely-clamped``): utility below 0 is worth 0, the tiers and PUD below.
+
 Order (first = served first):
 
 1. promoted generations, by ``P`` (first promoted first) — the starvation bound: once promoted a
@@ -76,7 +85,9 @@ ending at ``F`` (past its zero-utility point a generation loses nothing more, so
 * admit unless some ``t_j`` saves more than it costs; if several do, the group is deferred to the one
   that saves the most, and that is a *promise*: a later decision admits it once ``t_j`` has come,
   without trading again (the trade assumed admission at ``t_j``; re-trading at every step could defer
-  it step after step); a promoted candidate is always admitted (the starvation bound);
+  it step after step), and a trade before ``t_j`` may bring the promise forward but never push it
+  back (re-trading at every step kept urgent first segments waiting past their promise beside free
+  slots at cap 16); a promoted candidate is always admitted (the starvation bound);
   with nothing running or nothing measured yet, admit (the paper's "lag for one generation").
 
 So a normal request with plenty of slack waits a few steps while urgent first segments finish, a
@@ -98,7 +109,7 @@ from timely_llm_ros.core.admission import DEFAULT_MAX_BATCH, Admission, LatencyG
 from timely_llm_ros.core.generation import Generation
 from timely_llm_ros.core.priority import PriorityStrategy, Ranking, check_estimate
 from timely_llm_ros.core.tuf import utility
-from timely_llm_ros.core.ua_index import LATE, PROMOTED, Entry, PhaseIndex
+from timely_llm_ros.core.ua_index import INF, LATE, ONTIME, PROMOTED, Entry, PhaseIndex
 
 # Prior of the measured step model before any measurement (paper Table 1 profile: 21.5 ms
 # per decode step + 0.8 ms per extra running sequence, i.e. ≈ 3.7 % of a step per sequence) and of
@@ -126,8 +137,14 @@ class TimelyOptions:
     window: int = DEFAULT_WINDOW  # lookahead of the utility-accrual test (live generations)
     adm_promise: bool = True  # a refusal promises admission at the deferral point it assumed
     adm_bare_g: bool = False  # the earlier admission rule (candidates timed by G, every loser credited)
+    # What the policy maximises: "unclamped" Eq. 1 (the reported metric: late work keeps costing |α|
+    # per second, so it is ranked by that cost, never parked) or "clamped" at 0 (late work is
+    # worthless: the late tier). See the module docstring.
+    objective: str = "unclamped"
 
     def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
         if self.admission not in ADMISSIONS:
             raise ValueError(f"admission must be one of {ADMISSIONS}, got {self.admission!r}")
         if not math.isfinite(self.aging):
@@ -139,6 +156,7 @@ class TimelyOptions:
 
 
 ADMISSIONS = ("utility", "paper", "none")
+OBJECTIVES = ("unclamped", "clamped")
 
 
 # -------------------------------------------------------------------------------- ordering
@@ -195,9 +213,13 @@ class UtilityAccrualPriority(PriorityStrategy):
     dynamic = True
 
     def __init__(self, options: TimelyOptions | None = None) -> None:
-        self.opt = options or TimelyOptions()
+        self.opt = opt = options or TimelyOptions()
         self.max_batch = DEFAULT_MAX_BATCH
-        self.index = PhaseIndex(self.opt.aging, self.opt.critical_zero, self.opt.late_tier)
+        self.unclamped = opt.objective == "unclamped"
+        # unclamped: no late tier (late work keeps costing), and it counts in the tardy slope
+        self.index = PhaseIndex(
+            opt.aging, opt.critical_zero, opt.late_tier and not self.unclamped, late_costs=self.unclamped
+        )
         self._hint = 0  # least removals of the last decision (search start)
 
     def fixed_key(self, arrival: float, ert: float) -> float:
@@ -238,7 +260,7 @@ class UtilityAccrualPriority(PriorityStrategy):
         window = [ent[item[2]] for item in ix.live.head(opt.window)]
         kept, deferred = window, []
         if opt.ua_defer:
-            tested = window if opt.late_tier else [e for e in window if e.phase != LATE]
+            tested = window if ix.late_tier or self.unclamped else [e for e in window if e.phase != LATE]
             if len(tested) > 1:
                 ends.sort()
                 slots = [t] * (m - len(ends)) + ends[:m] if len(ends) < m else ends[:m]
@@ -261,6 +283,8 @@ class UtilityAccrualPriority(PriorityStrategy):
         crit = [e.item[0] for e in live]
         g = [e.g for e in live]
         rank = [k] * k  # removal rank of each live item (k: never removed)
+        if self.unclamped:  # only on-time work can still be saved; tardy work only takes its slot
+            crit = [c if e.phase == ONTIME else INF for c, e in zip(crit, live, strict=True)]
 
         def feasible(r: int) -> bool:
             prior = 0.0
@@ -284,9 +308,14 @@ class UtilityAccrualPriority(PriorityStrategy):
         if feasible(0):
             self._hint = 0
             return {}
-        # removal order: lowest PUD first; ties: latest critical time, then newest
-        pud = [e.utility(t) / e.g for e in live]
-        removal = sorted(range(k), key=lambda i: (pud[i], -crit[i], -live[i].seq))
+        # removal order: lowest PUD first; ties: latest critical time, then newest. Unclamped, deferring
+        # a segment costs |α| per second past its deadline whatever its utility: the density is |α|/G
+        # (Smith's rule for weighted tardiness), so normal work yields to urgent work first.
+        if self.unclamped:
+            pud = [e.cost_density() for e in live]
+        else:
+            pud = [e.utility(t) / e.g for e in live]
+        removal = sorted(range(k), key=lambda i: (pud[i], -live[i].item[0], -live[i].seq))
         for pos, i in enumerate(removal):
             rank[i] = pos
         r = self._hint = _least_removals(feasible, k, self._hint)
@@ -500,7 +529,10 @@ class UtilityGuidedAdmission(Admission):
             )
         if gain > 0.0:
             if self.promise:
-                self._promised[cand.gen_id] = until
+                # a later trade may bring the promise forward, never push it back: re-deferring at
+                # every step moved urgent first segments past their promise while slots were free
+                if promised is None or until < promised:
+                    self._promised[cand.gen_id] = until
             self.refused += 1
             return False
         return self._admit(t, cand)
@@ -603,4 +635,5 @@ VARIANTS: dict[str, TimelyOptions] = {
     "timely-full-ua": TimelyOptions(window=1 << 30),
     "timely-adm-nopromise": TimelyOptions(adm_promise=False),
     "timely-adm-g": TimelyOptions(adm_bare_g=True, adm_promise=False),
+    "timely-clamped": TimelyOptions(objective="clamped"),
 }

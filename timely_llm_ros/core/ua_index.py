@@ -189,6 +189,11 @@ class Entry:
             return self.p
         return INF
 
+    def cost_density(self) -> float:
+        """|α|/G: utility lost per second of delay past the deadline, per second of engine time
+        (the unclamped objective's deferral order; 0 for a flat TUF)."""
+        return (-self.al if self.al < 0.0 else 0.0) / self.g
+
     def utility(self, t: float) -> float:
         """Eq. 4's numerator: the utility if its generation starts at ``t`` (unclamped below)."""
         return utility(t + self.g + self.net - self.ref, self.e, self.al, self.be)
@@ -197,10 +202,12 @@ class Entry:
 class PhaseIndex:
     """Sorted tiers of the queued generations, kept current by phase-change events (module doc)."""
 
-    def __init__(self, aging: float, critical_zero: bool, late_tier: bool) -> None:
+    def __init__(self, aging: float, critical_zero: bool, late_tier: bool, late_costs: bool = False) -> None:
         self.aging = aging
         self.critical_zero = critical_zero
         self.late_tier = late_tier
+        # LATE entries still lose |α| per second (unclamped Eq. 1): they count in the tardy slope
+        self.late_costs = late_costs
         self.entries: dict[int, Entry] = {}  # slot -> entry
         self.live = SortedTuples()  # (C, seq, slot): ONTIME + TARDY (+ LATE without the late tier)
         self.late = SortedTuples()  # (Z, seq, slot)
@@ -255,7 +262,8 @@ class PhaseIndex:
         self.promoted = SortedTuples(tiers[id(self.promoted)])
 
     def tardy_slope(self) -> float:
-        """Σ|α| of the TARDY entries: utility the queued tardy work loses per second of delay."""
+        """Σ|α| of the TARDY entries (and LATE ones with ``late_costs``): utility the queued tardy
+        work loses per second of delay."""
         return math.fsum(-al * n for al, n in self._tardy_alpha.items())
 
     # -- internals -----------------------------------------------------------------------------
@@ -265,7 +273,10 @@ class PhaseIndex:
         if phase == TARDY:
             return self.live, e.z if self.critical_zero else e.d
         if phase == LATE:
-            return (self.late if self.late_tier else self.live), e.z
+            if self.late_tier:
+                return self.late, e.z
+            # still costing: ordered like a TARDY one (else by Z, the ablation timely-no-late)
+            return self.live, e.d if self.late_costs and not self.critical_zero else e.z
         return self.promoted, e.p
 
     def _place(self, e: Entry, phase: int, into: dict[int, list[Item]] | None = None) -> None:
@@ -276,7 +287,7 @@ class PhaseIndex:
         else:  # rebuilding: collected per tier, sorted once
             into[id(tier)].append(item)
         e.phase, e.item = phase, item
-        if phase == TARDY:
+        if phase == TARDY or (phase == LATE and self.late_costs):
             self._tardy_alpha[e.al] = self._tardy_alpha.get(e.al, 0) + 1
         e.ver += 1
         nxt = e.next_change()
@@ -288,7 +299,7 @@ class PhaseIndex:
             return
         tier, _ = self._list_and_key(e, e.phase)
         tier.remove(e.item)
-        if e.phase == TARDY:
+        if e.phase == TARDY or (e.phase == LATE and self.late_costs):
             n = self._tardy_alpha[e.al] - 1
             if n:
                 self._tardy_alpha[e.al] = n
