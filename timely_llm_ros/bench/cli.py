@@ -45,11 +45,13 @@ modes (combine freely; runs shared between them are done once):
                                      agents and robots per event), event rate (one agent per task),
                                      batch caps 2-16, bursts (incl. bursty=10), compressed arrivals,
                                      urgent-heavy, overload at caps 4/6/8; a summary table against
-                                     the best baseline with x edf-seg and an upper bound; load figures
+                                     the best baseline with x edf-seg and the capacity bound
+                                     (bench.bounds) with timely's share of it; load figures
   --suite stress                     bursty workloads never tuned on (4 bursty families x as composed,
                                      compressed x0.5 and x0.35, distinct or shared agents = 20) x
                                      caps 2-16: timely, the best baseline and the gap per row,
-                                     unclamped and clamped; --workload-seeds 11,12 draws new ones
+                                     unclamped and clamped, with the capacity bound;
+                                     --workload-seeds 11,12 draws new ones
   --suite related                    planner options beyond the paper (urgency, length predictor,
                                      overrun, token budget, KV handling) each against its off
                                      state: related.txt/json/png (--workers N runs N in parallel)
@@ -338,7 +340,7 @@ def _report(
     if plan.scenarios:
         from timely_llm_ros.bench import scenarios as sc
 
-        note("computing the alone bounds ...")
+        note("computing the capacity bounds ...")
         rows = _scenario_summary(bench, plan.policies, options, sc.SUITE)
         extra["scenario_summary"] = rn.clean(rows)
         text.append(render_summary(rows))
@@ -346,7 +348,7 @@ def _report(
     if plan.stress:
         from timely_llm_ros.bench import stress
 
-        note("computing the alone bounds ...")
+        note("computing the capacity bounds ...")
         rows = _scenario_summary(bench, plan.policies, options, stress.suite(plan.stress_seeds))
         extra["stress_summary"] = rn.clean(rows)
         text.append(render_summary(rows, title="Stress summary"))
@@ -401,6 +403,7 @@ def _scenario_summary(
     from timely_llm_ros.bench import scenarios as sc
     from timely_llm_ros.bench.bounds import class_bounds
     from timely_llm_ros.bench.scenario_table import summary_rows
+    from timely_llm_ros.core.admission import DEFAULT_MAX_BATCH
     from timely_llm_ros.sim.simulator import SimConfig
 
     config = SimConfig(
@@ -409,12 +412,12 @@ def _scenario_summary(
         network_latency=options.network_latency,
         seed=options.seed,
     )
-    bounds: dict[str, dict[str, dict[str, Any]]] = {}
+    bounds: dict[tuple[str, int | None], dict[str, dict[str, Any]]] = {}
 
-    def bound_of(spec: str) -> dict[str, dict[str, Any]]:
-        if spec not in bounds:
-            bounds[spec] = class_bounds(bench.workload(spec).tasks, config)
-        return bounds[spec]
+    def bound_of(spec: str, cap: int | None) -> dict[str, dict[str, Any]]:
+        if (spec, cap) not in bounds:
+            bounds[spec, cap] = class_bounds(bench.workload(spec).tasks, config, cap or DEFAULT_MAX_BATCH)
+        return bounds[spec, cap]
 
     def classes_of(spec: str, policy: str) -> dict[str, Any] | None:
         run_ = bench.runs.get((spec, policy))
