@@ -15,13 +15,14 @@ from timely_llm_ros.core.policies import (
     policy_names,
 )
 from timely_llm_ros.core.policy_timely import VARIANTS, UtilityAccrualPriority, UtilityGuidedAdmission
-from timely_llm_ros.core.priority import EDFPriority, FCFSPriority, PUDPriority
+from timely_llm_ros.core.priority import EDFPriority, FCFSPriority, PUDPriority, RequeueFCFSPriority
 from timely_llm_ros.core.scheduler import Scheduler
 
 KNOWN = (
     "timely-paper, timely, fcfs-seg, edf-seg, vllm, vllm-stream, timely-no-ua, timely-no-late, "
     "timely-no-aging, timely-promote-half, timely-crit-d, timely-adm-group, timely-adm-nocap, "
-    "timely-adm-paper, timely-no-adm, timely-edf-dyn, timely-full-ua, timely-adm-nopromise, timely-adm-g"
+    "timely-adm-paper, timely-no-adm, timely-edf-dyn, timely-full-ua, timely-adm-nopromise, timely-adm-g, "
+    "fcfs-requeue"
 )
 
 
@@ -43,7 +44,7 @@ def test_the_members_are_the_names_in_their_listed_order():
     assert policy_names() == POLICY_NAMES == tuple(KNOWN.split(", "))
     assert [m.value for m in PolicyName] == list(POLICY_NAMES)
     # every ablation variant of the robust policy is a member, and nothing else is built from VARIANTS
-    assert set(VARIANTS) == set(POLICY_NAMES[6:])
+    assert set(VARIANTS) == set(POLICY_NAMES[6:]) - {"fcfs-requeue"}
 
 
 def test_what_each_built_in_policy_is():
@@ -54,6 +55,7 @@ def test_what_each_built_in_policy_is():
     assert kinds("timely-paper") == (PUDPriority, LatencyGuidedAdmission, True, True)
     assert kinds("timely") == (UtilityAccrualPriority, UtilityGuidedAdmission, True, True)
     assert kinds("fcfs-seg") == (FCFSPriority, Admission, True, True)
+    assert kinds("fcfs-requeue") == (RequeueFCFSPriority, Admission, True, True)
     assert kinds("edf-seg") == (EDFPriority, Admission, True, True)
     assert kinds("vllm") == (FCFSPriority, Admission, False, False)
     assert kinds("vllm-stream") == (FCFSPriority, Admission, False, True)

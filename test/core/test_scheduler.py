@@ -37,6 +37,16 @@ def test_fcfs_order_and_ties():
     assert s.pop_best(5.0) is None
 
 
+def test_fcfs_requeue_puts_a_resumed_segment_behind_later_arrivals():
+    """The public code's FCFS-seg: queue-entry order, not arrival (fcfs-seg keeps the arrival)."""
+    old, new = gen(arrival=1.0), gen(arrival=2.0)
+    for policy, expect in (("fcfs-requeue", [new, old]), ("fcfs-seg", [old, new])):
+        s = Scheduler(policy)
+        s.push(new)  # the new request queued first ...
+        s.push(old)  # ... then the older task's suspended generation comes back
+        assert [s.pop_best(5.0) for _ in range(2)] == expect
+
+
 def test_edf_prefers_urgent_deadline_even_when_later():
     s = Scheduler("edf-seg")
     normal = gen(arrival=1.0)  # deadline 2.0

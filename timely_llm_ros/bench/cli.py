@@ -13,7 +13,7 @@ import json
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,10 @@ modes (combine freely; runs shared between them are done once):
                                        7  mean utility vs max batch size 1-16, first two policies, WID2
                                        8  policies side by side per task class, WID1 and WID2
                                        9  robot-arm workload WID3 per task type
-  --suite paper                      Figures 5-9 + all their tables + the overhead report
+  --suite paper                      Figures 5-9 + all their tables + the overhead report + the
+                                     claims table: each headline claim of the paper, ours beside it
+                                     and the reason where they differ (bench.claims); also runs the
+                                     paper's baselines as its code ran them (timely-paper, fcfs-requeue)
   --suite scenarios                  overload scenarios: public samples, presets, fleet (1-3x WID2
                                      agents and robots per event), event rate (one agent per task),
                                      batch caps 2-16, bursts (incl. bursty=10), compressed arrivals,
@@ -359,9 +362,32 @@ def _report(
         extra["overhead"] = report
         text.extend(overhead_tables(report))
         text.append("")
+    if plan.claims:
+        from timely_llm_ros.bench.claims import claim_rows
+        from timely_llm_ros.bench.claims import render as render_claims
+
+        note("computing the claims table ...")
+        rows = claim_rows(bench, extra.get("overhead"), _bound_fn(bench, options))
+        extra["claims"] = rows
+        text.append(render_claims(rows))
+        text.append("")
     if text:
         text.insert(0, f"# {TIME_NOTE}")
     return text, extra
+
+
+def _bound_fn(bench: rn.Bench, options: rn.BenchOptions) -> Callable[[str, int], dict[str, dict[str, Any]]]:
+    """``bound_of(spec, cap)``: :func:`.bounds.class_bounds` of a workload under the bench's settings."""
+    from timely_llm_ros.bench.bounds import class_bounds
+    from timely_llm_ros.sim.simulator import SimConfig
+
+    config = SimConfig(
+        profile=options.profile,
+        exec_mode=options.exec_mode,
+        network_latency=options.network_latency,
+        seed=options.seed,
+    )
+    return lambda spec, cap: class_bounds(bench.workload(spec).tasks, config, cap)
 
 
 def _write_results(

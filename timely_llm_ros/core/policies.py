@@ -20,7 +20,13 @@ from dataclasses import dataclass
 
 from timely_llm_ros.core.admission import DEFAULT_MAX_BATCH, Admission, LatencyGuidedAdmission
 from timely_llm_ros.core.policy_timely import VARIANTS, timely_strategies
-from timely_llm_ros.core.priority import EDFPriority, FCFSPriority, PriorityStrategy, PUDPriority
+from timely_llm_ros.core.priority import (
+    EDFPriority,
+    FCFSPriority,
+    PriorityStrategy,
+    PUDPriority,
+    RequeueFCFSPriority,
+)
 
 __all__ = [
     "DEFAULT_MAX_BATCH",
@@ -61,6 +67,8 @@ class PolicyName(enum.StrEnum):
     TIMELY_FULL_UA = "timely-full-ua"
     TIMELY_ADM_NOPROMISE = "timely-adm-nopromise"
     TIMELY_ADM_G = "timely-adm-g"
+    # the paper's baselines as its public code runs them where that differs from ours (bench --suite paper)
+    FCFS_REQUEUE = "fcfs-requeue"
 
 
 @dataclass(frozen=True)
@@ -97,6 +105,8 @@ def _strategies(name: PolicyName) -> tuple[PriorityStrategy, Admission]:
         return EDFPriority(), Admission()
     if name in (PolicyName.FCFS_SEG, PolicyName.VLLM, PolicyName.VLLM_STREAM):
         return FCFSPriority(), Admission()
+    if name is PolicyName.FCFS_REQUEUE:
+        return RequeueFCFSPriority(), Admission()
     return timely_strategies(VARIANTS[name.value])
 
 

@@ -1,0 +1,286 @@
+"""The paper's headline claims next to ours (``timely-llm bench --suite paper``), each with its reason.
+
+Why: a reproduction that lands above the paper on some claims and below it on others says little
+until every difference is traced to something the paper states. Each row gives the claim (paper
+section), the paper's value, ours on the simulated engine (paper GPU profile, same workloads) and a
+verdict; where they differ the reason cites what the paper (text, or its public code where the text
+is silent) does differently from this package:
+
+* vLLM (§7.1: FCFS continuous batching, the plan dispatched at the end) is the same design here;
+  its urgent utility sits near the zero-utility time (0.5 s), where a few tens of milliseconds of
+  mean response change a ratio against it by an order of magnitude;
+* EDF-seg (§7.3.2: segmented, "maintaining the initial generation priority", i.e. the task's
+  deadline arrival + ERT for every segment) is the same design here (``edf-seg``; the public code
+  agrees); the capacity bound (:mod:`.bounds`) says how far above it any policy can get;
+* FCFS-seg: the text keeps the task's arrival for every segment (``fcfs-seg``); the public code
+  re-queues a resumed segment at the time it is re-queued — that variant runs as ``fcfs-requeue``;
+* TimelyLLM itself: the paper's Eq. 4 and §4.4 read literally (``timely-paper``) beside the
+  package's default ``timely`` (docs/scheduling.md says what changed and why);
+* overheads (Tables 4 and 5) are measured on a different implementation; they are shown, not
+  expected to match.
+
+Every run goes through :meth:`.runner.Bench.run` (runs the figures already did are reused).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from timely_llm_ros.bench import runner as rn
+
+DESK_CLEAN = "10"  # LRTrace trace id of 'Desk cleaning' (paper Table 2)
+PAPER_POLICIES = ("timely", "timely-paper", "vllm", "vllm-stream", "fcfs-seg", "fcfs-requeue", "edf-seg")
+
+
+def claims_jobs() -> list[rn.Job]:
+    """Every run the claims table needs beyond the figures (the paper's baselines as its code ran them)."""
+    jobs = [rn.Job(w, p) for w in ("wid1", "wid2") for p in PAPER_POLICIES]
+    jobs += [rn.Job("wid3", p) for p in ("timely", "vllm", "vllm-stream")]
+    jobs += [rn.Job("wid2", rn.batch_policy(p, b)) for p in ("timely", "vllm") for b in rn.FIG7_BATCHES]
+    return jobs
+
+
+def _cls(bench: rn.Bench, spec: str, policy: str, cls: str, key: str) -> float:
+    v = (bench.run(spec, policy).classes.get(cls) or {}).get(key)
+    return math.nan if v is None else float(v)
+
+
+def _type(bench: rn.Bench, spec: str, policy: str, trace: str, key: str) -> float:
+    v = (bench.run(spec, policy).traces.get(trace) or {}).get(key)
+    return math.nan if v is None else float(v)
+
+
+def _verdict(paper: float, ours: float, rel: float, direction_ok: bool) -> str:
+    if math.isnan(ours):
+        return "not reproduced"
+    if abs(ours - paper) <= rel * abs(paper):
+        return "reproduced"
+    return "direction only" if direction_ok else "not reproduced"
+
+
+def _row(claim: str, paper: str, ours: str, verdict: str, reason: str) -> dict[str, str]:
+    return {"claim": claim, "paper": paper, "ours": ours, "verdict": verdict, "reason": reason}
+
+
+def claim_rows(
+    bench: rn.Bench,
+    overhead: dict[str, Any] | None,
+    bound_of: Callable[[str, int], dict[str, dict[str, Any]]],
+) -> list[dict[str, str]]:
+    """The claims table (module docstring); ``bound_of(spec, cap)`` = :func:`.bounds.class_bounds`."""
+    rows = _desk_clean(bench)
+    rows += _wid1(bench)
+    rows += _wid2_vllm(bench)
+    rows += _fig8(bench, bound_of)
+    rows.append(_fig7(bench))
+    rows += _overheads(overhead)
+    return rows
+
+
+def _desk_clean(bench: rn.Bench) -> list[dict[str, str]]:
+    ut = _type(bench, "wid3", "timely", DESK_CLEAN, "utility_mean")
+    uv = _type(bench, "wid3", "vllm", DESK_CLEAN, "utility_mean")
+    rv = _type(bench, "wid3", "vllm", DESK_CLEAN, "response_mean")
+    d = ut - uv
+    reason = (
+        "the paper's 'increases utility by 1.97' is a difference of mean utilities (a ratio is undefined: "
+        "vLLM's is ≤ 0 in both); with β = 1 it puts the paper's vLLM at ≈ −0.97, i.e. Desk Clean "
+        f"answered at ≈ 1.99 s (normal TUF: ERT 1 s, α −2). Ours answers at {rv:.2f} s (utility {uv:+.2f}): "
+        "the whole ~100-token arm plan at Table 1's 21.5 ms/token after the arm prompt's prefill, so our "
+        "difference is larger — the paper's plans or steps were shorter than Table 1's per-token cost implies"
+    )
+    wt = _type(bench, "wid3", "timely", DESK_CLEAN, "waiting_mean")
+    wv = _type(bench, "wid3", "vllm", DESK_CLEAN, "waiting_mean")
+    cut = 100.0 * (1.0 - wt / wv) if wv > 0 else math.nan
+    return [
+        _row(
+            "Desk Clean (WID 3): utility +1.97 vs vLLM (§7.4.1)",
+            "+1.97",
+            f"{d:+.2f} ({ut:+.2f} vs {uv:+.2f})",
+            _verdict(1.97, d, 0.1, d > 0),
+            "-" if abs(d - 1.97) <= 0.197 else reason,
+        ),
+        _row(
+            "Desk Clean (WID 3): waiting time −84 % vs vLLM (§7.4.1)",
+            "−84 %",
+            f"−{cut:.0f} % ({wt:.2f} vs {wv:.2f} s)",
+            _verdict(84.0, cut, 0.1, cut > 0),
+            "-"
+            if abs(cut - 84.0) <= 8.4
+            else "segmented generation starts the arm after its first statement; the size of the cut "
+            "follows the whole-plan generation time of vLLM (see the row above)",
+        ),
+    ]
+
+
+def _wid1(bench: rn.Bench) -> list[dict[str, str]]:
+    t = _cls(bench, "wid1", "timely", "urgent", "pct_beta")
+    tp = _cls(bench, "wid1", "timely-paper", "urgent", "pct_beta")
+    v = _cls(bench, "wid1", "vllm", "urgent", "pct_beta")
+    return [
+        _row(
+            "WID 1 urgent: TimelyLLM 81.5 % of max utility (§7.2, Fig. 5a)",
+            "81.5 %",
+            f"timely {t:.1f} %, timely-paper {tp:.1f} %",
+            _verdict(81.5, t, 0.05, t > v) if abs(tp - 81.5) > 4.1 else "reproduced (timely-paper)",
+            "the paper's method read literally (`timely-paper`: Eq. 4 + the §4.4 check) stalls admissions "
+            "behind late generations and starves late tasks (docs/scheduling.md); the package's `timely` "
+            "fixes both, and lands above the paper. The paper's own implementation sits between the two "
+            "readings: its public code ranks by a different PUD form and removes queued tasks whose "
+            "utility has reached 0 (never answered, so absent from per-task means)",
+        ),
+        _row(
+            "WID 1 urgent: vLLM 59.5 % of max utility (§7.2, Fig. 5a)",
+            "59.5 %",
+            f"{v:.1f} %",
+            _verdict(59.5, v, 0.1, True),
+            "-" if abs(v - 59.5) <= 5.95 else "see the WID 2 vLLM row",
+        ),
+    ]
+
+
+def _wid2_vllm(bench: rn.Bench) -> list[dict[str, str]]:
+    ut = _cls(bench, "wid2", "timely", "urgent", "utility_mean")
+    uv = _cls(bench, "wid2", "vllm", "urgent", "utility_mean")
+    us = _cls(bench, "wid2", "vllm-stream", "urgent", "utility_mean")
+    rv = _cls(bench, "wid2", "vllm", "urgent", "response_mean")
+    gain = 100.0 * (ut / uv - 1.0) if uv > 0 else math.nan
+    gain_s = 100.0 * (ut / us - 1.0) if us > 0 else math.nan
+    need = ut / 2.91  # the vLLM urgent utility that would give the paper's +191 %
+    need_w = 0.2 + (2.0 - need) / (20.0 / 3.0)  # its response under the urgent TUF (ERT 0.2, α −6.67)
+    ok = not math.isnan(gain) and abs(gain - 191.0) <= 19.1
+    return [
+        _row(
+            "WID 2 urgent: +191 % utility vs vLLM (§7.2, Fig. 5d)",
+            "+191 %",
+            f"+{gain:.0f} % (vs vllm-stream +{gain_s:.0f} %)",
+            "reproduced" if ok else ("direction only" if gain > 0 else "not reproduced"),
+            "-"
+            if ok
+            else f"vLLM's urgent mean response is {rv:.3f} s, next to the 0.5 s zero-utility time, so "
+            f"its mean utility ({uv:.3f}) is small and the ratio ill-conditioned: the paper's +191 % "
+            f"needs vLLM at {need:.2f} (mean response ≈ {need_w:.2f} s), {1000 * (rv - need_w):.0f} ms "
+            "sooner than ours. Same design (FCFS, plan sent at EOS, §7.1); the paper's engine is real "
+            "vLLM on the GPU, ours the Table-1 profile",
+        )
+    ]
+
+
+def _fig8(bench: rn.Bench, bound_of: Callable[[str, int], dict[str, dict[str, Any]]]) -> list[dict[str, str]]:
+    rows = []
+    for base, paper, policies in (("FCFS", 1.83, ("fcfs-seg", "fcfs-requeue")), ("EDF", 1.42, ("edf-seg",))):
+        parts, ratios = [], []
+        for w in ("wid1", "wid2"):
+            t = _cls(bench, w, "timely", "urgent", "pct_beta_clamped")
+            for p in policies:
+                b = _cls(bench, w, p, "urgent", "pct_beta_clamped")
+                ratio = t / b if b > 0 else math.nan
+                ratios.append((w, p, ratio, b))
+                parts.append(f"{w} {p} {100 * ratio:.0f} %")
+        best = min(ratios, key=lambda r: abs(r[2] - paper) if not math.isnan(r[2]) else math.inf)
+        ok = abs(best[2] - paper) <= 0.1 * paper
+        if base == "EDF":
+            bound = float(bound_of("wid2", 8)["urgent"]["pct_beta_clamped"])
+            edf2 = next(r[3] for r in ratios if r[0] == "wid2")
+            reason = (
+                "our edf-seg is the paper's design (task deadline arrival + ERT kept for every segment: "
+                f"§7.3.2, and the public code). On WID 2 it already gets {edf2:.1f} % and the capacity "
+                f"bound (bench.bounds) is {bound:.1f} %: no policy can reach more than "
+                f"{100 * bound / edf2:.0f} % of edf-seg on this engine model. The paper's EDF (at "
+                "≈ 70 % of its TimelyLLM) ran on a far more loaded engine: real vLLM steps, one request "
+                "admitted per engine step, Table 5's ≈ 2 ms scheduling per fetch; its 'neglects normal "
+                "tasks' does not happen here (normal 98.7 % on WID 2)"
+            )
+        else:
+            reason = (
+                "the text keeps the task's arrival for resumed segments (`fcfs-seg`); the public code "
+                "re-queues them at the time they are re-queued (`fcfs-requeue`), which lets new "
+                "(urgent) requests overtake resumed segments: both are shown, the workload of Fig. 8 "
+                "is not named"
+            )
+        rows.append(
+            _row(
+                f"urgent utility {100 * paper:.0f} % of {base}-seg (§7.3.2, Fig. 8)",
+                f"{100 * paper:.0f} %",
+                ", ".join(parts),
+                "reproduced" if ok else ("direction only" if best[2] > 1 else "not reproduced"),
+                f"closest: {best[0]} {best[1]}" if ok else reason,
+            )
+        )
+    return rows
+
+
+def _fig7(bench: rn.Bench) -> dict[str, str]:
+    peaks = {}
+    for p in ("timely", "vllm"):
+        vals = [
+            (_cls(bench, "wid2", rn.batch_policy(p, b), "all", "utility_mean"), b) for b in rn.FIG7_BATCHES
+        ]
+        peaks[p] = max(vals)
+    (ut, bt), (uv, bv) = peaks["timely"], peaks["vllm"]
+    ok = abs(ut - 1.21) <= 0.121 and abs(uv - 0.74) <= 0.074 and bt == 6 and bv == 12
+    return _row(
+        "Fig. 7 (WID 2, fixed batch 1–16): peak mean utility TimelyLLM 1.21 @6, vLLM 0.74 @12 (§7.3.1)",
+        "1.21 @6, 0.74 @12",
+        f"{ut:.2f} @{bt}, {uv:.2f} @{bv}",
+        "reproduced" if ok else ("direction only" if ut > uv else "not reproduced"),
+        "-"
+        if ok
+        else "in our profile a step costs 0.8 ms more per running sequence (r) and the KV read, so "
+        "larger batches slow decoding only a little and both curves flatten instead of falling after "
+        "their peak; the paper measured real steps on the RTX 4090, where interference grows faster "
+        "with batch size (§7.3.1) — the profile's r is an assumption (config/profiles)",
+    )
+
+
+def _overheads(overhead: dict[str, Any] | None) -> list[dict[str, str]]:
+    if not overhead:
+        return []
+    rows = []
+    sched = {r["queue"]: r for r in overhead.get("scheduling", [])}
+    if 8 in sched and "timely median ms" in sched[8]:
+        ms1 = sched.get(1, {}).get("timely median ms", math.nan)
+        ms8 = sched[8]["timely median ms"]
+        rows.append(
+            _row(
+                "Table 5: scheduling overhead 0.58 ms (1 task) … 2.03 ms (8 tasks) (§7.5.2)",
+                "0.58 … 2.03 ms",
+                f"{ms1:.4f} … {ms8:.4f} ms",
+                "lower (not a target)",
+                "the paper re-scores every queued task through a multiprocessing PriorityQueue on each "
+                "fetch (§5); ours keeps the queue order incrementally in-process (CPU time, this machine)",
+            )
+        )
+    seg = overhead.get("segmentation") or []
+    if seg:
+        worst = max(float(r.get("overhead_pct", 0.0)) for r in seg)
+        rows.append(
+            _row(
+                "Table 4: segmented generation overhead < 6 % (§7.5.1)",
+                "2.6 … 5.6 %",
+                f"≤ {worst:.1f} %",
+                "reproduced" if worst < 6.0 else "not reproduced",
+                "-"
+                if worst < 6.0
+                else "model-level only on the simulated engine (extra passes the timing model charges)",
+            )
+        )
+    return rows
+
+
+def render(rows: list[dict[str, str]]) -> str:
+    """The claims table: one block per claim (the reasons are sentences, not table cells)."""
+    out = ["== The paper's claims: paper vs ours (simulated engine, paper GPU profile) =="]
+    for r in rows:
+        out.append(f"* {r['claim']}")
+        out.append(f"    paper {r['paper']} | ours {r['ours']} | {r['verdict']}")
+        if r["reason"] and r["reason"] != "-":
+            out.append(f"    why: {r['reason']}")
+    counts = {v: sum(r["verdict"].startswith(v) for r in rows) for v in ("reproduced", "direction", "not")}
+    out.append(
+        f"# {counts['reproduced']} reproduced, {counts['direction']} in direction only, "
+        f"{counts['not']} not reproduced, of {len(rows)} claims"
+    )
+    return "\n".join(out)
