@@ -68,7 +68,10 @@ def test_what_each_built_in_policy_is():
 def test_unknown_names_get_the_list_of_known_ones(bad):
     with pytest.raises(UnknownPolicy) as exc:
         parse_policy(bad)
-    assert str(exc.value) == f"unknown policy {bad!r}; known: {KNOWN} (optionally @bN, e.g. timely@b4)"
+    assert (
+        str(exc.value)
+        == f"unknown policy {bad!r}; known: {KNOWN} (optionally @bN and @aK, e.g. timely@b4, edf-seg@a1)"
+    )
     assert isinstance(exc.value, ValueError)  # the planner's parameter check reports ValueErrors
     with pytest.raises(UnknownPolicy, match="unknown policy"):
         make_policy(bad)

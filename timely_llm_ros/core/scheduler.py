@@ -152,6 +152,8 @@ class Scheduler:
         self, t: float, running: list[Generation], speed: float | None, mem_free: int
     ) -> list[Generation]:
         free = self.policy.max_batch - len(running)
+        if self.policy.admit_per_step is not None:
+            free = min(free, self.policy.admit_per_step)
         if free <= 0 or not self._gens:
             return []
         ranking = self._prio.rank(t, list(running), self.policy.max_batch)
