@@ -131,3 +131,18 @@ def test_the_all_row_sums_the_classes_and_bad_cap_is_refused():
     assert b["all"]["sum_beta"] == pytest.approx(3 * 2.0 + 3 * 1.0)
     with pytest.raises(ValueError):
         class_bounds(mixed, TOY_CFG, max_batch=0)
+
+
+def test_no_policy_beats_the_bound_on_a_public_trace_with_shared_robots():
+    """The first 60 tasks of the public sample 1 squeezed ×0.35 (robots shared, so chains bind) at
+    batch cap 2: every policy's utility, unclamped and clamped, stays at or below the bound."""
+    from timely_llm_ros.workload import resolve_workload
+
+    tasks = sorted(resolve_workload("sample1:compress=0.35").tasks, key=lambda t: t.arrival)[:60]
+    b = class_bounds(tasks, SimConfig(), max_batch=2)
+    assert b["urgent"]["chain_pct"] < b["urgent"]["alone_pct"]  # the chains bind here
+    for policy in ("timely@b2", "edf-seg@b2", "fcfs-requeue@b2", "vllm-stream@b2"):
+        m = summarize(simulate(tasks, SimConfig(policy=policy)).records)
+        for cls in ("urgent", "normal", "all"):
+            assert m[cls].pct_beta <= b[cls]["pct_beta"] + 1e-9, (policy, cls)
+            assert m[cls].pct_beta_clamped <= b[cls]["pct_beta_clamped"] + 1e-9, (policy, cls)

@@ -24,13 +24,17 @@ def fake_bench():
     }
     for w in ("wid1", "wid2"):
         for p, pct in urgent.items():
-            b.runs[w, p] = run({"urgent": {"pct_beta": pct, "pct_beta_clamped": pct, "utility_mean": pct / 50}})
+            b.runs[w, p] = run(
+                {"urgent": {"pct_beta": pct, "pct_beta_clamped": pct, "utility_mean": pct / 50}}
+            )
     # the paper's loop (one admission per step): timely 98 vs edf-seg 70 = 140 % (within 142 ± 14.2)
     b.runs["wid2", "timely@a1"] = run({"urgent": {"pct_beta_clamped": 98.0}})
     b.runs["wid2", "edf-seg@a1"] = run({"urgent": {"pct_beta_clamped": 70.0}, "normal": {"pct_beta": 61.0}})
     b.runs["wid2", "vllm"] = run({"urgent": {"pct_beta": 1.0, "utility_mean": 0.02, "response_mean": 0.497}})
     b.runs["wid3", "timely"] = run(types={"10": {"utility_mean": 1.0, "waiting_mean": 0.2}})
-    b.runs["wid3", "vllm"] = run(types={"10": {"utility_mean": -0.97, "waiting_mean": 2.0, "response_mean": 1.99}})
+    b.runs["wid3", "vllm"] = run(
+        types={"10": {"utility_mean": -0.97, "waiting_mean": 2.0, "response_mean": 1.99}}
+    )
     for bat in rn.FIG7_BATCHES:
         b.runs["wid2", f"timely@b{bat}"] = run({"all": {"utility_mean": 1.21 if bat == 6 else 1.0}})
         b.runs["wid2", f"vllm@b{bat}"] = run({"all": {"utility_mean": 0.74 if bat == 12 else 0.5}})

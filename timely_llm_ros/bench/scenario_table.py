@@ -188,6 +188,9 @@ def verdict(rows: list[dict[str, Any]]) -> str:
         f"# urgent ×edf-seg ≥ {GOAL:g}: met {goals.count('met')}, impossible (bound/edf < {GOAL:g}) "
         f"{goals.count('impossible')}, missed {goals.count('missed')} of {len(goals)} urgent rows"
     )
+    above = [r for r in rows if r["timely_clamped"] > r.get("bound_clamped", math.inf) + 1e-6]
+    if above:  # the bound holds for every schedule: a row above it is a bug in the bound or the run
+        lines.append(f"# BUG: timely above the capacity bound on {len(above)} row(s)")
     for r in rows:
         if r.get("goal") == "missed":
             lines.append(
