@@ -192,16 +192,18 @@ def _fig8(bench: rn.Bench, bound_of: Callable[[str, int], dict[str, dict[str, An
         parts, ratios = [], []
         for a in ("", ONE):
             for w in ("wid1", "wid2"):
-                t = _cls(bench, w, "timely" + a, "urgent", "pct_beta_clamped")
+                t = _cls(bench, w, "timely" + a, "urgent", "pct_beta")
                 for p in policies:
-                    b = _cls(bench, w, p + a, "urgent", "pct_beta_clamped")
-                    ratio = t / b if b > 0 else math.nan
+                    b = _cls(bench, w, p + a, "urgent", "pct_beta")
+                    ratio = t / b if b > 0 and t > 0 else math.nan  # Eq. 1 means: undefined at ≤ 0
                     ratios.append((w, p + a, ratio, b))
-                    parts.append(f"{w} {p + a} {100 * ratio:.0f} %")
+                    parts.append(
+                        f"{w} {p + a} " + (f"{100 * ratio:.0f} %" if ratio == ratio else "undefined")
+                    )
         best = min(ratios, key=lambda r: abs(r[2] - paper) if not math.isnan(r[2]) else math.inf)
         ok = abs(best[2] - paper) <= 0.1 * paper
         if base == "EDF":
-            bound = float(bound_of("wid2", 8)["urgent"]["pct_beta_clamped"])
+            bound = float(bound_of("wid2", 8)["urgent"]["pct_beta"])
             edf2 = next(r[3] for r in ratios if r[0] == "wid2")
             n1 = _cls(bench, "wid2", "edf-seg" + ONE, "normal", "pct_beta")
             reason = (
@@ -235,25 +237,25 @@ def _fig8(bench: rn.Bench, bound_of: Callable[[str, int], dict[str, dict[str, An
 
 
 def _fig7(bench: rn.Bench) -> dict[str, str]:
-    peaks = {}
-    for p in ("timely", "vllm"):
-        vals = [
-            (_cls(bench, "wid2", rn.batch_policy(p, b), "all", "utility_mean"), b) for b in rn.FIG7_BATCHES
-        ]
-        peaks[p] = max(vals)
-    (ut, bt), (uv, bv) = peaks["timely"], peaks["vllm"]
+    curves = {
+        p: {b: _cls(bench, "wid2", rn.batch_policy(p, b), "all", "utility_mean") for b in rn.FIG7_BATCHES}
+        for p in ("timely", "vllm")
+    }
+    (ut, bt), (uv, bv) = (max((u, b) for b, u in curves[p].items()) for p in ("timely", "vllm"))
     ok = abs(ut - 1.21) <= 0.121 and abs(uv - 0.74) <= 0.074 and bt == 6 and bv == 12
+    t6, v12 = curves["timely"].get(6, math.nan), curves["vllm"].get(12, math.nan)
     return _row(
         "Fig. 7 (WID 2, fixed batch 1–16): peak mean utility TimelyLLM 1.21 @6, vLLM 0.74 @12 (§7.3.1)",
         "1.21 @6, 0.74 @12",
-        f"{ut:.2f} @{bt}, {uv:.2f} @{bv}",
+        f"timely {t6:.2f} @6, peak {ut:.2f} @{bt}; vllm {v12:.2f} @12, peak {uv:.2f} @{bv}",
         "reproduced" if ok else ("direction only" if ut > uv else "not reproduced"),
         "-"
         if ok
-        else "in our profile a step costs 0.8 ms more per running sequence (r) and the KV read, so "
-        "larger batches slow decoding only a little and both curves flatten instead of falling after "
-        "their peak; the paper measured real steps on the RTX 4090, where interference grows faster "
-        "with batch size (§7.3.1) — the profile's r is an assumption (config/profiles)",
+        else "both curves rise sharply to batch 4-6 as in the paper and timely stays above vLLM at every "
+        "batch size; the paper's decline after the peak comes from interference growing with the batch "
+        "and from GPU memory limits (§7.3.1), while our profile charges a larger batch only 0.8 ms per "
+        "sequence per step (decode_r, an assumption of config/profiles) and 16 drone contexts fit its "
+        "KV memory, so vLLM keeps gaining up to 16; our timely is the package's policy at a fixed cap",
     )
 
 
@@ -282,11 +284,12 @@ def _overheads(overhead: dict[str, Any] | None) -> list[dict[str, str]]:
             _row(
                 "Table 4: segmented generation overhead < 6 % (§7.5.1)",
                 "2.6 … 5.6 %",
-                f"≤ {worst:.1f} %",
-                "reproduced" if worst < 6.0 else "not reproduced",
-                "-"
-                if worst < 6.0
-                else "model-level only on the simulated engine (extra passes the timing model charges)",
+                f"≤ {worst:.1f} % (model-level)",
+                "not comparable",
+                "the paper measures stop checks and KV caching/retrieval on the GPU; the simulated engine "
+                "resumes a context kept in device memory at no cost and the stop checker's CPU time is "
+                "not on its clock, so only the timing model's extra passes show here (the real engines' "
+                "cost is measured by the engine benchmarks)",
             )
         )
     return rows
@@ -300,9 +303,11 @@ def render(rows: list[dict[str, str]]) -> str:
         out.append(f"    paper {r['paper']} | ours {r['ours']} | {r['verdict']}")
         if r["reason"] and r["reason"] != "-":
             out.append(f"    why: {r['reason']}")
-    counts = {v: sum(r["verdict"].startswith(v) for r in rows) for v in ("reproduced", "direction", "not")}
+    kinds = ("reproduced", "direction", "not reproduced", "not comparable", "lower")
+    counts = {v: sum(r["verdict"].startswith(v) for r in rows) for v in kinds}
     out.append(
         f"# {counts['reproduced']} reproduced, {counts['direction']} in direction only, "
-        f"{counts['not']} not reproduced, of {len(rows)} claims"
+        f"{counts['not reproduced']} not reproduced, {counts['not comparable'] + counts['lower']} "
+        f"overheads not comparable, of {len(rows)} rows"
     )
     return "\n".join(out)
