@@ -58,6 +58,7 @@ from timely_llm_ros.bench.bound_math import (
     srpt_completions,
     tardiness_bound,
 )
+from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.admission import DEFAULT_MAX_BATCH
 from timely_llm_ros.core.intake import Intake
 from timely_llm_ros.core.planner_options import PlannerOptions
@@ -106,7 +107,7 @@ def task_facts(tasks: Sequence[TaskSpec], config: SimConfig | None = None) -> li
             except (ValueError, KeyError):  # rejected task: it gets no response either
                 prompt = suffix = 0
             served = not math.isnan(rec.response_time)
-            whole = served and rec.state == "COMPLETED" and base.exec_mode != "sampled"
+            whole = served and rec.state == ev.COMPLETED and base.exec_mode != "sampled"
             cache[key] = TaskFacts(
                 alone=rec.response_time,
                 first_tokens=rec.segments[0].n_tokens if served else 0,
