@@ -22,7 +22,8 @@ and that must be *computed*, not argued. Three bounds, each tighter than the one
    allows, and every other task and later segment is dropped, which only frees the machine).
    On one machine with releases, preemptive shortest-remaining-work-first completes as many jobs by
    every time ``t`` as any schedule can, so the ``k``-th generation end of the class is no earlier
-   than SRPT's ``k``-th completion ``L_k`` (:func:`.bound_math.srpt_completions`).
+   than SRPT's ``k``-th completion ``L_k`` (:func:`.bound_math.srpt_completions`). With ``R``
+   engine replicas (``SimConfig.replicas``) the machine runs ``R`` times as fast.
 
    With ``C_i = a_i + W_i − net`` (when the first segment must be generated for response ``W_i``),
    a schedule needs ``C_i ≥ e_i = a_i + lb(W_i) − net`` (bound 2) and ``sorted(C) ≥ L``. Eq. 1 gives
@@ -170,7 +171,7 @@ def class_bounds(
         groups.setdefault(task_class(spec), []).append(i)
     out: dict[str, dict[str, Any]] = {}
     for cls, idx in groups.items():
-        out[cls] = _class_bound(tasks, facts, lb, idx, prof, max_batch, chunked, net)
+        out[cls] = _class_bound(tasks, facts, lb, idx, prof, max_batch, chunked, net, max(1, base.replicas))
     total = {k: math.fsum(v[k] for v in out.values()) for k in _SUMS}
     out["all"] = {**total, **_pcts(total)}
     return out
@@ -202,6 +203,7 @@ def _class_bound(
     max_batch: int,
     chunked: bool,
     net: float,
+    replicas: int = 1,
 ) -> dict[str, Any]:
     """The bounds of one class (tasks ``idx``); never-served tasks count 0 (they get no response)."""
     sums = dict.fromkeys(_SUMS, 0.0)
@@ -214,7 +216,8 @@ def _class_bound(
             continue
         sums["sum_alone"] += tuf(f.alone)
         sums["sum_chain"] += tuf(lb[i])
-        jobs.append((spec.arrival, first_segment_work(f, prof, max_batch, chunked)))
+        # R engine replicas (SimConfig.replicas) are a machine R times as fast
+        jobs.append((spec.arrival, first_segment_work(f, prof, max_batch, chunked) / replicas))
         pairing.append(
             PairingTask(
                 earliest=spec.arrival + lb[i] - net,
