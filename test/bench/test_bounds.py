@@ -146,3 +146,12 @@ def test_no_policy_beats_the_bound_on_a_public_trace_with_shared_robots():
         for cls in ("urgent", "normal", "all"):
             assert m[cls].pct_beta <= b[cls]["pct_beta"] + 1e-9, (policy, cls)
             assert m[cls].pct_beta_clamped <= b[cls]["pct_beta_clamped"] + 1e-9, (policy, cls)
+
+
+def test_two_engine_replicas_double_the_machine():
+    """The one-slot burst on two replicas: 30 ms of work each, slots 0.03·k; slots 7..12 are late by
+    0.01, 0.04, ..., 0.16 (0.51 s in all)."""
+    burst = [task(i, 0.0) for i in range(12)]
+    cfg = SimConfig(profile=TOY, network_latency=0.0, replicas=2)
+    b = class_bounds(burst, cfg, max_batch=1)["urgent"]
+    assert b["pct_beta"] == pytest.approx(100 * (24 - 20 / 3 * 0.51) / 24)
