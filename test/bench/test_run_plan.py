@@ -36,6 +36,9 @@ def test_paper_suite_asks_for_every_figure_and_the_overhead() -> None:
     assert plan.figures == ["5", "6", "7", "8", "9"] and plan.overhead and not plan.explicit
     wanted = [name for name, (asked, _draw) in fr.REGISTRY.items() if asked(plan)]
     assert wanted == ["5", "6", "7", "8", "9"]
+    # the claims table and its runs: the paper's baselines as its code ran them, one admission per step
+    assert plan.claims and Job("wid2", "edf-seg@a1") in plan.jobs and Job("wid1", "fcfs-requeue") in plan.jobs
+    assert not _plan("--figure", "5").claims
 
 
 @pytest.mark.parametrize(

@@ -23,13 +23,13 @@ RUNS = {  # (spec, policy) -> per-class metrics
     ("w", "timely"): {"urgent": cls(97.0)},
     ("w", "edf-seg"): {"urgent": cls(97.5)},
 }
-BOUNDS = {"w": {"urgent": {"pct_beta": 100.0}, "normal": {"pct_beta": 100.0}}}
+BOUNDS = {"w": {"urgent": {"pct_beta": 90.0, "pct_beta_clamped": 100.0}, "normal": {"pct_beta": 100.0}}}
 
 
 def rows():
     entries = [("overload", "w", 4), ("low", "w", None)]
     return st.summary_rows(
-        entries, lambda s, p: RUNS.get((s, p)), BOUNDS.__getitem__, lambda s: 3, policy_for
+        entries, lambda s, p: RUNS.get((s, p)), lambda s, cap: BOUNDS[s], lambda s: 3, policy_for
     )
 
 
@@ -40,6 +40,8 @@ def test_summary_rows_hand_computed():
     assert (over_u["best_policy"], over_u["delta"], over_u["delta_clamped"]) == ("edf-seg", 280.0, 26.0)
     assert over_u["ratio_edf"] == pytest.approx(1.65) and over_u["goal"] == "met"
     assert over_u["bound_ratio"] == pytest.approx(2.5) and over_u["skipped"] == 3 and over_u["cap"] == 4
+    # the clamped bound is the one compared (100 of which timely gets 66); unclamped shown beside
+    assert (over_u["bound"], over_u["bound_clamped"], over_u["of_bound"]) == (90.0, 100.0, 66.0)
     # normal at cap 4: edf-seg 81.5 beats timely by 1.5 points (> 1: a trailing row)
     assert over_n["delta"] == pytest.approx(-1.5) and "goal" not in over_n
     # low load: edf 97.5 leaves a bound/edf of 100/97.5 < 1.3: the goal is impossible, measured
@@ -51,7 +53,7 @@ def test_summary_rows_hand_computed():
 
 def test_render_has_the_columns_and_the_verdict():
     text = st.render(rows())
-    for head in ("timely", "best policy", "Δ≥0", "×edf", "bound/edf", "goal", "skip"):
+    for head in ("timely", "best policy", "Δ≥0", "×edf", "bound≥0", "%bound", "bound/edf", "goal", "skip"):
         assert head in text
     assert "trails the best baseline by > 1 point: 1 of 3 (unclamped), 1 (clamped)" in text
     assert "w @b4 normal: timely 80.0 vs edf-seg 81.5" in text

@@ -15,14 +15,14 @@ from timely_llm_ros.core.policies import (
     policy_names,
 )
 from timely_llm_ros.core.policy_timely import VARIANTS, UtilityAccrualPriority, UtilityGuidedAdmission
-from timely_llm_ros.core.priority import EDFPriority, FCFSPriority, PUDPriority
+from timely_llm_ros.core.priority import EDFPriority, FCFSPriority, PUDPriority, RequeueFCFSPriority
 from timely_llm_ros.core.scheduler import Scheduler
 
 KNOWN = (
     "timely-paper, timely, fcfs-seg, edf-seg, vllm, vllm-stream, timely-no-ua, timely-no-late, "
     "timely-no-aging, timely-promote-half, timely-crit-d, timely-adm-group, timely-adm-nocap, "
     "timely-adm-paper, timely-no-adm, timely-edf-dyn, timely-full-ua, timely-adm-nopromise, timely-adm-g, "
-    "timely-clamped"
+    "timely-clamped, fcfs-requeue"
 )
 
 
@@ -44,7 +44,7 @@ def test_the_members_are_the_names_in_their_listed_order():
     assert policy_names() == POLICY_NAMES == tuple(KNOWN.split(", "))
     assert [m.value for m in PolicyName] == list(POLICY_NAMES)
     # every ablation variant of the robust policy is a member, and nothing else is built from VARIANTS
-    assert set(VARIANTS) == set(POLICY_NAMES[6:])
+    assert set(VARIANTS) == set(POLICY_NAMES[6:]) - {"fcfs-requeue"}
 
 
 def test_what_each_built_in_policy_is():
@@ -55,6 +55,7 @@ def test_what_each_built_in_policy_is():
     assert kinds("timely-paper") == (PUDPriority, LatencyGuidedAdmission, True, True)
     assert kinds("timely") == (UtilityAccrualPriority, UtilityGuidedAdmission, True, True)
     assert kinds("fcfs-seg") == (FCFSPriority, Admission, True, True)
+    assert kinds("fcfs-requeue") == (RequeueFCFSPriority, Admission, True, True)
     assert kinds("edf-seg") == (EDFPriority, Admission, True, True)
     assert kinds("vllm") == (FCFSPriority, Admission, False, False)
     assert kinds("vllm-stream") == (FCFSPriority, Admission, False, True)
@@ -67,7 +68,10 @@ def test_what_each_built_in_policy_is():
 def test_unknown_names_get_the_list_of_known_ones(bad):
     with pytest.raises(UnknownPolicy) as exc:
         parse_policy(bad)
-    assert str(exc.value) == f"unknown policy {bad!r}; known: {KNOWN} (optionally @bN, e.g. timely@b4)"
+    assert (
+        str(exc.value)
+        == f"unknown policy {bad!r}; known: {KNOWN} (optionally @bN and @aK, e.g. timely@b4, edf-seg@a1)"
+    )
     assert isinstance(exc.value, ValueError)  # the planner's parameter check reports ValueErrors
     with pytest.raises(UnknownPolicy, match="unknown policy"):
         make_policy(bad)

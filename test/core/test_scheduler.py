@@ -37,6 +37,31 @@ def test_fcfs_order_and_ties():
     assert s.pop_best(5.0) is None
 
 
+def test_fcfs_requeue_puts_a_resumed_segment_behind_later_arrivals():
+    """The public code's FCFS-seg: queue-entry order, not arrival (fcfs-seg keeps the arrival)."""
+    old, new = gen(arrival=1.0), gen(arrival=2.0)
+    for policy, expect in (("fcfs-requeue", [new, old]), ("fcfs-seg", [old, new])):
+        s = Scheduler(policy)
+        s.push(new)  # the new request queued first ...
+        s.push(old)  # ... then the older task's suspended generation comes back
+        assert [s.pop_best(5.0) for _ in range(2)] == expect
+
+
+def test_admissions_per_step_limit():
+    """edf-seg@a1: one admission per engine step (the paper's public code) although 8 slots are free."""
+    p = parse_policy("edf-seg@b4@a1")
+    assert (p.max_batch, p.admit_per_step, p.name) == (4, 1, "edf-seg@b4@a1")
+    assert parse_policy("edf-seg").admit_per_step is None
+    for policy, n in (("edf-seg@a1", 1), ("edf-seg@a2", 2), ("edf-seg", 3)):
+        s = Scheduler(policy)
+        for a in (1.0, 2.0, 3.0):
+            s.push(gen(arrival=a))
+        assert len(s.select(5.0, [], None, 10**9)) == n
+    for bad in ("edf-seg@a0", "edf-seg@a1@b4"):
+        with pytest.raises(UnknownPolicy):
+            parse_policy(bad)
+
+
 def test_edf_prefers_urgent_deadline_even_when_later():
     s = Scheduler("edf-seg")
     normal = gen(arrival=1.0)  # deadline 2.0

@@ -13,7 +13,7 @@ import json
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,16 +40,21 @@ modes (combine freely; runs shared between them are done once):
                                        7  mean utility vs max batch size 1-16, first two policies, WID2
                                        8  policies side by side per task class, WID1 and WID2
                                        9  robot-arm workload WID3 per task type
-  --suite paper                      Figures 5-9 + all their tables + the overhead report
+  --suite paper                      Figures 5-9 + all their tables + the overhead report + the
+                                     claims table: each headline claim of the paper, ours beside it
+                                     and the reason where they differ (bench.claims); also runs the
+                                     paper's baselines as its code ran them (timely-paper, fcfs-requeue)
   --suite scenarios                  overload scenarios: public samples, presets, fleet (1-3x WID2
                                      agents and robots per event), event rate (one agent per task),
                                      batch caps 2-16, bursts (incl. bursty=10), compressed arrivals,
                                      urgent-heavy, overload at caps 4/6/8; a summary table against
-                                     the best baseline with x edf-seg and an upper bound; load figures
+                                     the best baseline with x edf-seg and the capacity bound
+                                     (bench.bounds) with timely's share of it; load figures
   --suite stress                     bursty workloads never tuned on (4 bursty families x as composed,
                                      compressed x0.5 and x0.35, distinct or shared agents = 20) x
                                      caps 2-16: timely, the best baseline and the gap per row,
-                                     unclamped and clamped; --workload-seeds 11,12 draws new ones
+                                     unclamped and clamped, with the capacity bound;
+                                     --workload-seeds 11,12 draws new ones
   --suite related                    planner options beyond the paper (urgency, length predictor,
                                      overrun, token budget, KV handling) each against its off
                                      state: related.txt/json/png (--workers N runs N in parallel)
@@ -338,7 +343,7 @@ def _report(
     if plan.scenarios:
         from timely_llm_ros.bench import scenarios as sc
 
-        note("computing the alone bounds ...")
+        note("computing the capacity bounds ...")
         rows = _scenario_summary(bench, plan.policies, options, sc.SUITE)
         extra["scenario_summary"] = rn.clean(rows)
         text.append(render_summary(rows))
@@ -346,7 +351,7 @@ def _report(
     if plan.stress:
         from timely_llm_ros.bench import stress
 
-        note("computing the alone bounds ...")
+        note("computing the capacity bounds ...")
         rows = _scenario_summary(bench, plan.policies, options, stress.suite(plan.stress_seeds))
         extra["stress_summary"] = rn.clean(rows)
         text.append(render_summary(rows, title="Stress summary"))
@@ -357,9 +362,32 @@ def _report(
         extra["overhead"] = report
         text.extend(overhead_tables(report))
         text.append("")
+    if plan.claims:
+        from timely_llm_ros.bench.claims import claim_rows
+        from timely_llm_ros.bench.claims import render as render_claims
+
+        note("computing the claims table ...")
+        rows = claim_rows(bench, extra.get("overhead"), _bound_fn(bench, options))
+        extra["claims"] = rows
+        text.append(render_claims(rows))
+        text.append("")
     if text:
         text.insert(0, f"# {TIME_NOTE}")
     return text, extra
+
+
+def _bound_fn(bench: rn.Bench, options: rn.BenchOptions) -> Callable[[str, int], dict[str, dict[str, Any]]]:
+    """``bound_of(spec, cap)``: :func:`.bounds.class_bounds` of a workload under the bench's settings."""
+    from timely_llm_ros.bench.bounds import class_bounds
+    from timely_llm_ros.sim.simulator import SimConfig
+
+    config = SimConfig(
+        profile=options.profile,
+        exec_mode=options.exec_mode,
+        network_latency=options.network_latency,
+        seed=options.seed,
+    )
+    return lambda spec, cap: class_bounds(bench.workload(spec).tasks, config, cap)
 
 
 def _write_results(
@@ -401,6 +429,7 @@ def _scenario_summary(
     from timely_llm_ros.bench import scenarios as sc
     from timely_llm_ros.bench.bounds import class_bounds
     from timely_llm_ros.bench.scenario_table import summary_rows
+    from timely_llm_ros.core.admission import DEFAULT_MAX_BATCH
     from timely_llm_ros.sim.simulator import SimConfig
 
     config = SimConfig(
@@ -409,12 +438,12 @@ def _scenario_summary(
         network_latency=options.network_latency,
         seed=options.seed,
     )
-    bounds: dict[str, dict[str, dict[str, Any]]] = {}
+    bounds: dict[tuple[str, int | None], dict[str, dict[str, Any]]] = {}
 
-    def bound_of(spec: str) -> dict[str, dict[str, Any]]:
-        if spec not in bounds:
-            bounds[spec] = class_bounds(bench.workload(spec).tasks, config)
-        return bounds[spec]
+    def bound_of(spec: str, cap: int | None) -> dict[str, dict[str, Any]]:
+        if (spec, cap) not in bounds:
+            bounds[spec, cap] = class_bounds(bench.workload(spec).tasks, config, cap or DEFAULT_MAX_BATCH)
+        return bounds[spec, cap]
 
     def classes_of(spec: str, policy: str) -> dict[str, Any] | None:
         run_ = bench.runs.get((spec, policy))

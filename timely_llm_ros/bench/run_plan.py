@@ -86,6 +86,7 @@ class RunPlan:
     stress: bool = False  # --suite stress: its runs and summary table (bench.stress)
     stress_seeds: list[int] | None = None  # --workload-seeds: compose the stress families with these
     overhead: bool = False  # --overhead or --suite paper: the overhead report
+    claims: bool = False  # --suite paper: the claims table (bench.claims) and its runs
     fig6_workload: str = "wid2"
     fig6_tasks: str | None = None
 
@@ -103,6 +104,7 @@ class RunPlan:
             stress=args.suite == "stress",
             stress_seeds=parse_seeds(getattr(args, "workload_seeds", None)),
             overhead=bool(args.overhead or args.suite == "paper"),
+            claims=args.suite == "paper",
             fig6_workload=args.fig6_workload,
             fig6_tasks=args.fig6_tasks,
         )
@@ -117,6 +119,10 @@ class RunPlan:
             jobs += rn.stress_jobs(policies, plan.stress_seeds)
         elif plan.stress_seeds is not None:
             raise ValueError("--workload-seeds: only --suite stress composes workloads with other seeds")
+        if plan.claims:
+            from timely_llm_ros.bench.claims import claims_jobs
+
+            jobs += claims_jobs()
         plan.jobs = dedupe(jobs)
         return plan
 

@@ -18,7 +18,9 @@ reproducible from its workload spec alone (``--workload`` syntax, :mod:`timely_l
 * ``compress`` — the public samples and WID 2 with arrivals compressed ×0.5 so bursts overlap;
 * ``urgent`` — urgent-heavy WID 2 (traces 1, 6–8: three urgent tasks for each normal one);
 * ``overload`` — the combinations at caps 4, 6 and 8 (bursty + compressed, urgent-heavy bursty +
-  compressed, public sample compressed) and the robot-arm sample compressed ×0.5.
+  compressed, public sample compressed) and the robot-arm sample compressed ×0.5, once with one
+  robot per task and once with the trace's own robots (each arm then waits for its previous plan:
+  the case where the capacity bound's robot chains bind, :mod:`.bounds`).
 
 Every scenario is a :class:`Scenario` — a named tuple ``(name, tasks, suffix)``: a label, the
 ``list[TaskSpec]`` to simulate and the policy suffix (``""`` or ``"@bN"``, a fixed max batch;
@@ -66,6 +68,7 @@ OVERLOAD_SPECS = (
     f"sample1:compress=0.5,{UNIQUE}",
 )
 ARM_OVERLOAD = f"arm:compress=0.5,{UNIQUE}"
+ARM_SHARED = "arm:compress=0.5"  # the trace's own robots: chains of arm plans
 
 
 class Scenario(NamedTuple):
@@ -133,6 +136,7 @@ def _suite() -> list[SuiteEntry]:
     out += [("urgent", s, None) for s in URGENT_HEAVY]
     out += [("overload", s, c) for s in OVERLOAD_SPECS for c in OVERLOAD_CAPS]
     out.append(("overload", ARM_OVERLOAD, None))
+    out.append(("overload", ARM_SHARED, None))
     return out
 
 

@@ -8,7 +8,11 @@ and nothing registers itself at import time. A policy is a priority strategy
 :class:`Policy` yourself and pass it to :class:`~.scheduler.Scheduler`.
 
 A policy spec is ``name`` or ``name@bN`` (a fixed maximum batch ``N``; default
-:data:`~.admission.DEFAULT_MAX_BATCH`). The table of what each built-in policy does is in
+:data:`~.admission.DEFAULT_MAX_BATCH`), optionally followed by ``@aK``: at most ``K`` admissions
+(new generations and resumptions together) per engine step. Why ``@a1``: the paper's public code
+adds one request per engine iteration in every scheduler it compares (vLLM, FCFS, EDF and its own),
+so ``edf-seg@a1`` runs a baseline as the paper ran it (``bench --suite paper``); the default admits
+whatever fits. The table of what each built-in policy does is in
 :mod:`.scheduler`'s docstring.
 """
 
@@ -20,7 +24,13 @@ from dataclasses import dataclass
 
 from timely_llm_ros.core.admission import DEFAULT_MAX_BATCH, Admission, LatencyGuidedAdmission
 from timely_llm_ros.core.policy_timely import VARIANTS, timely_strategies
-from timely_llm_ros.core.priority import EDFPriority, FCFSPriority, PriorityStrategy, PUDPriority
+from timely_llm_ros.core.priority import (
+    EDFPriority,
+    FCFSPriority,
+    PriorityStrategy,
+    PUDPriority,
+    RequeueFCFSPriority,
+)
 
 __all__ = [
     "DEFAULT_MAX_BATCH",
@@ -62,6 +72,8 @@ class PolicyName(enum.StrEnum):
     TIMELY_ADM_NOPROMISE = "timely-adm-nopromise"
     TIMELY_ADM_G = "timely-adm-g"
     TIMELY_CLAMPED = "timely-clamped"
+    # the paper's baselines as its public code runs them where that differs from ours (bench --suite paper)
+    FCFS_REQUEUE = "fcfs-requeue"
 
 
 @dataclass(frozen=True)
@@ -75,9 +87,10 @@ class Policy:
     priority: PriorityStrategy
     admission: Admission
     max_batch: int = DEFAULT_MAX_BATCH
+    admit_per_step: int | None = None  # at most this many admissions per engine step (None: no limit)
 
 
-_SPEC = re.compile(r"^([a-z][a-z0-9-]*)(?:@b(\d+))?$")
+_SPEC = re.compile(r"^([a-z][a-z0-9-]*)(?:@b(\d+))?(?:@a(\d+))?$")
 
 
 def policy_names() -> tuple[str, ...]:
@@ -98,22 +111,33 @@ def _strategies(name: PolicyName) -> tuple[PriorityStrategy, Admission]:
         return EDFPriority(), Admission()
     if name in (PolicyName.FCFS_SEG, PolicyName.VLLM, PolicyName.VLLM_STREAM):
         return FCFSPriority(), Admission()
+    if name is PolicyName.FCFS_REQUEUE:
+        return RequeueFCFSPriority(), Admission()
     return timely_strategies(VARIANTS[name.value])
 
 
 def make_policy(
-    name: PolicyName | str, max_batch: int = DEFAULT_MAX_BATCH, spec: str | None = None
+    name: PolicyName | str,
+    max_batch: int = DEFAULT_MAX_BATCH,
+    spec: str | None = None,
+    admit_per_step: int | None = None,
 ) -> Policy:
-    """A fresh :class:`Policy` ``name`` with batch cap ``max_batch`` (``spec``: the name it is shown
-    under; default ``name``, or ``name@bN`` for a batch cap other than the default)."""
+    """A fresh :class:`Policy` ``name`` with batch cap ``max_batch`` and at most ``admit_per_step``
+    admissions per engine step (``spec``: the name it is shown under; default ``name``, plus ``@bN``
+    for a batch cap other than the default and ``@aK`` for a per-step limit)."""
     try:
         kind = PolicyName(name)
     except ValueError:
         raise UnknownPolicy(_unknown(name)) from None
     if spec is None:
         spec = kind.value if max_batch == DEFAULT_MAX_BATCH else f"{kind.value}@b{max_batch}"
+        spec += "" if admit_per_step is None else f"@a{admit_per_step}"
     if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
         raise UnknownPolicy(f"{spec!r}: max batch must be >= 1")
+    if admit_per_step is not None and (
+        isinstance(admit_per_step, bool) or not isinstance(admit_per_step, int) or admit_per_step < 1
+    ):
+        raise UnknownPolicy(f"{spec!r}: admissions per step must be >= 1")
     prio, adm = _strategies(kind)
     segmented = kind not in (PolicyName.VLLM, PolicyName.VLLM_STREAM)
     stream = kind is not PolicyName.VLLM
@@ -125,11 +149,12 @@ def make_policy(
         priority=prio,
         admission=adm,
         max_batch=max_batch,
+        admit_per_step=admit_per_step,
     )
 
 
 def _unknown(spec: object) -> str:
-    return f"unknown policy {spec!r}; known: {', '.join(policy_names())} (optionally @bN, e.g. timely@b4)"
+    return f"unknown policy {spec!r}; known: {', '.join(policy_names())} (optionally @bN and @aK, e.g. timely@b4, edf-seg@a1)"
 
 
 def parse_policy(spec: str | Policy) -> Policy:
@@ -142,4 +167,5 @@ def parse_policy(spec: str | Policy) -> Policy:
     batch = int(m.group(2)) if m.group(2) else DEFAULT_MAX_BATCH
     if batch < 1:
         raise UnknownPolicy(f"{spec!r}: max batch must be >= 1")
-    return make_policy(m.group(1), batch, spec=spec.strip())
+    per_step = int(m.group(3)) if m.group(3) else None
+    return make_policy(m.group(1), batch, spec=spec.strip(), admit_per_step=per_step)

@@ -193,6 +193,24 @@ class FCFSPriority(FixedKeyStrategy):
         return -arrival
 
 
+class RequeueFCFSPriority(FixedKeyStrategy):
+    """First come, first served on *queue entry*: a suspended generation goes to the back of the
+    queue when its segment is done, behind every request that arrived meanwhile.
+
+    Why: this is the FCFS-seg of TimelyLLM's public code (a resumed segment is re-queued with the
+    time of its re-queueing as priority), which differs from the paper's text (§7.3.2: "maintaining
+    the initial generation priority", our ``fcfs-seg``); ``bench --suite paper`` runs both."""
+
+    name = "fcfs-requeue"
+
+    def add(self, gen: Generation) -> None:
+        check_estimate(gen)
+        e = (float(gen.slot), gen.seq, gen.slot)  # tickets grow with every push: queue-entry order
+        insort(self._sorted, e)
+        self._entry[gen.slot] = e
+        self._gens[gen.slot] = gen
+
+
 class EDFPriority(FixedKeyStrategy):
     """Earliest deadline first on the task's initial deadline ``arrival + ERT``."""
 

@@ -8,6 +8,7 @@ policy          segmented  priority (at every decision)        admission besides
 timely-paper    yes        PUD, Eq. 4 (:mod:`.priority`)       §4.4 latency-guided check
 timely          yes        utility accrual, segment EDF (*)    utility-guided (*)
 fcfs-seg        yes        arrival (fixed)                     none
+fcfs-requeue    yes        queue entry (re-queued at the back) none
 edf-seg         yes        arrival + ERT (fixed)               none
 vllm            no         arrival                             none; whole plan dispatched at the end
 vllm-stream     no         arrival                             none; each statement dispatched at once
@@ -152,6 +153,8 @@ class Scheduler:
         self, t: float, running: list[Generation], speed: float | None, mem_free: int
     ) -> list[Generation]:
         free = self.policy.max_batch - len(running)
+        if self.policy.admit_per_step is not None:
+            free = min(free, self.policy.admit_per_step)
         if free <= 0 or not self._gens:
             return []
         ranking = self._prio.rank(t, list(running), self.policy.max_batch)

@@ -162,8 +162,8 @@ PARAMS = (
     Param(
         "policy",
         "timely",
-        "scheduling policy: timely, timely-paper, fcfs-seg, edf-seg, vllm, "
-        "vllm-stream, optionally @bN for a fixed max batch",
+        "scheduling policy: timely, timely-paper, fcfs-seg, fcfs-requeue, edf-seg, vllm, "
+        "vllm-stream, optionally @bN for a fixed max batch and @aK for at most K admissions per step",
         read_only=True,
         check=_check_by(parse_policy),
     ),
