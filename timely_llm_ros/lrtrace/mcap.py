@@ -285,19 +285,46 @@ def _read_map(buf: memoryview, pos: int) -> tuple[dict[str, str], int]:
     return out, end
 
 
+class CodecMissing(ImportError):
+    """A chunk compression whose Python module is not installed; the message names the pip package."""
+
+
+def zstd_module():
+    """The zstd codec: the standard library's ``compression.zstd`` (Python >= 3.14), else
+    ``backports.zstd`` (the same API; a dependency of ``rosbags``). Imported only when a bag's chunks
+    are zstd-compressed, so an uncompressed bag needs neither."""
+    try:
+        from compression import zstd  # type: ignore[import-not-found]  # Python >= 3.14
+    except ImportError:
+        try:
+            from backports import zstd  # type: ignore[no-redef]
+        except ImportError:
+            raise CodecMissing(
+                "zstd-compressed MCAP chunks need the zstd codec: pip install backports.zstd "
+                "(it comes with rosbags; built into Python >= 3.14)"
+            ) from None
+    return zstd
+
+
+def lz4_frame():
+    """The lz4 frame codec (pip ``lz4``, a dependency of ``rosbags``; no rosdep key), imported only
+    for a bag written by another tool with lz4 chunks."""
+    try:
+        import lz4.frame
+    except ImportError:
+        raise CodecMissing(
+            "lz4-compressed MCAP chunks need the lz4 codec: pip install lz4 (it comes with rosbags)"
+        ) from None
+    return lz4.frame
+
+
 def _decompress(data: bytes, compression: str, size: int) -> bytes:
     if compression == "":
         return data
     if compression == "zstd":
-        try:
-            from compression import zstd  # type: ignore[import-not-found]  # Python >= 3.14
-        except ImportError:
-            from backports import zstd  # type: ignore[no-redef]  # rosbags' own dependency
-        return zstd.decompress(data)
+        return zstd_module().decompress(data)
     if compression == "lz4":
-        import lz4.frame
-
-        return lz4.frame.decompress(data)
+        return lz4_frame().decompress(data)
     raise ValueError(f"unsupported chunk compression {compression!r}")
 
 
