@@ -18,7 +18,11 @@ demos); by default the ROS 2 discovery settings of the environment apply. When t
 exits (``exit_when_done``), the whole launch shuts down. ``namespace:=fleet_a`` runs the whole fleet
 under ``/fleet_a`` (robots in ``/fleet_a/<agent>``). The planner is a managed (lifecycle) node: this
 file configures it (engine loaded, warmed up) and activates it (tasks accepted) with launch_ros
-lifecycle events; ``ros2 lifecycle set /planner deactivate`` etc. work on it afterwards.
+lifecycle events; ``ros2 lifecycle set /planner deactivate`` etc. work on it afterwards. A fleet
+without its planner is of no use, so the launch shuts down, with the reason, when the planner process
+exits (a bad ``engine:=`` or other parameter exits with status 2 before any transition) or a
+transition this file drives fails (configure: a missing ``model_path:=``, an engine that cannot load;
+activate), instead of leaving robots and recorder running until Ctrl-C.
 """
 
 import os
@@ -35,6 +39,7 @@ from launch.actions import (
     Shutdown,
 )
 from launch.conditions import IfCondition
+from launch.event_handlers import OnProcessExit
 from launch.events import matches_action
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode, Node
@@ -144,7 +149,7 @@ def _fleet_nodes(context, *args, **kwargs):
             )
         )
         if spec.role == "planner":
-            actions += _drive_lifecycle(actions[-1])
+            actions += _drive_lifecycle(actions[-1]) + _stop_without_planner(actions[-1])
     if sim_time:
         actions.insert(
             0,
@@ -175,6 +180,36 @@ def _drive_lifecycle(planner) -> list:
             )
         ),
         change(Transition.TRANSITION_CONFIGURE),
+    ]
+
+
+def _stop_without_planner(planner) -> list:
+    """Shut the launch down, naming why, when the planner process exits or when configure or activate
+    fails (the node falls back to unconfigured / inactive; its own log line above gives the cause).
+    A planner exit during a shutdown already under way (Ctrl-C, the workload finished) adds nothing."""
+
+    def stop(reason: str) -> list:
+        return [LogInfo(msg=f"stopping the fleet: {reason}"), Shutdown(reason=reason)]
+
+    def exited(event, context) -> list:
+        if context.is_shutdown:
+            return []
+        return stop(f"the planner exited with status {event.returncode}; see its error above")
+
+    def failed(transition: str, start: str, goal: str) -> RegisterEventHandler:
+        return RegisterEventHandler(
+            OnStateTransition(
+                target_lifecycle_node=planner,
+                start_state=start,
+                goal_state=goal,
+                entities=stop(f"the planner's {transition} transition failed; see its error above"),
+            )
+        )
+
+    return [
+        RegisterEventHandler(OnProcessExit(target_action=planner, on_exit=exited)),
+        failed("configure", "configuring", "unconfigured"),
+        failed("activate", "activating", "inactive"),
     ]
 
 

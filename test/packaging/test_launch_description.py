@@ -1,0 +1,143 @@
+"""fleet.launch.py stops the whole launch when the planner cannot start.
+
+`launch` and `launch_ros` are not installable here or in CI (no PyPI wheels; they come with a ROS
+distro), so this test loads the launch file's ``generate_launch_description`` over a minimal stand-in
+of those two packages that only records what the file constructs, runs its OpaqueFunction on the
+default fleet file and asserts on the event handlers it registers: a planner process exit and a failed
+configure or activate transition each lead to ``Shutdown`` with the reason. (The same file was run by
+hand with the real launch/launch_ros built from their public sources: ``engine:=simm`` and a missing
+``model_path:=`` each end the launch within seconds, naming the cause.)
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from dataclasses import dataclass
+
+import pytest
+
+
+class Recorded:
+    """Stand-in for any launch entity: keeps the constructor's arguments."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.args, self.kwargs = args, kwargs
+
+
+class LaunchConfiguration(Recorded):
+    def perform(self, context: dict) -> str:
+        return context.get(self.args[0], "")
+
+
+def _module(name: str, **fixed) -> types.ModuleType:
+    """A module whose every other attribute is a fresh :class:`Recorded` subclass of that name."""
+    mod = types.ModuleType(name)
+    mod.__path__ = []  # a package, so that submodules import
+
+    def missing(attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        cls = type(attr, (Recorded,), {})
+        setattr(mod, attr, cls)
+        return cls
+
+    mod.__getattr__ = missing
+    mod.__dict__.update(fixed)
+    return mod
+
+
+FAKES = (
+    "launch",
+    "launch.actions",
+    "launch.conditions",
+    "launch.events",
+    "launch.event_handlers",
+    "launch.launch_description_sources",
+    "launch_ros",
+    "launch_ros.actions",
+    "launch_ros.event_handlers",
+    "launch_ros.events",
+    "launch_ros.events.lifecycle",
+)
+
+
+@dataclass
+class Context:
+    """What the handlers read from launch's context and event."""
+
+    is_shutdown: bool = False
+
+
+@dataclass
+class Exited:
+    returncode: int
+
+
+@pytest.fixture
+def fleet_actions(repo_root, monkeypatch):
+    """The actions fleet.launch.py builds for the default fleet file."""
+    pytest.importorskip("lifecycle_msgs", reason="lifecycle_msgs comes with the ROS wheels (make test)")
+    for name in FAKES:
+        monkeypatch.setitem(sys.modules, name, _module(name))
+    substitutions = _module("launch.substitutions", LaunchConfiguration=LaunchConfiguration)
+    monkeypatch.setitem(sys.modules, "launch.substitutions", substitutions)
+    import ament_index_python.packages as packages
+
+    monkeypatch.setattr(packages, "get_package_share_directory", lambda pkg: str(repo_root))
+    spec = importlib.util.spec_from_file_location(
+        "fleet_launch_under_test", repo_root / "launch" / "fleet.launch.py"
+    )
+    launch_file = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launch_file)
+    description = launch_file.generate_launch_description()
+    (opaque,) = [e for e in description.args[0] if type(e).__name__ == "OpaqueFunction"]
+    context = {"config": str(repo_root / "config" / "fleet.yaml"), "log_level": "info", "localhost": "true"}
+    return opaque.kwargs["function"](context)
+
+
+def _handlers(actions, kind: str) -> list:
+    return [
+        a.args[0]
+        for a in actions
+        if type(a).__name__ == "RegisterEventHandler" and type(a.args[0]).__name__ == kind
+    ]
+
+
+def _shutdown_reason(entities) -> str:
+    (shutdown,) = [e for e in entities if type(e).__name__ == "Shutdown"]
+    return shutdown.kwargs["reason"]
+
+
+def test_a_planner_that_exits_shuts_the_launch_down(fleet_actions):
+    (planner,) = [a for a in fleet_actions if type(a).__name__ == "LifecycleNode"]
+    exits = [h for h in _handlers(fleet_actions, "OnProcessExit") if h.kwargs["target_action"] is planner]
+    assert exits, "no OnProcessExit handler for the planner: a planner that exits leaves the fleet running"
+    on_exit = exits[0].kwargs["on_exit"]
+    assert "status 2" in _shutdown_reason(on_exit(Exited(2), Context()))
+    assert on_exit(Exited(0), Context(is_shutdown=True)) == []  # Ctrl-C or workload end: nothing to add
+
+
+@pytest.mark.parametrize(("start", "goal"), [("configuring", "unconfigured"), ("activating", "inactive")])
+def test_a_failed_transition_shuts_the_launch_down(fleet_actions, start, goal):
+    (planner,) = [a for a in fleet_actions if type(a).__name__ == "LifecycleNode"]
+    failed = [
+        h
+        for h in _handlers(fleet_actions, "OnStateTransition")
+        if h.kwargs["target_lifecycle_node"] is planner
+        and h.kwargs.get("start_state") == start
+        and h.kwargs.get("goal_state") == goal
+    ]
+    assert failed, f"no handler for {start} -> {goal}: the launch keeps running without a planner"
+    assert "failed" in _shutdown_reason(failed[0].kwargs["entities"])
+
+
+def test_a_successful_configure_still_activates(fleet_actions):
+    """The handler that drives configure -> activate is still there (not replaced by the new ones)."""
+    ok = [
+        h
+        for h in _handlers(fleet_actions, "OnStateTransition")
+        if h.kwargs.get("start_state") == "configuring" and h.kwargs.get("goal_state") == "inactive"
+    ]
+    assert ok and not any(type(e).__name__ == "Shutdown" for e in ok[0].kwargs["entities"])
