@@ -76,8 +76,8 @@ class Exited:
 
 
 @pytest.fixture
-def fleet_actions(repo_root, monkeypatch):
-    """The actions fleet.launch.py builds for the default fleet file."""
+def load_description(repo_root, monkeypatch):
+    """``load_description(name)``: the LaunchDescription a launch file of this package returns."""
     pytest.importorskip("lifecycle_msgs", reason="lifecycle_msgs comes with the ROS wheels (make test)")
     for name in FAKES:
         monkeypatch.setitem(sys.modules, name, _module(name))
@@ -86,12 +86,20 @@ def fleet_actions(repo_root, monkeypatch):
     import ament_index_python.packages as packages
 
     monkeypatch.setattr(packages, "get_package_share_directory", lambda pkg: str(repo_root))
-    spec = importlib.util.spec_from_file_location(
-        "fleet_launch_under_test", repo_root / "launch" / "fleet.launch.py"
-    )
-    launch_file = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(launch_file)
-    description = launch_file.generate_launch_description()
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location("launch_file_under_test", repo_root / "launch" / name)
+        launch_file = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(launch_file)
+        return launch_file.generate_launch_description()
+
+    return load
+
+
+@pytest.fixture
+def fleet_actions(repo_root, load_description):
+    """The actions fleet.launch.py builds for the default fleet file."""
+    description = load_description("fleet.launch.py")
     (opaque,) = [e for e in description.args[0] if type(e).__name__ == "OpaqueFunction"]
     context = {"config": str(repo_root / "config" / "fleet.yaml"), "log_level": "info", "localhost": "true"}
     return opaque.kwargs["function"](context)
@@ -141,3 +149,14 @@ def test_a_successful_configure_still_activates(fleet_actions):
         if h.kwargs.get("start_state") == "configuring" and h.kwargs.get("goal_state") == "inactive"
     ]
     assert ok and not any(type(e).__name__ == "Shutdown" for e in ok[0].kwargs["entities"])
+
+
+def test_the_demo_launch_says_which_engine_it_runs(load_description):
+    """demo.launch.py runs the simulated engine while `make demo` runs llama.cpp: it must say so."""
+    entities = load_description("demo.launch.py").args[0]
+    engine = [e for e in entities if type(e).__name__ == "DeclareLaunchArgument" and e.args[0] == "engine"]
+    assert engine and engine[0].kwargs["default_value"] == "sim"
+    logs = [e for e in entities if type(e).__name__ == "LogInfo"]
+    assert logs, "demo.launch.py does not log the engine it runs"
+    text = "".join(m if isinstance(m, str) else f"<{m.args[0]}>" for m in logs[0].kwargs["msg"])
+    assert "<engine>" in text and "make demo" in text and "llama.cpp" in text
