@@ -16,7 +16,8 @@ workload agent go to one robot. A robot type without a fleet agent is a start-up
 dropped). Without ``agents`` the ids are kept, prefixed with ``agent_prefix`` where an id cannot be
 a ROS name.
 
-Task ids are ``task_id_prefix`` + the workload's id (``{name}`` in the prefix = the workload name),
+Task ids are ``task_id_prefix`` + the workload's id (``{name}`` in the prefix = the workload name
+without its overrides; numeric ids zero-padded to one width, so ``wid1-07`` sorts before ``wid1-12``),
 unique per run. The node follows ``/task_status`` and, at the end (or at shutdown), prints one line
 ``WORKLOAD_SUMMARY {json}`` with the published tasks and their final states. With
 ``exit_when_done`` it exits once every published task reached a terminal state (status 0) or
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import threading
 import time
 from collections import Counter
@@ -75,7 +77,10 @@ PARAMS = (
         read_only=True,
     ),
     Param(
-        "task_id_prefix", "{name}-", "prefix of published task ids ({name} = workload name)", read_only=True
+        "task_id_prefix",
+        "{name}-",
+        "prefix of published task ids ({name} = workload name without its overrides)",
+        read_only=True,
     ),
     Param(
         "time_scale",
@@ -176,6 +181,14 @@ def parse_agents(entries: list[str]) -> dict[str, list[str]]:
     return out
 
 
+def id_name(name: str) -> str:
+    """The workload name as it appears in task ids: without its overrides (``wid1:duration=30,rate=0.1``
+    -> ``wid1``; the full name is in the node's log and summary), other characters than letters,
+    digits, ``_``, ``.`` and ``-`` replaced by ``_``."""
+    base = name.split(":", 1)[0].strip() or "workload"
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", base)
+
+
 def plan_tasks(
     tasks: list[TaskSpec],
     *,
@@ -201,7 +214,9 @@ def plan_tasks(
             f"workload {name!r} has {', '.join(missing)} tasks but parameter 'agents' has no "
             "agent of that robot type (set skip_unmapped to skip them)"
         )
-    prefix = id_prefix.replace("{name}", name)
+    prefix = id_prefix.replace("{name}", id_name(name))
+    numeric = all(spec.task_id.isdigit() for spec in ordered)
+    width = max((len(spec.task_id) for spec in ordered), default=1) if numeric else 0
     out: list[Planned] = []
     t0 = ordered[0].arrival if ordered else 0.0
     for spec in ordered:
@@ -229,7 +244,7 @@ def plan_tasks(
             spec = dataclasses.replace(spec, tuf=spec.tuf.scaled(tuf_scale))
         msg = convert.task_to_msg(spec)
         msg.agent_id = agent
-        msg.task_id = f"{prefix}{spec.task_id}"
+        msg.task_id = f"{prefix}{spec.task_id.zfill(width)}"
         out.append(Planned((spec.arrival - t0) * time_scale, msg))
     return out, skipped
 
