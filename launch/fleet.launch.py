@@ -21,8 +21,9 @@ file configures it (engine loaded, warmed up) and activates it (tasks accepted) 
 lifecycle events; ``ros2 lifecycle set /planner deactivate`` etc. work on it afterwards. A fleet
 without its planner is of no use, so the launch shuts down, with the reason, when the planner process
 exits (a bad ``engine:=`` or other parameter exits with status 2 before any transition) or a
-transition this file drives fails (configure: a missing ``model_path:=``, an engine that cannot load;
-activate), instead of leaving robots and recorder running until Ctrl-C.
+transition this file drives at start-up fails (configure: a missing ``model_path:=``, an engine that
+cannot load; activate), instead of leaving robots and recorder running until Ctrl-C. Later failed
+transitions (a user re-pointing the planner: cleanup, ``ros2 param set``, configure) leave the fleet up.
 """
 
 import os
@@ -184,9 +185,13 @@ def _drive_lifecycle(planner) -> list:
 
 
 def _stop_without_planner(planner) -> list:
-    """Shut the launch down, naming why, when the planner process exits or when configure or activate
-    fails (the node falls back to unconfigured / inactive; its own log line above gives the cause).
-    A planner exit during a shutdown already under way (Ctrl-C, the workload finished) adds nothing."""
+    """Shut the launch down, naming why, when the planner process exits or when the configure or
+    activate transition this file drives fails (the node falls back to unconfigured / inactive; its own
+    log line above gives the cause). Once the planner has been active, a failed transition is the
+    user's (cleanup, ``ros2 param set``, configure with another model): the fleet keeps running and
+    the planner stays unconfigured for the next try. A planner exit during a shutdown already under
+    way (Ctrl-C, the workload finished) adds nothing."""
+    started = {"active": False}
 
     def stop(reason: str) -> list:
         return [LogInfo(msg=f"stopping the fleet: {reason}"), Shutdown(reason=reason)]
@@ -196,18 +201,34 @@ def _stop_without_planner(planner) -> list:
             return []
         return stop(f"the planner exited with status {event.returncode}; see its error above")
 
+    def became_active(context) -> list:
+        started["active"] = True
+        return []
+
     def failed(transition: str, start: str, goal: str) -> RegisterEventHandler:
+        def check(context) -> list:
+            if started["active"]:
+                return [LogInfo(msg=f"the planner's {transition} failed; it waits for the next transition")]
+            return stop(f"the planner's {transition} transition failed at start-up; see its error above")
+
         return RegisterEventHandler(
             OnStateTransition(
                 target_lifecycle_node=planner,
                 start_state=start,
                 goal_state=goal,
-                entities=stop(f"the planner's {transition} transition failed; see its error above"),
+                entities=[OpaqueFunction(function=check)],
             )
         )
 
     return [
         RegisterEventHandler(OnProcessExit(target_action=planner, on_exit=exited)),
+        RegisterEventHandler(
+            OnStateTransition(
+                target_lifecycle_node=planner,
+                goal_state="active",
+                entities=[OpaqueFunction(function=became_active)],
+            )
+        ),
         failed("configure", "configuring", "unconfigured"),
         failed("activate", "activating", "inactive"),
     ]

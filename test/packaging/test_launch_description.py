@@ -128,17 +128,36 @@ def test_a_planner_that_exits_shuts_the_launch_down(fleet_actions):
 
 
 @pytest.mark.parametrize(("start", "goal"), [("configuring", "unconfigured"), ("activating", "inactive")])
-def test_a_failed_transition_shuts_the_launch_down(fleet_actions, start, goal):
+def test_a_failed_transition_at_start_up_shuts_the_launch_down(fleet_actions, start, goal):
     (planner,) = [a for a in fleet_actions if type(a).__name__ == "LifecycleNode"]
-    failed = [
-        h
-        for h in _handlers(fleet_actions, "OnStateTransition")
-        if h.kwargs["target_lifecycle_node"] is planner
-        and h.kwargs.get("start_state") == start
-        and h.kwargs.get("goal_state") == goal
-    ]
+
+    def handlers(start_state, goal_state):
+        return [
+            h
+            for h in _handlers(fleet_actions, "OnStateTransition")
+            if h.kwargs["target_lifecycle_node"] is planner
+            and h.kwargs.get("start_state") == start_state
+            and h.kwargs.get("goal_state") == goal_state
+        ]
+
+    failed = handlers(start, goal)
     assert failed, f"no handler for {start} -> {goal}: the launch keeps running without a planner"
-    assert "failed" in _shutdown_reason(failed[0].kwargs["entities"])
+
+    def run(handler) -> list:
+        out = []
+        for entity in handler.kwargs["entities"]:
+            out += (
+                entity.kwargs["function"](Context())
+                if type(entity).__name__ == "OpaqueFunction"
+                else [entity]
+            )
+        return out
+
+    assert "failed" in _shutdown_reason(run(failed[0]))
+    # once active, a failed transition is the user's re-configuration: the fleet stays up
+    (active,) = handlers(None, "active")
+    run(active)
+    assert not any(type(e).__name__ == "Shutdown" for e in run(failed[0]))
 
 
 def test_a_successful_configure_still_activates(fleet_actions):
