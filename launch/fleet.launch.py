@@ -171,13 +171,23 @@ def _drive_lifecycle(planner) -> list:
             event=ChangeState(lifecycle_node_matcher=matches_action(planner), transition_id=transition)
         )
 
+    activated = {"once": False}
+
+    def activate_once(context) -> list:
+        """Only the start-up configure is followed by activate: a user's own configure (after a
+        cleanup, to re-point the planner) leaves the activate to the user, as ros2 lifecycle expects."""
+        if activated["once"]:
+            return []
+        activated["once"] = True
+        return [change(Transition.TRANSITION_ACTIVATE)]
+
     return [
         RegisterEventHandler(
             OnStateTransition(
                 target_lifecycle_node=planner,
                 start_state="configuring",
                 goal_state="inactive",
-                entities=[change(Transition.TRANSITION_ACTIVATE)],
+                entities=[OpaqueFunction(function=activate_once)],
             )
         ),
         change(Transition.TRANSITION_CONFIGURE),

@@ -160,14 +160,18 @@ def test_a_failed_transition_at_start_up_shuts_the_launch_down(fleet_actions, st
     assert not any(type(e).__name__ == "Shutdown" for e in run(failed[0]))
 
 
-def test_a_successful_configure_still_activates(fleet_actions):
-    """The handler that drives configure -> activate is still there (not replaced by the new ones)."""
-    ok = [
+def test_the_start_up_configure_activates_once(fleet_actions):
+    """configure -> activate is driven at start-up only; a user's later configure (cleanup, set,
+    configure) is not followed by an automatic activate."""
+    (ok,) = [
         h
         for h in _handlers(fleet_actions, "OnStateTransition")
         if h.kwargs.get("start_state") == "configuring" and h.kwargs.get("goal_state") == "inactive"
     ]
-    assert ok and not any(type(e).__name__ == "Shutdown" for e in ok[0].kwargs["entities"])
+    (fn,) = [e.kwargs["function"] for e in ok.kwargs["entities"] if type(e).__name__ == "OpaqueFunction"]
+    first = fn(Context())
+    assert len(first) == 1 and type(first[0]).__name__ == "EmitEvent"
+    assert fn(Context()) == []
 
 
 def test_the_demo_launch_says_which_engine_it_runs(load_description):
