@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import threading
 import time
 from collections import Counter
@@ -42,6 +41,7 @@ from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.msg import Task, TaskStatus
 from timely_llm_ros.nodes.common import Param, ParamError, declare_params, nonempty, run_node
 from timely_llm_ros.ros import convert, qos, topics
+from timely_llm_ros.workload.ids import published_ids
 
 
 def _fqn_check(value: list[str]) -> str | None:
@@ -181,14 +181,6 @@ def parse_agents(entries: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def id_name(name: str) -> str:
-    """The workload name as it appears in task ids: without its overrides (``wid1:duration=30,rate=0.1``
-    -> ``wid1``; the full name is in the node's log and summary), other characters than letters,
-    digits, ``_``, ``.`` and ``-`` replaced by ``_``."""
-    base = name.split(":", 1)[0].strip() or "workload"
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", base)
-
-
 def plan_tasks(
     tasks: list[TaskSpec],
     *,
@@ -214,9 +206,7 @@ def plan_tasks(
             f"workload {name!r} has {', '.join(missing)} tasks but parameter 'agents' has no "
             "agent of that robot type (set skip_unmapped to skip them)"
         )
-    prefix = id_prefix.replace("{name}", id_name(name))
-    numeric = all(spec.task_id.isdigit() for spec in ordered)
-    width = max((len(spec.task_id) for spec in ordered), default=1) if numeric else 0
+    ids = published_ids(name, [spec.task_id for spec in tasks], id_prefix)
     out: list[Planned] = []
     t0 = ordered[0].arrival if ordered else 0.0
     for spec in ordered:
@@ -244,7 +234,7 @@ def plan_tasks(
             spec = dataclasses.replace(spec, tuf=spec.tuf.scaled(tuf_scale))
         msg = convert.task_to_msg(spec)
         msg.agent_id = agent
-        msg.task_id = f"{prefix}{spec.task_id.zfill(width)}"
+        msg.task_id = ids[spec.task_id]
         out.append(Planned((spec.arrival - t0) * time_scale, msg))
     return out, skipped
 
