@@ -18,7 +18,12 @@ demos); by default the ROS 2 discovery settings of the environment apply. When t
 exits (``exit_when_done``), the whole launch shuts down. ``namespace:=fleet_a`` runs the whole fleet
 under ``/fleet_a`` (robots in ``/fleet_a/<agent>``). The planner is a managed (lifecycle) node: this
 file configures it (engine loaded, warmed up) and activates it (tasks accepted) with launch_ros
-lifecycle events; ``ros2 lifecycle set /planner deactivate`` etc. work on it afterwards.
+lifecycle events; ``ros2 lifecycle set /planner deactivate`` etc. work on it afterwards. A fleet
+without its planner is of no use, so the launch shuts down, with the reason, when the planner process
+exits (a bad ``engine:=`` or other parameter exits with status 2 before any transition) or a
+transition this file drives at start-up fails (configure: a missing ``model_path:=``, an engine that
+cannot load; activate), instead of leaving robots and recorder running until Ctrl-C. Later failed
+transitions (a user re-pointing the planner: cleanup, ``ros2 param set``, configure) leave the fleet up.
 """
 
 import os
@@ -35,6 +40,7 @@ from launch.actions import (
     Shutdown,
 )
 from launch.conditions import IfCondition
+from launch.event_handlers import OnProcessExit
 from launch.events import matches_action
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode, Node
@@ -144,7 +150,7 @@ def _fleet_nodes(context, *args, **kwargs):
             )
         )
         if spec.role == "planner":
-            actions += _drive_lifecycle(actions[-1])
+            actions += _drive_lifecycle(actions[-1]) + _stop_without_planner(actions[-1])
     if sim_time:
         actions.insert(
             0,
@@ -165,16 +171,76 @@ def _drive_lifecycle(planner) -> list:
             event=ChangeState(lifecycle_node_matcher=matches_action(planner), transition_id=transition)
         )
 
+    activated = {"once": False}
+
+    def activate_once(context) -> list:
+        """Only the start-up configure is followed by activate: a user's own configure (after a
+        cleanup, to re-point the planner) leaves the activate to the user, as ros2 lifecycle expects."""
+        if activated["once"]:
+            return []
+        activated["once"] = True
+        return [change(Transition.TRANSITION_ACTIVATE)]
+
     return [
         RegisterEventHandler(
             OnStateTransition(
                 target_lifecycle_node=planner,
                 start_state="configuring",
                 goal_state="inactive",
-                entities=[change(Transition.TRANSITION_ACTIVATE)],
+                entities=[OpaqueFunction(function=activate_once)],
             )
         ),
         change(Transition.TRANSITION_CONFIGURE),
+    ]
+
+
+def _stop_without_planner(planner) -> list:
+    """Shut the launch down, naming why, when the planner process exits or when the configure or
+    activate transition this file drives fails (the node falls back to unconfigured / inactive; its own
+    log line above gives the cause). Once the planner has been active, a failed transition is the
+    user's (cleanup, ``ros2 param set``, configure with another model): the fleet keeps running and
+    the planner stays unconfigured for the next try. A planner exit during a shutdown already under
+    way (Ctrl-C, the workload finished) adds nothing."""
+    started = {"active": False}
+
+    def stop(reason: str) -> list:
+        return [LogInfo(msg=f"stopping the fleet: {reason}"), Shutdown(reason=reason)]
+
+    def exited(event, context) -> list:
+        if context.is_shutdown:
+            return []
+        return stop(f"the planner exited with status {event.returncode}; see its error above")
+
+    def became_active(context) -> list:
+        started["active"] = True
+        return []
+
+    def failed(transition: str, start: str, goal: str) -> RegisterEventHandler:
+        def check(context) -> list:
+            if started["active"]:
+                return [LogInfo(msg=f"the planner's {transition} failed; it waits for the next transition")]
+            return stop(f"the planner's {transition} transition failed at start-up; see its error above")
+
+        return RegisterEventHandler(
+            OnStateTransition(
+                target_lifecycle_node=planner,
+                start_state=start,
+                goal_state=goal,
+                entities=[OpaqueFunction(function=check)],
+            )
+        )
+
+    return [
+        RegisterEventHandler(OnProcessExit(target_action=planner, on_exit=exited)),
+        RegisterEventHandler(
+            OnStateTransition(
+                target_lifecycle_node=planner,
+                goal_state="active",
+                entities=[OpaqueFunction(function=became_active)],
+            )
+        ),
+        failed("configure", "configuring", "unconfigured"),
+        failed("activate", "activating", "inactive"),
     ]
 
 

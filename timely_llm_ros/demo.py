@@ -151,9 +151,11 @@ def _urgent_erts(workload: str, scale: float) -> dict[str, float]:
     """Scaled ERT of each urgent task, keyed by the id the workload node publishes ('<name>-<id>')."""
     from timely_llm_ros.core.task import task_class
     from timely_llm_ros.workload.fileformat import resolve_workload
+    from timely_llm_ros.workload.ids import published_ids
 
     wl = resolve_workload(workload)
-    return {f"{wl.name}-{t.task_id}": t.tuf.ert * scale for t in wl.tasks if task_class(t) == "urgent"}
+    ids = published_ids(wl.name, [t.task_id for t in wl.tasks])
+    return {ids[t.task_id]: t.tuf.ert * scale for t in wl.tasks if task_class(t) == "urgent"}
 
 
 def _start_monitor(progress: Progress):

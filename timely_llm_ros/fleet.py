@@ -132,6 +132,7 @@ def load_fleet(path: str | Path) -> dict[str, Any]:
     data["_path"] = str(p)
     nodes = fleet_nodes(data)  # validates the graph's shape
     check_robots(data, nodes)  # and what each robot will load, before anything starts
+    check_planner(data, nodes)  # and the planner's parameters (engine: simm), as the node checks them
     return data
 
 
@@ -186,6 +187,34 @@ def check_robots(cfg: dict[str, Any], nodes: list[NodeSpec]) -> None:
             os.environ.pop(paths.ENV_VAR, None)
         else:
             os.environ[paths.ENV_VAR] = saved
+
+
+def check_planner(cfg: dict[str, Any], nodes: list[NodeSpec]) -> None:
+    """Check the planner's parameters as the node will at start-up — names, types, ranges, allowed
+    values (``engine: simm`` names the accepted engines) — so ``--dry-run`` and a start fail early with
+    the file and the reason. Without rclpy (a pure-Python install) the node's own check is the only one."""
+    try:
+        from timely_llm_ros.nodes.planner_params import MAPPING_PARAMS, PARAMS
+    except ImportError:
+        return
+    src = cfg.get("_path", "<fleet>")
+    table = {p.name: p for p in PARAMS}
+    for node in nodes:
+        if node.role != "planner":
+            continue
+        for name, value in node.params.items():
+            if name.split(".")[0] in MAPPING_PARAMS and (isinstance(value, dict) or "." in name):
+                continue  # a nested mapping: the engine / PlannerOptions check it at configure
+            spec = table.get(name)
+            if spec is None:
+                if name == "use_sim_time":
+                    continue  # declared by rclpy; the planner refuses true with its own reason
+                raise FleetError(
+                    f"{src}: planner.parameters.{name}: not a planner parameter; known: {', '.join(sorted(table))}"
+                )
+            problem = spec.validate(value)
+            if problem:
+                raise FleetError(f"{src}: planner.parameters.{name}: {problem}")
 
 
 def fleet_nodes(cfg: dict[str, Any], namespace: str = "/") -> list[NodeSpec]:

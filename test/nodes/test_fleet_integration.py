@@ -366,6 +366,15 @@ def test_fleet_files_with_errors_are_refused_with_the_field(tmp_path):
         ({"robots": [robot], "workload": {"enabled": True}}, "workload.parameters.workload is required"),
         ({"robots": [robot], "planner": {"enabled": False}}, "the planner cannot be disabled"),
         ({"robots": [robot], "timemodel": {"enabled": "yes"}}, "timemodel.enabled: must be bool, got 'yes'"),
+        (
+            {"robots": [robot], "planner": {"parameters": {"engine": "simm"}}},
+            "planner.parameters.engine: parameter 'engine' must be one of sim, llamacpp, vllm, openai, got 'simm'",
+        ),
+        (
+            {"robots": [robot], "planner": {"parameters": {"polcy": "timely"}}},
+            "planner.parameters.polcy: not a planner parameter; known:",
+        ),
+        ({"robots": [robot], "planner": {"parameters": {"policy": "fifo"}}}, "planner.parameters.policy:"),
     ]
     for data, needle in cases:
         with pytest.raises(FleetError, match=re.escape(needle)):

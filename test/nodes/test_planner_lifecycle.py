@@ -173,3 +173,85 @@ def test_autostart_with_a_bad_engine_parameter_exits_with_status_2(tmp_path):
     proc = start_node("planner", dict(os.environ), tmp_path / "planner.log", params_file=params)
     assert proc.wait(timeout=WAIT) == 2
     assert "parameter 'profile'" in log_text(proc)
+
+
+def _set(peer: Peer, values: dict, node: str = "/planner") -> list:
+    """Set parameters (strings, or None = delete, as ``ros2 param delete``) through the node's
+    set_parameters service, as ``ros2 param set`` does; the results (successful, reason) in order."""
+    from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
+    from rcl_interfaces.srv import SetParameters
+
+    client = peer.node.create_client(SetParameters, f"{node}/set_parameters")
+    peer.executor.wake()
+    wait_for(client.service_is_ready, WAIT, f"{node}/set_parameters")
+    params = [
+        Parameter(
+            name=name,
+            value=ParameterValue(type=ParameterType.PARAMETER_NOT_SET)
+            if value is None
+            else ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=value),
+        )
+        for name, value in values.items()
+    ]
+    fut = client.call_async(SetParameters.Request(parameters=params))
+    wait_for(fut.done, WAIT, f"set {sorted(values)}")
+    peer.node.destroy_client(client)
+    return list(fut.result().results)
+
+
+@pytest.mark.skipif(
+    __import__("importlib.util").util.find_spec("llama_cpp") is None,
+    reason="llama-cpp-python is not installed (make test installs it)",
+)
+def test_cleanup_set_configure_repoints_the_planner_at_another_engine_and_back(tmp_path):
+    """The lifecycle way to change the engine or model of a running planner process: engine, model
+    and options are refused while it is configured, and taken after cleanup — sim → llamacpp (the
+    embedded model, named through the nested parameter engine_options.model_path) → sim, with a
+    task completing on each, and a configure with a missing model failing with the path in between."""
+    from timely_llm_ros.engines.llamacpp_native import default_model_path
+
+    params = write_params(
+        tmp_path / "planner.yaml",
+        {"sim_plans": ["catalog", PLANS], "autostart": False, "journal": "off", "robot_grace_period": 10.0},
+    )
+    proc = start_node("planner", dict(os.environ), tmp_path / "planner.log", params_file=params)
+    peer = Peer({"rp_done": "done"}, name="repoint_peer")
+    lc = Lifecycle(peer, "/planner")
+
+    def run_task(task_id: str) -> None:
+        wait_for(lambda: peer.task_pub.get_subscription_count() > 0, WAIT, "the tasks subscription")
+        msg = make_task(task_id, "rp_done", CLIMB)
+        msg.max_tokens = 24  # a short plan keeps the real model's part brief on a CPU
+        peer.task_pub.publish(msg)
+        wait_for(lambda: peer.final_state(task_id) is not None, 3 * WAIT, f"{task_id} to end", procs=(proc,))
+        assert peer.final_state(task_id) == "COMPLETED", peer.final(task_id).reason
+
+    try:
+        assert lc.set("configure") and lc.set("activate")
+        run_task("rp-sim-1")
+        (refused,) = _set(peer, {"engine": "llamacpp"})  # active: refused with the recipe
+        assert not refused.successful and "cleanup" in refused.reason
+        assert lc.set("deactivate") and lc.set("cleanup") and lc.state() == "unconfigured"
+
+        missing = str(tmp_path / "no_such_model.gguf")
+        assert all(
+            r.successful for r in _set(peer, {"engine": "llamacpp", "engine_options.model_path": missing})
+        )
+        assert not lc.set("configure") and lc.state() == "unconfigured"
+        assert "no_such_model.gguf" in log_text(proc)  # the failed configure names the missing file
+
+        (ok,) = _set(peer, {"engine_options.model_path": str(default_model_path())})
+        assert ok.successful
+        assert lc.set("configure") and lc.set("activate") and lc.state() == "active"
+        assert f"engine llamacpp:{default_model_path().name}" in log_text(proc)
+        run_task("rp-llm-1")
+
+        assert lc.set("deactivate") and lc.set("cleanup")
+        assert all(r.successful for r in _set(peer, {"engine": "sim", "engine_options.model_path": None}))
+        assert lc.set("configure") and lc.set("activate")
+        assert log_text(proc).count("planner configured: engine sim-realtime") == 2
+        run_task("rp-sim-2")
+    finally:
+        peer.close()
+        rc = stop_process(proc)
+    assert rc == 0, log_text(proc)[-3000:]

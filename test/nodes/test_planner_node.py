@@ -171,9 +171,10 @@ def test_parameters_are_declared_with_descriptors_and_validated(graph):
     fut = describe.call_async(DescribeParameters.Request(names=names))
     wait_for(fut.done, WAIT, "describe_parameters")
     engine, factor, policy = fut.result().descriptors
-    assert engine.read_only and "sim" in engine.additional_constraints and engine.description
+    # engine and policy are read by configure: not read-only for ROS, refused while configured
+    assert "sim" in engine.additional_constraints and engine.description
+    assert "unconfigured" in engine.additional_constraints and "unconfigured" in policy.additional_constraints
     assert factor.floating_point_range[0].from_value == 1.0 and not factor.read_only
-    assert policy.read_only
 
     def set_param(name, value: ParameterValue):
         f = setp.call_async(SetParameters.Request(parameters=[Parameter(name=name, value=value)]))
@@ -185,7 +186,7 @@ def test_parameters_are_declared_with_descriptors_and_validated(graph):
     )
     assert not bad.successful and "1.0" in bad.reason
     ro = set_param("engine", ParameterValue(type=ParameterType.PARAMETER_STRING, string_value="vllm"))
-    assert not ro.successful
+    assert not ro.successful and "cleanup" in ro.reason  # active: the lifecycle recipe is named
     bad_types = set_param(
         "agent_types",
         ParameterValue(type=ParameterType.PARAMETER_STRING_ARRAY, string_array_value=["drone_1"]),

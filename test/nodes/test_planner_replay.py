@@ -77,7 +77,12 @@ def test_the_planner_replays_the_reference_plans_of_a_wid2_slice(tmp_path):
     segments: dict[str, list] = defaultdict(list)
     for _topic, _t, msg in read_bag(bags[0]).by_type("timely_llm_ros/msg/Segment"):
         segments[msg.task_id].append(msg)
-    references = {f"wid2-{t.task_id}": t.reference_plan for t in load_tasks("wid2", N_TASKS, 1.0)}
+    tasks = load_tasks("wid2", N_TASKS, 1.0)
+    from timely_llm_ros.workload import resolve_workload
+    from timely_llm_ros.workload.ids import published_ids
+
+    ids = published_ids("wid2", [t.task_id for t in resolve_workload("wid2").tasks])  # wid2-007
+    references = {ids[t.task_id]: t.reference_plan for t in tasks}
     assert set(segments) == set(references)
     for task_id, ref in references.items():
         sent = "".join(m.text for m in sorted(segments[task_id], key=lambda m: m.index))

@@ -171,3 +171,43 @@ def test_measured_feedback_is_refitted_into_a_loadable_model(timemodel):
     assert data["refit"]["measured"]["mf"]["n"] == 3
     assert data["refit"]["segment_ratio_measured_over_expected"]["n"] == len(measured)
     assert set(skills) >= {"mf", "tp", "tc", "s"}
+
+
+def test_segment_topics_of_rejected_agents_leave_no_subscription_behind(tmp_path):
+    """A task for an agent without a robot makes the planner create /<agent>/skill_segments, then
+    remove it; the time model subscribed to it must let go too (else every bad agent id stays in the
+    graph, held by the time model), while a robot's topic stays watched without a publisher."""
+    from timely_llm_ros.msg import Segment
+    from timely_llm_ros.ros import qos
+
+    proc = start_node(
+        "timemodel",
+        dict(os.environ),
+        tmp_path / "timemodel.log",
+        params={"discovery_period": 0.2, "unwatch_after": 0.5},
+    )
+    peer = Peer({"tm_robot": "silent"}, name="tm_unwatch_peer")
+    node = peer.node
+    try:
+        ghost = node.create_publisher(Segment, "/tm_ghost/skill_segments", qos.segment_qos())
+        robot = node.create_publisher(Segment, "/tm_robot/skill_segments", qos.segment_qos())
+        wait_for(
+            lambda: ghost.get_subscription_count() == 1,
+            WAIT,
+            "the time model on the ghost topic",
+            procs=(proc,),
+        )
+        wait_for(lambda: robot.get_subscription_count() == 2, WAIT, "robot + time model on the robot topic")
+        node.destroy_publisher(ghost)  # the planner dropped its idle publisher
+        node.destroy_publisher(robot)
+
+        def ghost_gone() -> bool:
+            return "/tm_ghost/skill_segments" not in dict(node.get_topic_names_and_types())
+
+        wait_for(ghost_gone, WAIT, "the time model to unsubscribe the ghost topic", procs=(proc,))
+        time.sleep(1.0)  # twice unwatch_after: the robot's topic must still be watched
+        assert node.count_subscribers("/tm_robot/skill_segments") == 2
+    finally:
+        peer.close()
+        rc = stop_process(proc)
+    assert rc == 0, log_text(proc)[-3000:]

@@ -125,3 +125,30 @@ def test_a_missing_workload_is_a_clear_start_up_error(tmp_path):
     wait_for(lambda: proc.poll() is not None, 120, "the node to exit")
     assert proc.returncode == 2
     assert "parameter 'workload'" in log_text(proc) and "no-such-thing" in log_text(proc)
+
+
+@pytest.mark.ros
+def test_task_ids_of_a_composed_workload_are_readable():
+    """A workload given with overrides (``wid1:duration=30,rate=0.1``, the demo fleet's) names its
+    task ids by its base name, numbered to one width: wid1-00, wid1-01, ... (not
+    ``wid1:duration=30,rate=0.1-0``)."""
+    pytest.importorskip("rclpy")
+    from timely_llm_ros.nodes.workload import parse_agents, plan_tasks
+    from timely_llm_ros.workload import resolve_workload
+
+    wl = resolve_workload("wid1:duration=30,rate=0.5")
+    planned, _ = plan_tasks(
+        wl.tasks,
+        name=wl.name,
+        agents=parse_agents(["d1:drone", "a1:arm"]),
+        agent_prefix="agent_",
+        skip_unmapped=True,
+        id_prefix="{name}-",
+        time_scale=1.0,
+        max_tasks=0,
+    )
+    ids = [p.msg.task_id for p in planned]
+    assert len(ids) >= 10, ids
+    width = len(str(max(int(t.task_id) for t in wl.tasks)))
+    assert all(i.startswith("wid1-") and len(i) == len("wid1-") + width for i in ids), ids
+    assert len(set(ids)) == len(ids)

@@ -1,8 +1,15 @@
 """Write and read LRTrace rosbag2 bags without ``ros2 bag`` (pure Python, no rclpy needed).
 
-Writing (:class:`BagWriter`): a real rosbag2 directory — ``metadata.yaml`` version 9 and one MCAP
-storage file with every message definition embedded (``ros2msg`` schemas), RIHS01 type hashes
-and the offered QoS profiles in both places — that ``ros2 bag info/play`` and ``rosbags`` open.
+Writing (:class:`BagWriter`): a real rosbag2 directory — ``metadata.yaml`` and one MCAP storage
+file with every message definition embedded (``ros2msg`` schemas), RIHS01 type hashes and the
+offered QoS profiles in both places, and at close rosbag2's own ``rosbag2`` metadata record in the
+MCAP file (``serialized_metadata``, ``ROS_DISTRO``, as rosbag2_storage_mcap writes it) — that
+``ros2 bag info/play`` and ``rosbags`` open. The metadata format follows the target distro
+(``distro``, default the one running): rosbag2 on Humble reads metadata up to version 5 with the
+QoS profiles as a YAML *string* of integer policies (its ``metadata_io.cpp`` decodes
+``offered_qos_profiles`` with ``as<std::string>()``, so a version 9 file, whose profiles are a YAML
+list, fails there); Iron writes version 7 (same string form, plus type hashes); Jazzy and newer write
+and read version 9 and still read the older forms. Chunks can be zstd-compressed (``compression``).
 It is *kill-safe*: every flush (at most ``flush_every_s`` apart, also from a background timer
 while no messages arrive) leaves a finished, indexed MCAP file (:mod:`.mcap`) and then an updated
 ``metadata.yaml``, so a SIGKILLed recorder loses at most the last ``flush_every_s`` of messages.
@@ -33,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
-from rosbags.rosbag2.metadata import dump_qos_v9
+from rosbags.rosbag2.metadata import dump_qos_v8, dump_qos_v9
 from ruamel.yaml import YAML
 
 from timely_llm_ros.interfaces.topics import (  # noqa: F401 (API: bag topic names, re-exported)
@@ -141,6 +148,17 @@ def ros_distro() -> str:
     return _RCLPY_DISTROS.get(major, ts.DISTRO)
 
 
+# rosbag2's metadata version per distro (rosbag2_storage/bag_metadata.hpp on each branch of
+# ros2/rosbag2: humble 5, iron 7, jazzy and rolling 9); unknown (newer) distros write the newest.
+METADATA_VERSIONS = {"humble": 5, "iron": 7}
+NEWEST_METADATA = 9
+
+
+def metadata_version(distro: str) -> int:
+    """The ``metadata.yaml`` version rosbag2 of ``distro`` writes (and reads at most, for Humble)."""
+    return METADATA_VERSIONS.get(distro.strip().lower(), NEWEST_METADATA)
+
+
 def _yaml_text(data: Any) -> str:
     out = io.StringIO()
     _yaml().dump(data, out)
@@ -178,6 +196,8 @@ class BagWriter:
         typestore: Any = None,
         custom_data: Mapping[str, str] | None = None,
         max_pending_bytes: int = 4 << 20,
+        distro: str | None = None,
+        compression: str = "",
     ) -> None:
         if storage != "mcap":
             raise ValueError(
@@ -197,13 +217,17 @@ class BagWriter:
         self.flush_every_s = flush_every_s
         self.max_pending_bytes = int(max_pending_bytes)
         self.custom_data = {str(k): str(v) for k, v in (custom_data or {}).items()}
+        self.distro = (distro or "").strip() or ros_distro()
+        self.version = metadata_version(self.distro)
         self._qos = {k: list(v) for k, v in (qos or {}).items()}
         self._topics: dict[str, _Topic] = {}
         self._schemas: dict[str, int] = {}
         self._lock = threading.RLock()
         self.path.mkdir(parents=True)
         self.storage_file = self.path / f"{self.path.name}_0.mcap"
-        self._mcap = McapFile(self.storage_file, library="timely_llm_ros.lrtrace.bagio")
+        self._mcap = McapFile(
+            self.storage_file, library="timely_llm_ros.lrtrace.bagio", compression=compression
+        )
         self._last_flush = time.monotonic()
         self._dirty = False
         self.closed = False
@@ -249,7 +273,7 @@ class BagWriter:
                 msgdef, _ = self.store.generate_msgdef(msgtype, ros_version=2)
                 self._schemas[msgtype] = self._mcap.add_schema(msgtype, "ros2msg", msgdef)
             profiles = list(qos) if qos is not None else self._qos.get(topic, [DEFAULT_QOS])
-            qos_text = _yaml_text(dump_qos_v9(profiles)).strip()
+            qos_text = self._qos_text(profiles)
             cid = self._mcap.add_channel(
                 self._schemas[msgtype],
                 topic,
@@ -312,13 +336,24 @@ class BagWriter:
                 if self._dirty and time.monotonic() - self._last_flush >= self.flush_every_s * 0.5:
                     self._flush_locked()
 
+    def _qos_text(self, profiles: list[Qos]) -> str:
+        """Offered QoS profiles as the target distro's rosbag2 stores them in a text field."""
+        return dump_qos_v8(profiles) if self.version < 9 else _yaml_text(dump_qos_v9(profiles)).strip()
+
     def _write_metadata(self) -> None:
+        text = _yaml_text({"rosbag2_bagfile_information": self._metadata()})
+        tmp = self.path / "metadata.yaml.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, self.path / "metadata.yaml")
+
+    def _metadata(self) -> dict[str, Any]:
+        """The bag's metadata in the target distro's format (module docstring)."""
         m = self._mcap
         count = m.message_count
         start = m.start_time if count else 0
         duration = (m.end_time - m.start_time) if count else 0
         info = {
-            "version": 9,
+            "version": self.version,
             "storage_identifier": "mcap",
             "duration": {"nanoseconds": duration},
             "starting_time": {"nanoseconds_since_epoch": start},
@@ -329,7 +364,9 @@ class BagWriter:
                         "name": t.name,
                         "type": t.msgtype,
                         "serialization_format": "cdr",
-                        "offered_qos_profiles": dump_qos_v9(t.qos),
+                        "offered_qos_profiles": dump_qos_v9(t.qos)
+                        if self.version >= 9
+                        else self._qos_text(t.qos),
                         "type_description_hash": t.digest,
                     },
                     "message_count": t.count,
@@ -348,12 +385,12 @@ class BagWriter:
                 }
             ],
             "custom_data": dict(self.custom_data),  # rosbag2 writes {} when there is none
-            "ros_distro": ros_distro(),
+            "ros_distro": self.distro,
         }
-        text = _yaml_text({"rosbag2_bagfile_information": info})
-        tmp = self.path / "metadata.yaml.tmp"
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, self.path / "metadata.yaml")
+        if self.version < 7:  # Humble: no type hashes (extra keys are ignored there, kept out anyway)
+            for entry in info["topics_with_message_count"]:
+                del entry["topic_metadata"]["type_description_hash"]
+        return info
 
     def _check_open(self) -> None:
         if self.closed:
@@ -364,6 +401,12 @@ class BagWriter:
         with self._lock:
             if self.closed:
                 return
+            # rosbag2's own record of the metadata, as rosbag2_storage_mcap writes it when a bag is
+            # closed (read back by `ros2 bag reindex` and storage-level readers)
+            self._mcap.add_metadata(
+                "rosbag2",
+                {"serialized_metadata": _yaml_text(self._metadata()), "ROS_DISTRO": self.distro},
+            )
             self._flush_locked(force_metadata=True)
             self._mcap.close()
             self.closed = True

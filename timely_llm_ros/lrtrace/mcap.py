@@ -16,8 +16,10 @@ so the caller gets every message before the damage plus a description of it.
 Format: MCAP v0 as published at mcap.dev/spec (records = opcode u8 + length u64 + content,
 little-endian, strings and byte arrays length-prefixed). Layout written here, the one readers such
 as ``rosbags`` and ``rosbag2_storage_mcap`` index directly: header, then per flush [new schemas,
-new channels, one uncompressed chunk, its message indexes], then DataEnd, the summary (schemas,
-channels, chunk indexes, statistics, summary offsets), footer, magic.
+new channels, one chunk (uncompressed, or zstd-compressed with ``compression="zstd"``, rosbag2's
+``zstd_fast``/``zstd_small`` presets' codec), its message indexes, new metadata records], then
+DataEnd, the summary (schemas, channels, chunk indexes, metadata indexes, statistics, summary
+offsets), footer, magic.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from pathlib import Path
 
 MAGIC = b"\x89MCAP0\r\n"
 OP_HEADER, OP_FOOTER, OP_SCHEMA, OP_CHANNEL, OP_MESSAGE, OP_CHUNK = 0x01, 0x02, 0x03, 0x04, 0x05, 0x06
-OP_MESSAGE_INDEX, OP_CHUNK_INDEX, OP_STATISTICS, OP_METADATA = 0x07, 0x08, 0x0B, 0x0C
+OP_MESSAGE_INDEX, OP_CHUNK_INDEX, OP_STATISTICS, OP_METADATA, OP_METADATA_INDEX = 0x07, 0x08, 0x0B, 0x0C, 0x0D
+COMPRESSIONS = ("", "zstd")  # chunk codecs this writer offers
 OP_SUMMARY_OFFSET, OP_DATA_END = 0x0E, 0x0F
 _KNOWN_OPS = frozenset(range(0x01, 0x10))
 
@@ -70,7 +73,19 @@ class McapFile:
     messages with :meth:`add_message` (raw payload bytes). Not thread-safe: the caller locks.
     """
 
-    def __init__(self, path: Path, profile: str = "ros2", library: str = "timely_llm_ros") -> None:
+    def __init__(
+        self,
+        path: Path,
+        profile: str = "ros2",
+        library: str = "timely_llm_ros",
+        compression: str = "",
+        level: int = 1,
+    ) -> None:
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"chunk compression must be one of {COMPRESSIONS}, got {compression!r}")
+        self.compression = compression
+        self._codec = zstd_module() if compression == "zstd" else None  # a missing codec: fail now
+        self.level = level
         self.path = Path(path)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         head = MAGIC + _record(OP_HEADER, _str(profile) + _str(library))
@@ -79,6 +94,8 @@ class McapFile:
         self._channels: list[bytes] = []
         self._new_defs: list[bytes] = []  # schema/channel records not yet in the data section
         self._chunk_indexes: list[bytes] = []
+        self._new_meta: list[tuple[str, bytes]] = []  # metadata records not yet in the data section
+        self._meta_indexes: list[bytes] = []
         self._chunk = _Chunk()
         self._counts: dict[int, int] = {}
         self._seq: dict[int, int] = {}
@@ -110,6 +127,10 @@ class McapFile:
         self._counts[cid] = 0
         self._seq[cid] = 0
         return cid
+
+    def add_metadata(self, name: str, metadata: dict[str, str]) -> None:
+        """A Metadata record (written and indexed at the next flush), e.g. rosbag2's ``rosbag2``."""
+        self._new_meta.append((name, _record(OP_METADATA, _str(name) + _map_ss(metadata))))
 
     # -- messages -------------------------------------------------------------------------------
     def add_message(
@@ -146,7 +167,7 @@ class McapFile:
         """Append pending definitions and messages, then rewrite summary + footer (one write)."""
         if self.closed:
             return
-        if not self._new_defs and not self._chunk.count:
+        if not self._new_defs and not self._chunk.count and not self._new_meta:
             return
         out = io.BytesIO()
         for rec in self._new_defs:
@@ -154,20 +175,28 @@ class McapFile:
         self._new_defs = []
         if self._chunk.count:
             self._write_chunk(out)
+        for name, rec in self._new_meta:
+            offset = self._data_end + out.tell()
+            out.write(rec)
+            self._meta_indexes.append(
+                _record(OP_METADATA_INDEX, struct.pack("<QQ", offset, len(rec)) + _str(name))
+            )
+        self._new_meta = []
         data = out.getvalue()
         self._write_tail(data)
 
     def _write_chunk(self, out: io.BytesIO) -> None:
         ch = self._chunk
         raw = ch.body.getvalue()
+        stored = self._codec.compress(raw, level=self.level) if self._codec is not None else raw
         chunk_start = self._data_end + out.tell()
         out.write(
             _record(
                 OP_CHUNK,
                 struct.pack("<QQQI", ch.start, ch.end, len(raw), zlib.crc32(raw))
-                + _str("")
-                + struct.pack("<Q", len(raw))
-                + raw,
+                + _str(self.compression)
+                + struct.pack("<Q", len(stored))
+                + stored,
             )
         )
         chunk_len = self._data_end + out.tell() - chunk_start
@@ -184,8 +213,8 @@ class McapFile:
                 struct.pack("<QQQQ", ch.start, ch.end, chunk_start, chunk_len)
                 + _bytes32(offs)
                 + struct.pack("<Q", index_len)
-                + _str("")
-                + struct.pack("<QQ", len(raw), len(raw)),
+                + _str(self.compression)
+                + struct.pack("<QQ", len(stored), len(raw)),
             )
         )
         self._chunk = _Chunk()
@@ -208,6 +237,7 @@ class McapFile:
         group(OP_SCHEMA, self._schemas)
         group(OP_CHANNEL, self._channels)
         group(OP_CHUNK_INDEX, self._chunk_indexes)
+        group(OP_METADATA_INDEX, self._meta_indexes)
         counts = b"".join(struct.pack("<HQ", cid, n) for cid, n in sorted(self._counts.items()))
         start = self.start_time if self.message_count else 0
         stats = struct.pack(
@@ -216,7 +246,7 @@ class McapFile:
             len(self._schemas),
             len(self._channels),
             0,
-            0,
+            len(self._meta_indexes),
             len(self._chunk_indexes),
             start,
             self.end_time,
@@ -285,19 +315,46 @@ def _read_map(buf: memoryview, pos: int) -> tuple[dict[str, str], int]:
     return out, end
 
 
+class CodecMissing(ImportError):
+    """A chunk compression whose Python module is not installed; the message names the pip package."""
+
+
+def zstd_module():
+    """The zstd codec: the standard library's ``compression.zstd`` (Python >= 3.14), else
+    ``backports.zstd`` (the same API; a dependency of ``rosbags``). Imported only when a bag's chunks
+    are zstd-compressed, so an uncompressed bag needs neither."""
+    try:
+        from compression import zstd  # type: ignore[import-not-found]  # Python >= 3.14
+    except ImportError:
+        try:
+            from backports import zstd  # type: ignore[no-redef]
+        except ImportError:
+            raise CodecMissing(
+                "zstd-compressed MCAP chunks need the zstd codec: pip install backports.zstd "
+                "(it comes with rosbags; built into Python >= 3.14)"
+            ) from None
+    return zstd
+
+
+def lz4_frame():
+    """The lz4 frame codec (pip ``lz4``, a dependency of ``rosbags``; no rosdep key), imported only
+    for a bag written by another tool with lz4 chunks."""
+    try:
+        import lz4.frame
+    except ImportError:
+        raise CodecMissing(
+            "lz4-compressed MCAP chunks need the lz4 codec: pip install lz4 (it comes with rosbags)"
+        ) from None
+    return lz4.frame
+
+
 def _decompress(data: bytes, compression: str, size: int) -> bytes:
     if compression == "":
         return data
     if compression == "zstd":
-        try:
-            from compression import zstd  # type: ignore[import-not-found]  # Python >= 3.14
-        except ImportError:
-            from backports import zstd  # type: ignore[no-redef]  # rosbags' own dependency
-        return zstd.decompress(data)
+        return zstd_module().decompress(data)
     if compression == "lz4":
-        import lz4.frame
-
-        return lz4.frame.decompress(data)
+        return lz4_frame().decompress(data)
     raise ValueError(f"unsupported chunk compression {compression!r}")
 
 

@@ -60,6 +60,8 @@ class Param:
 
     ``check(value)`` returns an error text or None; ``choices`` restricts a string; ``low``/``high``
     bound a number (inclusive). ``read_only`` parameters can only be given at start-up.
+    ``configure_time`` parameters are read by a lifecycle node's configure transition: they are not
+    read-only for ROS, the node itself refuses a change while it is configured (see the planner).
     """
 
     name: str
@@ -70,6 +72,7 @@ class Param:
     choices: tuple[str, ...] = ()
     read_only: bool = False
     check: Callable[[Any], str | None] | None = None
+    configure_time: bool = False
 
     @property
     def kind(self) -> type:
@@ -103,8 +106,10 @@ class Param:
                     step=0.0,
                 )
             ]
-        if self.choices:
-            d.additional_constraints = "one of: " + ", ".join(self.choices)
+        notes = ["one of: " + ", ".join(self.choices)] if self.choices else []
+        if self.configure_time:
+            notes.append("set only while the node is unconfigured (cleanup, set, configure)")
+        d.additional_constraints = "; ".join(notes)
         return d
 
     def normalize(self, value: Any) -> Any:
@@ -238,7 +243,7 @@ def params_help(params: Sequence[Param]) -> str:
     """Parameter list for ``--help``: name, default, read-only mark, description."""
     lines = ["parameters (--ros-args -p name:=value, or --params-file FILE with /**: ros__parameters:):"]
     for p in params:
-        ro = ", read-only" if p.read_only else ""
+        ro = ", read-only" if p.read_only else (", set while unconfigured" if p.configure_time else "")
         lines.append(f"  {p.name} (default {p.default!r}{ro}): {p.description}")
     return "\n".join(lines)
 

@@ -46,9 +46,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.duration import Duration
 from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.parameter import Parameter
 
 from timely_llm_ros.core import limits
 from timely_llm_ros.core.replay import REFERENCE
@@ -56,7 +58,13 @@ from timely_llm_ros.core.task import TaskRejected
 from timely_llm_ros.engines.base import EngineError
 from timely_llm_ros.msg import Segment, SegmentFeedback, Task, TaskStatus, TraceEvent
 from timely_llm_ros.nodes.common import ParamError, declare_params, run_node
-from timely_llm_ros.nodes.planner_params import PARAMS, parse_agent_types, quote_mapping_args
+from timely_llm_ros.nodes.planner_params import (
+    MAPPING_PARAMS,
+    PARAMS,
+    configure_time_param,
+    parse_agent_types,
+    quote_mapping_args,
+)
 from timely_llm_ros.nodes.planner_setup import load_plans, make_engine, make_planner_options
 from timely_llm_ros.ros import convert, qos, topics
 from timely_llm_ros.ros.plan_task import PlanTaskServer
@@ -77,10 +85,17 @@ class PlannerNode(LifecycleNode):
     """See the module docstring."""
 
     def __init__(self, name: str = "planner", **kwargs: Any) -> None:
+        # undeclared names are allowed for the nested engine/planner options only (_guard_params)
+        kwargs.setdefault("allow_undeclared_parameters", True)
         super().__init__(name, **kwargs)
         if self.get_parameter("use_sim_time").value:
             raise ParamError("use_sim_time is not supported: the planner runs on the engine's wall clock")
+        self._configured = False  # engine loaded: configure-time parameters are refused (_guard_params)
+        self._started = False
+        self.add_on_set_parameters_callback(self._guard_params)
         self.p = declare_params(self, PARAMS, on_change=self._param_changed)
+        self._declare_nested_options()
+        self._started = True
         self._transition_error: Exception | None = None
         self._pubs: dict[str, _AgentPub] = {}
         self._outbound: deque[ho.Outbound] = deque()
@@ -134,9 +149,8 @@ class PlannerNode(LifecycleNode):
         """Load the engine and warm it up, open the journal; no task is taken yet."""
         self._transition_error = None
         try:
-            overrides = self._parameter_overrides
-            options = make_planner_options(self.p, overrides)
-            engine = make_engine(self.p, overrides, self.svc.new_stop_event())
+            options = make_planner_options(self.p, self._nested("planner_options"))
+            engine = make_engine(self.p, self._nested("engine_options"), self.svc.new_stop_event())
             plans = load_plans(
                 engine, self.p["sim_plans"], self.get_logger(), options.plan_source == REFERENCE
             )
@@ -151,6 +165,7 @@ class PlannerNode(LifecycleNode):
             self.get_logger().error(f"configure failed: {exc}")
             self.svc.release_engine()
             return TransitionCallbackReturn.FAILURE
+        self._configured = True
         self.get_logger().info(f"planner configured: {self._describe()}")
         return TransitionCallbackReturn.SUCCESS
 
@@ -182,8 +197,10 @@ class PlannerNode(LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Back to unconfigured: every open task ends (FAILED "planner cleaned up"), engine released."""
+        """Back to unconfigured: every open task ends (FAILED "planner cleaned up"), engine released;
+        engine, model, policy and options may be set again before the next configure."""
         self._shutdown_work("planner cleaned up")
+        self._configured = False
         if self._task_sub is not None:
             self.destroy_subscription(self._task_sub)
             self._task_sub = None
@@ -201,6 +218,43 @@ class PlannerNode(LifecycleNode):
         journal = svc.journal.path if svc.journal else "off"
         replay = ", replaying reference plans" if svc.core.intake.replay else ""
         return f"engine {svc.engine.info.name}, policy {svc.core.policy.name}, journal {journal}{replay}"
+
+    # ------------------------------------------------------------------ configure-time parameters
+    def _declare_nested_options(self) -> None:
+        """Declare the nested options given at start-up (``engine_options.model_path`` from a parameter
+        file or ``-p``), so that ``ros2 param list/get/set`` shows and changes them like any other."""
+        for key, given in sorted(self._parameter_overrides.items()):
+            if any(key.startswith(m + ".") for m in MAPPING_PARAMS):
+                self.declare_parameter(
+                    key,
+                    given.value,
+                    ParameterDescriptor(
+                        description=f"nested form of {key.split('.')[0]} (wins over the string form)",
+                        dynamic_typing=True,
+                    ),
+                )
+
+    def _nested(self, name: str) -> dict[str, Any]:
+        """The current ``<name>.<key>`` parameters (start-up and ``ros2 param set`` ones) by full name."""
+        return {f"{name}.{k}": v for k, v in self.get_parameters_by_prefix(name).items()}
+
+    def _guard_params(self, changes: list[Parameter]) -> SetParametersResult:
+        """Engine, model, policy, profile and options are read by configure: refuse a change while the
+        planner is configured (with the lifecycle recipe) and any undeclared name but nested options."""
+        for change in changes:
+            name = change.name
+            nested = any(name.startswith(m + ".") for m in MAPPING_PARAMS)
+            if self._started and not nested and not self.has_parameter(name):
+                return SetParametersResult(successful=False, reason=f"parameter {name!r} is not declared")
+            if self._configured and configure_time_param(name):
+                node = self.get_fully_qualified_name()
+                return SetParametersResult(
+                    successful=False,
+                    reason=f"parameter {name!r} is read by configure and the planner is configured: "
+                    f"set it while unconfigured (ros2 lifecycle set {node} deactivate, then cleanup; "
+                    "set it; configure; activate)",
+                )
+        return SetParametersResult(successful=True)
 
     # ------------------------------------------------------------------ set-up
     def _warm_up(self, skill_sets: list[str]) -> None:

@@ -13,6 +13,13 @@ hold. Users write it in three ways, all accepted:
 * ``engine_options: "{model_path: /m.gguf}"`` (a YAML/JSON string) — as before.
 
 Values given both ways are merged; a nested key wins over the same key in the string.
+
+The nested form is a set of real ROS parameters of the planner: ``ros2 param list /planner`` shows
+``engine_options.model_path``, and ``ros2 param set /planner engine_options.model_path /m.gguf`` adds
+or changes one (``ros2 param delete`` removes it). Like ``engine``, ``policy``, ``profile`` and the
+string form they are read by the configure transition, so they can be changed only while the planner
+is unconfigured (``configure_time``): cleanup, set, configure, activate re-points a running process at
+another engine or model; a change while it is configured is refused with that recipe.
 """
 
 from __future__ import annotations
@@ -81,6 +88,11 @@ def quote_mapping_args(argv: Sequence[str]) -> list[str]:
     return out
 
 
+def configure_time_param(name: str) -> bool:
+    """Whether the parameter ``name`` is read only by configure (see the module docstring)."""
+    return name in CONFIGURE_TIME or any(name.startswith(m + ".") for m in MAPPING_PARAMS)
+
+
 def nested_options(overrides: dict[str, Any], name: str = "engine_options") -> dict[str, Any]:
     """Parameters ``<name>.a.b`` (a mapping in a parameter file, flattened by rcl) as ``{a: {b: ...}}``."""
     out: dict[str, Any] = {}
@@ -130,17 +142,19 @@ PARAMS = (
         "sim",
         "LLM engine: sim (simulated engine in real time), llamacpp, vllm or openai",
         choices=ENGINES,
-        read_only=True,
+        configure_time=True,
     ),
     Param(
         "engine_options",
         "",
         "options for the engine (sim: kv_policy, eviction, reload, chunked_prefill; "
         "llamacpp/vllm/openai: their constructor options), as a YAML/JSON mapping string "
-        '(-p engine_options:="{model_path: /m.gguf}") or a nested mapping in a parameter file; passed to '
+        '(-p engine_options:="{model_path: /m.gguf}") or as nested parameters engine_options.<key> '
+        "(a mapping in a parameter file, or ros2 param set /planner engine_options.model_path ...; "
+        "a nested key wins); passed to "
         "timely_llm_ros.engines.registry.create_engine over the planner's defaults (llamacpp "
         "{prefill_chunk: 16, prefill_fast_batch: 64}; null turns one off)",
-        read_only=True,
+        configure_time=True,
         check=_check_by(parse_mapping),
     ),
     Param(
@@ -149,14 +163,14 @@ PARAMS = (
         "options beyond the paper (README 'Beyond the paper'), a YAML/JSON mapping "
         'such as "{overrun: kill, urgency: llm}": urgency (off|lexical|llm: TUF of tasks sent without one), '
         "length_predictor, pessimism, overrun (continue|kill|skip-next), token_budget (whole|fixed|slack)",
-        read_only=True,
+        configure_time=True,
         check=_check_by(lambda text: PlannerOptions.from_mapping(parse_mapping(text))),
     ),
     Param(
         "profile",
         "llama3-8b-fp16-rtx4090",
         "engine profile (config/profiles) timing the sim engine",
-        read_only=True,
+        configure_time=True,
         check=nonempty,
     ),
     Param(
@@ -164,7 +178,7 @@ PARAMS = (
         "timely",
         "scheduling policy: timely, timely-paper, fcfs-seg, fcfs-requeue, edf-seg, vllm, "
         "vllm-stream, optionally @bN for a fixed max batch and @aK for at most K admissions per step",
-        read_only=True,
+        configure_time=True,
         check=_check_by(parse_policy),
     ),
     Param(
@@ -180,7 +194,7 @@ PARAMS = (
         [CATALOG],
         "sim engine and replay mode: where reference plans come from: 'catalog' (LRTrace tasks) "
         "and workload specs (preset, public sample or file)",
-        read_only=True,
+        configure_time=True,
     ),
     Param(
         "plan_source",
@@ -283,7 +297,7 @@ PARAMS = (
         [],
         "skill sets whose fixed prompt is prefilled at start-up, before /tasks "
         "is subscribed, so no task pays for it (useful with llamacpp/vllm)",
-        read_only=True,
+        configure_time=True,
     ),
     Param(
         "max_queued_tasks",
@@ -356,3 +370,4 @@ PARAMS = (
         read_only=True,
     ),
 )
+CONFIGURE_TIME = frozenset(p.name for p in PARAMS if p.configure_time)

@@ -9,8 +9,9 @@ CDR bytes are written as received, with the receive time as log time (what ``ros
 does); nothing is re-encoded (tasks are decoded once, only to learn their agent).
 
 The bag (:class:`timely_llm_ros.lrtrace.bagio.BagWriter`): a rosbag2 directory with
-``metadata.yaml`` (version 9) and one MCAP file holding the message definitions and RIHS01 type
-hashes; each topic's offered QoS (the publishers' profiles as seen in the graph when the topic is
+``metadata.yaml`` in the format of ``bag_distro``'s rosbag2 (version 5 for humble, 9 for jazzy and
+newer; default the distro running) and one MCAP file (chunks zstd-compressed with
+``compression:=zstd``) holding the message definitions and RIHS01 type hashes; each topic's offered QoS (the publishers' profiles as seen in the graph when the topic is
 added; our own profiles from :mod:`timely_llm_ros.ros.qos` for the fixed topics) is stored so a
 replay can offer the same. The writer flushes at least every ``flush_period`` seconds, leaving a
 complete, readable bag each time: a recorder killed with SIGKILL loses at most that much.
@@ -99,6 +100,20 @@ PARAMS = (
         "it (timely-llm fleet fills it in from the planner's parameters)",
         read_only=True,
     ),
+    Param(
+        "bag_distro",
+        "",
+        "ROS 2 distro whose rosbag2 must read the bag (humble, iron, jazzy, kilted, ...): sets the "
+        "metadata.yaml version (humble 5, iron 7, newer 9); empty = the distro running here",
+        read_only=True,
+    ),
+    Param(
+        "compression",
+        "",
+        "MCAP chunk compression: '' (none) or zstd (the codec of rosbag2's zstd_fast preset)",
+        choices=("", "zstd"),
+        read_only=True,
+    ),
 )
 
 
@@ -113,6 +128,8 @@ class RecorderNode(Node):
         self.writer = bagio.BagWriter(
             path,
             flush_every_s=self.p["flush_period"],
+            distro=self.p["bag_distro"] or None,
+            compression=self.p["compression"],
             custom_data={
                 "recorder": "timely_llm_ros.nodes.recorder",
                 **({"policy": self.p["policy"]} if self.p["policy"] else {}),
@@ -220,6 +237,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-discover", action="store_true", help="record only the named agents' segment topics"
     )
     parser.add_argument("--flush-period", type=float, default=1.0, help="seconds between flushes (default 1)")
+    parser.add_argument(
+        "--bag-distro",
+        default="",
+        help="distro whose rosbag2 must read the bag: humble writes metadata version 5 (default: this one)",
+    )
+    parser.add_argument(
+        "--compression",
+        choices=("none", "zstd"),
+        default="none",
+        help="MCAP chunk compression (default none)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -230,6 +258,10 @@ def run(args: argparse.Namespace) -> int:
     }
     if args.agents:
         params["agents"] = list(args.agents)
+    if args.bag_distro:
+        params["bag_distro"] = args.bag_distro
+    if args.compression != "none":
+        params["compression"] = args.compression
     ros = ros_param_args(params)
     return main(["timely-llm record", "--ros-args", *ros])
 

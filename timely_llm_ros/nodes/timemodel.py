@@ -11,7 +11,10 @@ model — is answered with ``ok = false`` and the reason; the node never raises.
 Feedback names only (task, segment index), so the node also watches every
 ``/<agent>/skill_segments`` topic (found by discovery) to learn the segment's calls, and ``/tasks``
 to learn the robot type (feedback that overtakes its segment or task waits up to ``PARK_S`` for
-them). A DONE segment with exactly one call is a clean measurement of that skill;
+them). A segment topic is watched while it has a publisher (the planner) or its robot (a subscriber
+in namespace ``/<agent>``); one with neither for ``unwatch_after`` seconds — the topic of a task the
+planner rejected (no such robot), or of a robot that left — is unsubscribed, so bad agent ids do not
+pile up subscriptions here (observers such as the recorder do not keep a topic watched). A DONE segment with exactly one call is a clean measurement of that skill;
 segments with several calls only count toward a per-robot-type ratio measured / expected (the split
 between their calls is unknown, so no per-skill number is invented).
 
@@ -84,6 +87,14 @@ PARAMS = (
         high=3600.0,
         read_only=True,
     ),
+    Param(
+        "unwatch_after",
+        30.0,
+        "a /<agent>/skill_segments topic with no publisher and no robot subscriber for this long "
+        "is unsubscribed (s)",
+        low=0.0,
+        high=86400.0,
+    ),
 )
 
 
@@ -100,7 +111,8 @@ class TimeModelNode(Node):
         self._task_type: dict[str, str] = {}
         self._agent_type: dict[str, str] = {}
         self._segments: dict[tuple[str, int], Segment] = {}
-        self._watched: set[str] = set()
+        self._watched: dict[str, Any] = {}  # segment topic -> our subscription
+        self._orphaned: dict[str, float] = {}  # watched topic -> since when it has no publisher nor robot
         self._parked: deque[tuple[float, convert.Feedback]] = deque()
         self.create_service(EstimateExecTime, topics.ESTIMATE_EXEC_TIME, self._serve)
         self.create_subscription(Task, topics.TASKS, self._on_task, qos.task_qos())
@@ -167,8 +179,26 @@ class TimeModelNode(Node):
             agent = topics.agent_of_segment_topic(name, self.get_namespace())
             if agent is None or name in self._watched or "timely_llm_ros/msg/Segment" not in types:
                 continue
-            self._watched.add(name)
-            self.create_subscription(Segment, name, self._on_segment, qos.segment_qos())
+            if self._alive(name):  # not a topic kept in the graph only by observers (and us, before)
+                self._watched[name] = self.create_subscription(
+                    Segment, name, self._on_segment, qos.segment_qos()
+                )
+        self._unwatch_orphans(time.monotonic())
+
+    def _alive(self, name: str) -> bool:
+        """The segment topic has a publisher (the planner) or its robot's subscription."""
+        if self.count_publishers(name) > 0:
+            return True
+        robot_ns = name.rsplit("/", 1)[0]
+        return any(info.node_namespace == robot_ns for info in self.get_subscriptions_info_by_topic(name))
+
+    def _unwatch_orphans(self, now: float) -> None:
+        for name in list(self._watched):
+            if self._alive(name):
+                self._orphaned.pop(name, None)
+            elif now - self._orphaned.setdefault(name, now) >= self.p["unwatch_after"]:
+                self.destroy_subscription(self._watched.pop(name))
+                del self._orphaned[name]
 
     def _on_task(self, msg: Task) -> None:
         if msg.robot_type:

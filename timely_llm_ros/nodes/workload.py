@@ -16,7 +16,8 @@ workload agent go to one robot. A robot type without a fleet agent is a start-up
 dropped). Without ``agents`` the ids are kept, prefixed with ``agent_prefix`` where an id cannot be
 a ROS name.
 
-Task ids are ``task_id_prefix`` + the workload's id (``{name}`` in the prefix = the workload name),
+Task ids are ``task_id_prefix`` + the workload's id (``{name}`` in the prefix = the workload name
+without its overrides; numeric ids zero-padded to one width, so ``wid1-07`` sorts before ``wid1-12``),
 unique per run. The node follows ``/task_status`` and, at the end (or at shutdown), prints one line
 ``WORKLOAD_SUMMARY {json}`` with the published tasks and their final states. With
 ``exit_when_done`` it exits once every published task reached a terminal state (status 0) or
@@ -40,6 +41,7 @@ from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.msg import Task, TaskStatus
 from timely_llm_ros.nodes.common import Param, ParamError, declare_params, nonempty, run_node
 from timely_llm_ros.ros import convert, qos, topics
+from timely_llm_ros.workload.ids import published_ids
 
 
 def _fqn_check(value: list[str]) -> str | None:
@@ -75,7 +77,10 @@ PARAMS = (
         read_only=True,
     ),
     Param(
-        "task_id_prefix", "{name}-", "prefix of published task ids ({name} = workload name)", read_only=True
+        "task_id_prefix",
+        "{name}-",
+        "prefix of published task ids ({name} = workload name without its overrides)",
+        read_only=True,
     ),
     Param(
         "time_scale",
@@ -201,7 +206,7 @@ def plan_tasks(
             f"workload {name!r} has {', '.join(missing)} tasks but parameter 'agents' has no "
             "agent of that robot type (set skip_unmapped to skip them)"
         )
-    prefix = id_prefix.replace("{name}", name)
+    ids = published_ids(name, [spec.task_id for spec in tasks], id_prefix)
     out: list[Planned] = []
     t0 = ordered[0].arrival if ordered else 0.0
     for spec in ordered:
@@ -229,7 +234,7 @@ def plan_tasks(
             spec = dataclasses.replace(spec, tuf=spec.tuf.scaled(tuf_scale))
         msg = convert.task_to_msg(spec)
         msg.agent_id = agent
-        msg.task_id = f"{prefix}{spec.task_id}"
+        msg.task_id = ids[spec.task_id]
         out.append(Planned((spec.arrival - t0) * time_scale, msg))
     return out, skipped
 
