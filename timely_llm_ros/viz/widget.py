@@ -201,6 +201,8 @@ class TimelineWidget(QWidget):
         self.window_box.setSuffix(" s")
         self.window_box.valueChanged.connect(self.set_window)
         self.status = QLabel("waiting for trace events …")
+        self.legend = QLabel(style.legend_html())
+        self.legend.setWordWrap(True)
         bar = QHBoxLayout()
         bar.addWidget(QLabel("last"))
         bar.addWidget(self.window_box)
@@ -213,6 +215,7 @@ class TimelineWidget(QWidget):
         self.table.setMinimumWidth(420)
         box = QVBoxLayout(self)
         box.addLayout(bar)
+        box.addWidget(self.legend)
         box.addWidget(split, 1)
         self.timer = QTimer(self)
         self.timer.timeout.connect(self.process_pending)
@@ -242,6 +245,15 @@ class TimelineWidget(QWidget):
         self.canvas.window_s = float(seconds)
         self.keep_s = max(self.keep_s, 5 * float(seconds))
         self.canvas.update()
+
+    def reset(self) -> None:
+        """Forget every task and event (a replay seeking backwards rebuilds from the bag's start)."""
+        self._pending.clear()
+        self.model = TimelineModel()
+        self.canvas.model = self.model
+        self._rows.clear()
+        self.table.setRowCount(0)
+        self.events_processed = 0
 
     def process_pending(self) -> int:
         """Apply every queued event, refresh changed table rows, repaint; returns events applied."""
