@@ -2,8 +2,8 @@
 system libraries, Ctrl-C on the window, the legend, and a bag replay that stops at the bag's end and
 can be scrubbed.
 
-The Xvfb tests skip (with the reason) where ``xvfb-run`` is not installed (``apt-get install xvfb
-xauth``); the replay controls are also tested offscreen. Nothing is timed: the window is given
+The Xvfb tests skip (with the reason) where ``Xvfb`` is not installed (``apt-get install xvfb``);
+the replay controls are also tested offscreen. Nothing is timed: the window is given
 generous time to come up, and only outcomes (exit status, output, the PNG) are checked.
 """
 
@@ -29,8 +29,8 @@ CLI = (
     "import sys; from timely_llm_ros.cli import main; sys.exit(main(sys.argv[1:], "
     "commands={'rqt-timeline': ('timely_llm_ros.viz.standalone', 'viewer')}))"
 )
-XVFB = shutil.which("xvfb-run")
-needs_xvfb = pytest.mark.skipif(XVFB is None, reason="xvfb-run not installed (apt-get install xvfb xauth)")
+XVFB = shutil.which("Xvfb")
+needs_xvfb = pytest.mark.skipif(XVFB is None, reason="Xvfb not installed (apt-get install xvfb)")
 READY = "window open"
 LDD_MISSING = """\
 \tlinux-vdso.so.1 (0x00007ffd)
@@ -57,32 +57,55 @@ def test_no_display_and_other_platforms():
     assert qt_platform.platform_name({"QT_QPA_PLATFORM": "xcb:foo=1"}) == "xcb"
 
 
-def _xvfb_cmd(*args: str) -> list[str]:
-    return [XVFB, "-a", "-s", "-screen 0 1400x900x24", sys.executable, "-c", CLI, "rqt-timeline", *args]
+@pytest.fixture(scope="module")
+def display():
+    """A private X server (Xvfb picks a free display number and writes it to us). It runs in its own
+    session, as a user's X server does: a Ctrl-C for the viewer does not reach it."""
+    if XVFB is None:
+        pytest.skip("Xvfb not installed (apt-get install xvfb)")
+    xvfb = subprocess.Popen(
+        [XVFB, "-displayfd", "1", "-screen", "0", "1400x900x24", "-nolisten", "tcp"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        number = xvfb.stdout.readline().strip()
+        if not number.isdigit():
+            pytest.skip(f"Xvfb did not start (rc {xvfb.poll()})")
+        yield f":{number}"
+    finally:
+        xvfb.terminate()
+        xvfb.wait(timeout=30)
 
 
-def _window_env(subprocess_env: dict[str, str]) -> dict[str, str]:
-    env = dict(subprocess_env)
+def _viewer_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-c", CLI, "rqt-timeline", *args]
+
+
+def _window_env(subprocess_env: dict[str, str], display: str) -> dict[str, str]:
+    env = dict(subprocess_env, DISPLAY=display)
     env.pop("QT_QPA_PLATFORM", None)  # the default platform: xcb on the Xvfb display
     return env
 
 
 def _libraries_or_skip(env: dict[str, str]) -> None:
-    why = qt_platform.problem({**env, "DISPLAY": ":0"})
+    why = qt_platform.problem(env)
     if why:
         pytest.skip(f"the window cannot open on this machine: {why}")
 
 
 @needs_xvfb
-def test_window_under_xvfb_opens_with_legend_or_names_the_missing_packages(tmp_path, subprocess_env):
+def test_window_under_xvfb_opens_with_legend_or_names_the_missing_packages(tmp_path, subprocess_env, display):
     pytest.importorskip("rosbags")
     from viz_testlib import write_scenario_bag
 
     bag = write_scenario_bag(tmp_path / "b")
     shot = tmp_path / "window.png"
-    env = _window_env(subprocess_env)
+    env = _window_env(subprocess_env, display)
     proc = subprocess.run(
-        _xvfb_cmd("--bag", str(bag), "--rate", "20", "--screenshot", str(shot), "--duration", "2"),
+        _viewer_cmd("--bag", str(bag), "--rate", "20", "--screenshot", str(shot), "--duration", "2"),
         env=env,
         capture_output=True,
         text=True,
@@ -90,7 +113,7 @@ def test_window_under_xvfb_opens_with_legend_or_names_the_missing_packages(tmp_p
     )
     # never Qt's abort (rc 134, "Could not load the Qt platform plugin"): a window, or the packages
     assert proc.returncode != 134 and "Could not load the Qt platform plugin" not in proc.stderr, proc.stderr
-    if qt_platform.problem({**env, "DISPLAY": ":0"}):
+    if qt_platform.problem(env):
         assert proc.returncode == 2 and "sudo apt-get install" in proc.stderr, proc.stderr
         return
     assert proc.returncode == 0, proc.stderr
@@ -99,8 +122,8 @@ def test_window_under_xvfb_opens_with_legend_or_names_the_missing_packages(tmp_p
 
 @needs_xvfb
 @pytest.mark.parametrize("mode", ["bag", "live"])
-def test_ctrl_c_closes_the_window_cleanly(mode, tmp_path, subprocess_env):
-    env = _window_env(subprocess_env)
+def test_ctrl_c_closes_the_window_cleanly(mode, tmp_path, subprocess_env, display):
+    env = _window_env(subprocess_env, display)
     _libraries_or_skip(env)
     if mode == "bag":
         pytest.importorskip("rosbags")
@@ -111,7 +134,7 @@ def test_ctrl_c_closes_the_window_cleanly(mode, tmp_path, subprocess_env):
         pytest.importorskip("rclpy")
         args = []
     proc = subprocess.Popen(
-        _xvfb_cmd(*args),
+        _viewer_cmd(*args),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -130,7 +153,7 @@ def test_ctrl_c_closes_the_window_cleanly(mode, tmp_path, subprocess_env):
         assert proc.poll() is None, "".join(lines)
         assert any(READY in line for line in lines), "".join(lines)
         time.sleep(1.0)  # let it paint and run its timers a little
-        # Ctrl-C in a terminal signals the whole foreground process group: xvfb-run and the viewer
+        # Ctrl-C in a terminal signals the command's whole process group
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=60)
         reader.join(timeout=10)
