@@ -6,10 +6,18 @@ blues (dispatched, executing) — the paper's Figure 6 colours generation red an
 
 from __future__ import annotations
 
-from timely_llm_ros.lrtrace.timeline_model import DISPATCHED, EXECUTING, GENERATING, QUEUED, SUSPENDED
+from timely_llm_ros.lrtrace.timeline_model import (
+    DISPATCHED,
+    EXECUTING,
+    GENERATING,
+    QUEUED,
+    ROBOT_WAIT,
+    SUSPENDED,
+)
 
 SPAN_COLORS = {
     QUEUED: "#f5deb3",
+    ROBOT_WAIT: "#fdae6b",
     GENERATING: "#d62728",
     SUSPENDED: "#b0b0b0",
     DISPATCHED: "#9ecae1",
@@ -17,6 +25,7 @@ SPAN_COLORS = {
 }
 SPAN_LABELS = {
     QUEUED: "queued (waiting for the engine)",
+    ROBOT_WAIT: "waiting for its robot (busy with an earlier task)",
     GENERATING: "generating a segment",
     SUSPENDED: "suspended (tokens + KV kept)",
     DISPATCHED: "dispatched, robot not started",
