@@ -278,26 +278,6 @@ def _run_fleet(cfg: dict, progress: Progress, urgent: dict[str, float], timeout:
     return status
 
 
-def _summary(bag: Path, out: Path, results: list | None = None) -> int:
-    from timely_llm_ros.lrtrace.from_bag import load_run
-    from timely_llm_ros.viz.report import build, class_tables_with_on_time, write_outputs
-
-    run_ = load_run(bag)
-    result = build(run_)
-    if not result.classes:
-        print(f"[demo] the bag {bag} holds no scored task: {'; '.join(run_.notes) or 'no trace events'}")
-        return 1
-    if results is not None:
-        results.append(result)
-    print("\n".join(class_tables_with_on_time("demo", result)))
-    paths = write_outputs(run_, result, out / "report")
-    print(f"\n[demo] bag:      {bag}   (inspect: timely-llm report {bag}; replay: timely-llm replay ...)")
-    for p in paths:
-        if p.name in ("timeline.png", "timeline.html", "report.txt"):
-            print(f"[demo] {p.stem + ':':9s} {p}")
-    return 0
-
-
 def run(args: argparse.Namespace) -> int:
     if args.tuf_scale is None:
         args.tuf_scale = DEFAULT_SCALE[args.engine]
@@ -354,12 +334,14 @@ def _run_one(args: argparse.Namespace, results: list | None) -> int:
         failed = {t: r for t, r in progress.reasons.items() if progress.states.get(t) != "COMPLETED"}
     for task, reason in sorted(failed.items()):
         print(f"[demo] {task}: {progress.states.get(task)}: {reason}")
-    summary = _summary(bag, out / (bag.name if results is not None else ""), results)
+    from timely_llm_ros.viz.report import print_summary
+
+    summarised = print_summary(bag, out / (bag.name if results is not None else ""), results)
     latest = out / "latest"
     if latest.is_symlink() or latest.exists():
         (latest.unlink() if latest.is_symlink() else shutil.rmtree(latest))
     latest.symlink_to(bag.name)
-    return status or summary
+    return status or summarised
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,6 +36,9 @@ started, the fleet drives it through configure (engine loaded, warmed up) and ac
 accepted) with :mod:`timely_llm_ros.ros.lifecycle_client`, as fleet.launch.py does with launch_ros. The fleet stops on SIGINT/SIGTERM, after ``--duration``, when the workload node exits (with
 ``exit_when_done``), or when any node dies; it then sends SIGINT to every group in reverse start
 order (the recorder last, so it records the final statuses), SIGKILL after ``--stop-timeout``.
+After a workload ran to its end, the fleet prints the run's per-task-type summary from the recorder's
+bag — the table ``timely-llm demo`` prints (:func:`timely_llm_ros.viz.report.print_summary`); a recorder without an
+``output`` gets ``lrtrace_<date>_<time>`` in the working directory, named here so the fleet knows it.
 DDS: the environment is inherited; ``--localhost`` adds the loopback-only settings used by tests and
 the demo (``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` + config/fastdds_localhost.xml).
 """
@@ -477,6 +480,7 @@ def run(args: argparse.Namespace) -> int:
         print("timely-llm fleet: error: --duration must be >= 0 and --stop-timeout > 0", file=sys.stderr)
         return 2
     env = localhost_env(dict(os.environ)) if args.localhost else dict(os.environ)
+    bag = _bag_of_workload_run(nodes) if not args.dry_run else None
     if args.dry_run:
         for node in nodes:
             envs = "".join(f"{k}={v} " for k, v in node.env.items())
@@ -489,6 +493,7 @@ def run(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM)
     }
     status = 0
+    workload_done = False
     with tempfile.TemporaryDirectory(prefix="timely-fleet-") as tmp:
         fleet = Fleet(nodes, env, Path(tmp))
         try:
@@ -504,6 +509,7 @@ def run(args: argparse.Namespace) -> int:
                     node, rc = ended
                     if node.role == "workload" and rc == 0:
                         print("[fleet] workload finished: stopping the fleet", flush=True)
+                        workload_done = True
                     else:
                         print(
                             f"[fleet] {label(node)} exited with status {rc}: stopping the fleet", flush=True
@@ -520,7 +526,37 @@ def run(args: argparse.Namespace) -> int:
                 signal.signal(sig, handler)
     if stop:
         print("[fleet] interrupted: fleet stopped", flush=True)
+    elif workload_done and bag is not None:
+        status = _print_summary(bag) or status
     return status
+
+
+def _bag_of_workload_run(nodes: list[NodeSpec]) -> Path | None:
+    """The recorder's bag directory when the fleet runs a workload with a recorder (its ``output``,
+    made absolute; the recorder's own default name when empty), else None."""
+    roles = {node.role: node for node in nodes}
+    if "workload" not in roles or "recorder" not in roles:
+        return None
+    params = roles["recorder"].params
+    out = str(params.get("output") or "") or time.strftime("lrtrace_%Y%m%d_%H%M%S")
+    path = Path(out).expanduser().resolve()
+    params["output"] = str(path)
+    return path
+
+
+def _print_summary(bag: Path) -> int:
+    """The demo's summary table for the finished workload (0), or why there is none (1)."""
+    if not bag.exists():
+        print(f"[fleet] no bag was recorded at {bag}: no summary", flush=True)
+        return 1
+    from timely_llm_ros.viz.report import print_summary
+
+    print(flush=True)
+    try:
+        return print_summary(bag, None, tag="fleet")
+    except (OSError, ValueError) as exc:  # an unreadable bag must not hide the fleet's own status
+        print(f"[fleet] cannot summarise the bag {bag}: {exc}", flush=True)
+        return 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -82,6 +82,26 @@ class BootstrapError(Exception):
         return "\n".join(lines)
 
 
+def missing_window_libraries() -> list[str]:
+    """Debian packages of the Qt xcb plugin's system libraries that ``ldconfig`` does not know (the
+    list lives in timely_llm_ros/viz/qt_platform.py, read as a file: the package is not installed
+    yet); [] when ldconfig is not there to ask."""
+    import importlib.util
+
+    ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
+    spec = importlib.util.spec_from_file_location("_qt_platform", ROOT / "timely_llm_ros/viz/qt_platform.py")
+    if spec is None or spec.loader is None or not Path(ldconfig).exists():
+        return []
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    try:
+        known = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    have = {line.split()[0] for line in known.splitlines()[1:] if line.strip()}
+    return [pkg for soname, pkg in mod.XCB_SYSTEM_LIBS.items() if soname not in have]
+
+
 def say(message: str) -> None:
     print(f"[bootstrap] {message}", flush=True)
 
@@ -252,6 +272,13 @@ class Bootstrap:
             say(
                 f"note: ROS_DISTRO={os.environ['ROS_DISTRO']} is sourced in this shell; this set-up "
                 "ignores it and uses the PyPI wheels in the venv (for the distro, use colcon: see README)"
+            )
+        missing_qt = missing_window_libraries()
+        if missing_qt:
+            say(
+                "note: the live timeline window (timely-llm rqt-timeline, the rqt plugin) needs system "
+                f"libraries this machine lacks: sudo apt-get install {' '.join(missing_qt)} "
+                "(everything else, and headless timelines, work without them)"
             )
         say(
             f"preflight: ok (Python {platform.python_version()}, {self.cc}, {self.cxx}, "

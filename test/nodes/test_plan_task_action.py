@@ -169,7 +169,7 @@ def _state(msg) -> str:
 def _segments(feedback) -> list:
     from timely_llm_ros.action import PlanTask
 
-    return [f.segment for f in feedback if f.kind == PlanTask.Feedback.SEGMENT]
+    return [f.segment[0] for f in feedback if f.kind == PlanTask.Feedback.SEGMENT]
 
 
 def _cancel_line(planner, task_id: str) -> str:
@@ -189,17 +189,22 @@ def test_goal_feedback_with_segments_and_result(graph):
     assert _state(res.result.status) == "COMPLETED" and res.result.status.task_id == "pt-ok"
     assert res.result.status.has_response and res.result.status.response_time > 0
     # feedback and result travel on different topics: the last feedback may come after the result
-    wait_for(
-        lambda: sum(bool(s.calls) for s in _segments(feedback)) >= res.result.segments,
-        WAIT,
-        "every segment's feedback",
-    )
+    wait_for(lambda: len(_segments(feedback)) >= res.result.segments, WAIT, "every segment's feedback")
     wait_for(lambda: _state(feedback[-1].status) == "COMPLETED", WAIT, "the final status feedback")
+    # two kinds, no empty half: a STATUS feedback carries no segment, a SEGMENT feedback one segment
+    # the robot executes (never the call-less, text-less closing marker)
+    for f in feedback:
+        assert len(f.segment) == (1 if f.kind == PlanTask.Feedback.SEGMENT else 0), f
     segs = _segments(feedback)
-    executable = [s.index for s in segs if s.calls]
-    assert executable == list(range(len(executable))) and res.result.segments == len(executable) >= 2
+    assert all(s.text.strip() for s in segs)
+    # the result counts what the feedback showed: every segment the robot got to execute
+    with peer.lock:
+        robot_got = [m for m in peer.segments["pt_done"] if m.task_id == "pt-ok"]
+    executed = [m.index for m in robot_got if m.text.strip()]
+    assert [s.index for s in segs] == executed == list(range(len(segs)))
+    assert res.result.segments == len(segs) >= 2
     assert [c.name for s in segs for c in s.calls] == ["mu", "tc", "tp"]
-    assert segs[-1].final
+    assert robot_got[-1].final
     states = [_state(f.status) for f in feedback if f.kind == PlanTask.Feedback.STATUS]
     assert states[0] == "ACCEPTED" and states[-1] == "COMPLETED" and "GENERATING" in states
     # the same statuses went to /task_status (one intake for topic and action), and the goal's task

@@ -17,7 +17,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 INTERFACE_FILES = sorted(
     [*REPO_ROOT.glob("msg/*.msg"), *REPO_ROOT.glob("srv/*.srv"), *REPO_ROOT.glob("action/*.action")]
 )
-FIELD_LINE = re.compile(r"^\s*[A-Za-z][\w/]*(\[\d*\])?\s+[A-Za-z]\w*\s*(=.*)?(#.*)?$")
+# arrays: T[] (unbounded), T[N] (fixed), T[<=N] (bounded: Segment[<=1] = an optional Segment)
+FIELD_LINE = re.compile(r"^\s*[A-Za-z][\w/]*(\[(<=)?\d*\])?\s+[A-Za-z]\w*\s*(=.*)?(#.*)?$")
 
 
 def test_expected_interfaces_exist():

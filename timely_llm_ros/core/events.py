@@ -83,6 +83,15 @@ TASK_STATES = (
     CANCELLED,
 )
 TERMINAL_STATES = frozenset((REJECTED, COMPLETED, FAILED, EXPIRED, CANCELLED))
+
+# Per-robot queueing (core.agent_queue) in TraceEvent details, so that a timeline or report names a
+# wait for the task's own robot as such (not as a wait for the engine): ADMIT of a task whose robot
+# still runs an earlier task starts with ROBOT_BUSY (``robot busy: waiting for robot 'd1' to end task
+# 'x'`` — not scheduled; or ``robot busy: generating ahead while …`` — scheduled, its segments held);
+# a second ADMIT with ROBOT_SCHEDULED marks when a waiting task is scheduled for the engine; a SUSPEND
+# starting with ROBOT_BUSY holds a generated segment until the robot is free (its DISPATCH ends that).
+ROBOT_BUSY = "robot busy:"
+ROBOT_SCHEDULED = "scheduled:"
 # The task state a terminal event leaves behind. One table for every reader that rebuilds states
 # from events (bag readers, timeline model, the simulator's bag writer): a DROP (the simulator's
 # overload drop) ends a task FAILED.

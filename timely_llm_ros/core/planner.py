@@ -58,7 +58,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from timely_llm_ros.core import events as ev
-from timely_llm_ros.core.agent_queue import WAITING, AgentQueueFull, AgentQueues
+from timely_llm_ros.core.agent_queue import AHEAD, WAITING, AgentQueueFull, AgentQueues
 from timely_llm_ros.core.engine import (
     Engine,
     EngineError,
@@ -201,7 +201,8 @@ class PlannerCore:
         self.records.append(rec)
         self._tasks[spec.task_id] = gen
         self._state(rec, ev.ACCEPTED)
-        self._emit(t, ev.ADMIT, rec)
+        busy = self._robot_busy(rec, role)
+        self._emit(t, ev.ADMIT, rec, detail=f"{ev.ROBOT_BUSY} {busy}" if busy else "")
         skipped = self._skipped_by(rec)
         if skipped is not None:
             self._expire(gen, t, skipped)
@@ -211,15 +212,21 @@ class PlannerCore:
             self.extras.wait(gen, sent.task_class)
             self._state(rec, ev.QUEUED, "deriving its urgency from the instruction")
         elif gen.parked:
-            self._state(
-                rec,
-                ev.QUEUED,
-                f"waiting for robot {rec.agent_id!r} to end task {self.agents.active(rec.agent_id)!r}",
-            )
+            self._state(rec, ev.QUEUED, busy)
         else:
-            self._state(rec, ev.QUEUED)
+            self._state(rec, ev.QUEUED, f"queued for the engine; {busy}" if busy else "")
             self._push(gen)
         return rec
+
+    def _robot_busy(self, rec: TaskRecord, role: str) -> str:
+        """Why a new task waits for its own robot ('' when the robot is free for it): the per-robot
+        queue, named as such in its status reason and ADMIT detail (ev.ROBOT_BUSY)."""
+        active = self.agents.active(rec.agent_id)
+        if role == WAITING:
+            return f"waiting for robot {rec.agent_id!r} to end task {active!r}"
+        if role == AHEAD:
+            return f"generating ahead while robot {rec.agent_id!r} ends task {active!r} (segments held until then)"
+        return ""
 
     def _push(self, gen: Generation) -> None:
         """Queue a generation for its next segment: G from the length predictor (option), horizon."""
@@ -232,6 +239,16 @@ class PlannerCore:
         answer queues it)."""
         gen.parked = False
         if gen.record.task_id not in self.extras.waiting:
+            if gen.context is None and not gen.record.segments:  # waited for its robot unscheduled
+                rec = gen.record
+                ahead = self._robot_busy(rec, self.agents.role(rec.agent_id, rec.task_id) or "")
+                why = (
+                    f"queued for the engine; {ahead}"
+                    if ahead
+                    else f"robot {rec.agent_id!r} is free for it: queued for the engine"
+                )
+                self._emit(self.clock(), ev.ADMIT, rec, detail=f"{ev.ROBOT_SCHEDULED} {why}")
+                self._state(rec, ev.QUEUED, why)
             self._push(gen)
 
     def warm_up(self, skill_sets: list[str], max_steps: int = 64) -> dict[str, float]:
@@ -495,7 +512,15 @@ class PlannerCore:
                 else "",
             )
             self._emit(t, ev.GEN_STOP, gen.record, gen.k - 1, "segment", gen.seg_tokens)
-            self._emit(t, ev.SUSPEND, gen.record, gen.k)
+            self._emit(
+                t,
+                ev.SUSPEND,
+                gen.record,
+                gen.k,
+                detail=f"{ev.ROBOT_BUSY} holding the segment until robot {gen.record.agent_id!r} is free"
+                if held
+                else "",
+            )
             if held:  # generate no further ahead: parked until its robot is free (core.agent_queue)
                 gen.parked = True
             else:

@@ -1,6 +1,8 @@
 """Per-task timeline lanes built incrementally from trace events (paper Figure 6 as data).
 
-One :class:`TaskLane` per task holds its spans — ``queued`` (arrival to first generation),
+One :class:`TaskLane` per task holds its spans — ``queued`` (waiting for the engine), ``robot``
+(waiting for its own robot, still busy with an earlier task of that robot: the per-robot queue,
+named by the planner's ``robot busy:`` ADMIT / SUSPEND details, core/events.py),
 ``generating`` (one span per segment's generation; a resumed generation starts a new span),
 ``suspended`` (generation paused by the scheduler, tokens and KV kept), ``dispatched`` (segment
 sent, robot not started yet) and ``executing`` (the robot runs the segment) — plus the markers a
@@ -23,12 +25,13 @@ from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.tuf import TUF, tuf_class
 
 QUEUED = "queued"
+ROBOT_WAIT = "robot"
 GENERATING = "generating"
 SUSPENDED = "suspended"
 DISPATCHED = "dispatched"
 EXECUTING = "executing"
-SPAN_KINDS = (QUEUED, GENERATING, SUSPENDED, DISPATCHED, EXECUTING)
-PLANNER_KINDS = frozenset((QUEUED, GENERATING, SUSPENDED))
+SPAN_KINDS = (QUEUED, ROBOT_WAIT, GENERATING, SUSPENDED, DISPATCHED, EXECUTING)
+PLANNER_KINDS = frozenset((QUEUED, ROBOT_WAIT, GENERATING, SUSPENDED))
 ROBOT_KINDS = frozenset((DISPATCHED, EXECUTING))
 NAN = math.nan
 _TERMINAL_EVENT_STATE = ev.TERMINAL_EVENT_STATE
@@ -105,7 +108,12 @@ class TaskLane:
             return self.state
         kinds = {kind: seg for kind, seg in self._open}
         doing = []
-        for kind, label in ((GENERATING, "GENERATING"), (SUSPENDED, "SUSPENDED"), (QUEUED, "QUEUED")):
+        for kind, label in (
+            (GENERATING, "GENERATING"),
+            (SUSPENDED, "SUSPENDED"),
+            (QUEUED, "QUEUED"),
+            (ROBOT_WAIT, "WAITING FOR ROBOT"),
+        ):
             if kind in kinds:
                 doing.append(label)
         execs = sorted(seg for kind, seg in self._open if kind == EXECUTING)
@@ -220,10 +228,19 @@ class TimelineModel:
             lane._open_span(QUEUED, t)
         elif k == ev.ADMIT:
             lane.state = ev.QUEUED
-            if (QUEUED, -1) not in lane._open and not lane.spans:
+            if e.detail.startswith(ev.ROBOT_SCHEDULED):  # its robot's queue let it go to the engine
+                lane._close(ROBOT_WAIT, t)
+                lane._open_span(QUEUED, t)
+            elif (QUEUED, -1) not in lane._open and not lane.spans:
                 lane._open_span(QUEUED, t)  # no ARRIVAL seen (recording started late)
+            if e.detail.startswith(f"{ev.ROBOT_BUSY} waiting"):  # not scheduled: waits for its robot
+                queued = lane._open.pop((QUEUED, -1), None)
+                if queued is not None:
+                    lane.spans.remove(queued)
+                lane._open_span(ROBOT_WAIT, t if queued is None else queued.start)
         elif k in (ev.GEN_START, ev.RESUME):
             lane._close(QUEUED, t)
+            lane._close(ROBOT_WAIT, t)
             lane._close(SUSPENDED, t)
             lane._open_span(GENERATING, t, max(e.seg, 0))
             lane.state = ev.GENERATING
@@ -238,9 +255,12 @@ class TimelineModel:
                 lane.state = ev.EXECUTING  # the plan is complete: only the robot works on it now
         elif k == ev.SUSPEND:
             lane._close(GENERATING, t)
-            lane._open_span(SUSPENDED, t, e.seg)
+            # a segment held while its robot runs an earlier task waits for the robot, not the engine
+            lane._open_span(ROBOT_WAIT if e.detail.startswith(ev.ROBOT_BUSY) else SUSPENDED, t, e.seg)
             lane.state = ev.SUSPENDED
         elif k == ev.DISPATCH:
+            if lane._close(ROBOT_WAIT, t) is not None:  # the robot is free: the held segment goes out
+                lane._open_span(SUSPENDED, t, e.seg + 1)  # and the rest of the plan waits for the engine
             lane._open_span(DISPATCHED, t, e.seg, e.value)
             lane.segments = max(lane.segments, e.seg + 1)
         elif k == ev.EXEC_START:
@@ -334,3 +354,15 @@ def _first_start(lane: TaskLane) -> float:
         return lane.arrival
     starts = [s.start for s in lane.spans]
     return min(starts) if starts else (lane.last_t if not math.isnan(lane.last_t) else math.inf)
+
+
+def robot_waits(model: TimelineModel, now: float = NAN) -> dict[str, float]:
+    """Seconds each task spent waiting for its own robot (sum of its ``robot`` spans; open spans run to
+    ``now``, else to the model's last event); only tasks that waited at all."""
+    end = model.t_max if math.isnan(now) else now
+    out: dict[str, float] = {}
+    for tid, lane in model.lanes.items():
+        total = math.fsum(s.end_or(end) - s.start for s in lane.spans if s.kind == ROBOT_WAIT)
+        if total > 0:
+            out[tid] = total
+    return out

@@ -8,10 +8,15 @@ the planner node's intake (same validation, same per-robot queue, same statuses 
 
 * **Goal** accepted at the action level always; a task the intake refuses ends at once with result
   state REJECTED and the reason (an action-level rejection could not say why).
-* **Feedback**: every status change of the task (kind STATUS) and every segment dispatched to its
-  robot (kind SEGMENT; the closing marker too, it carries ``final``).
+* **Feedback**, two kinds without empty halves: every status change of the task (kind STATUS, its
+  ``segment`` list empty) and every segment dispatched to its robot for execution (kind SEGMENT, the
+  segment plus the task's status then). The closing marker (``final`` with no text, sent to the
+  robot when the plan ends after its last segment was already sent) is not a segment to execute and
+  gives no feedback: the plan's end shows in the statuses (COMPLETED).
 * **Result**: the final ``TaskStatus`` (COMPLETED → goal SUCCEEDED; CANCELLED after a cancel request →
-  CANCELED; anything else → ABORTED) and the number of segments dispatched.
+  CANCELED; anything else → ABORTED) and ``segments`` = the number of SEGMENT feedbacks sent: what a
+  client saw is what the result counts (it once counted only segments with skill calls, so a loop's
+  call-less ``}`` tail and the closing marker were shown but not counted).
 * **Cancel** (a goal's cancel, or the ``cancel_task`` service for any open task — also one sent on the
   topic): accepted while the task is open; the planner thread's ``PlannerCore.cancel`` stops the
   generation, frees its slot and KV cache and ends the task CANCELLED; the robot stops on that
@@ -139,7 +144,7 @@ class PlanTaskServer:
         if goal is None:
             return
         goal.status = msg
-        goal.handle.publish_feedback(PlanTask.Feedback(kind=PlanTask.Feedback.STATUS, status=msg))
+        goal.handle.publish_feedback(PlanTask.Feedback(kind=PlanTask.Feedback.STATUS, status=msg, segment=[]))
         state = convert.TASK_STATE_NAME.get(msg.state)
         if state not in ev.TERMINAL_STATES:
             return
@@ -156,8 +161,15 @@ class PlanTaskServer:
         goal = self._goals.get(msg.task_id)
         if goal is None:
             return
-        if msg.calls:
-            goal.segments += 1
+        if is_closing_marker(msg):  # nothing to execute: no feedback, not counted (module doc)
+            return
+        goal.segments += 1
         goal.handle.publish_feedback(
-            PlanTask.Feedback(kind=PlanTask.Feedback.SEGMENT, status=goal.status, segment=msg)
+            PlanTask.Feedback(kind=PlanTask.Feedback.SEGMENT, status=goal.status, segment=[msg])
         )
+
+
+def is_closing_marker(msg: Segment) -> bool:
+    """The planner's end-of-plan marker: final, no calls, no text (as ``Dispatch.closing_marker``; a
+    call-less tail with text, such as a loop's ``}``, is executed and is a segment)."""
+    return msg.final and not msg.calls and not msg.text.strip()

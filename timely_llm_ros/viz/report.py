@@ -84,9 +84,29 @@ def report_text(run_: Any, result: Any) -> str:
         return "\n".join(lines)
     lines += class_tables(name, [result], classes=_classes(result))
     lines.append(end_states(result.records))
+    wait = robot_wait_line(run_)
+    if wait:
+        lines.append(wait)
     lines.append("")
     lines.append(type_table(f"== {name} | per task type (trace id; '-' = unknown)", result.traces))
     return "\n".join(lines)
+
+
+def robot_wait_line(run_: Any) -> str:
+    """The per-robot queueing of a run, named as such: how many tasks waited for their own robot (still
+    busy with an earlier task of that robot) and for how long — '' when none did."""
+    from timely_llm_ros.lrtrace.timeline_model import robot_waits
+
+    waits = robot_waits(run_.model)
+    if not waits:
+        return ""
+    values = list(waits.values())
+    return (
+        f"# waited for their robot (busy with an earlier task of the same robot): {len(values)} of "
+        f"{len(run_.model.lanes)} tasks, mean {sum(values) / len(values):.1f} s, max {max(values):.1f} s "
+        "(part of their response time: one task at a time per robot; fewer tasks per robot or more "
+        "robots shorten it, a faster engine does not)"
+    )
 
 
 def end_states(records: list[Any], examples: int = 3) -> str:
@@ -122,6 +142,7 @@ def class_tables_with_on_time(name: str, result: Any) -> list[str]:
 def write_outputs(run_: Any, result: Any, out: Path) -> list[Path]:
     """report.txt, metrics.json and the figures into ``out``; returns the written paths."""
     from timely_llm_ros.bench import figures
+    from timely_llm_ros.lrtrace.timeline_model import robot_waits
     from timely_llm_ros.viz.layout import make_layout
     from timely_llm_ros.viz.timeline import save
 
@@ -141,6 +162,7 @@ def write_outputs(run_: Any, result: Any, out: Path) -> list[Path]:
         "notes": run_.notes,
         "classes": result.classes,
         "task_types": result.traces,
+        "robot_wait_s": robot_waits(run_.model),
     }
     (out / "metrics.json").write_text(json.dumps(clean(metrics), indent=1) + "\n", encoding="utf-8")
     paths.append(out / "metrics.json")
@@ -156,6 +178,31 @@ def write_outputs(run_: Any, result: Any, out: Path) -> list[Path]:
         paths.append(save(make_layout(run_.model, max_tasks=60), out / "timeline.png", title, run_.notes))
         paths.append(save(make_layout(run_.model, max_tasks=0), out / "timeline.html", title, run_.notes))
     return paths
+
+
+def print_summary(bag: Path, out: Path | None, results: list | None = None, tag: str = "demo") -> int:
+    """Print a run's per-task-type tables (and how long tasks waited for their own robot) from its
+    bag; with ``out`` also write report.txt, metrics.json and the timeline images to ``out/report``.
+    ``timely-llm demo`` and ``timely-llm fleet`` (after a workload) end with it; 1 = nothing scored."""
+    from timely_llm_ros.lrtrace.from_bag import load_run
+
+    run_ = load_run(bag)
+    result = build(run_)
+    if not result.classes:
+        print(f"[{tag}] the bag {bag} holds no scored task: {'; '.join(run_.notes) or 'no trace events'}")
+        return 1
+    if results is not None:
+        results.append(result)
+    print("\n".join(class_tables_with_on_time(tag, result)))
+    wait = robot_wait_line(run_)
+    if wait:
+        print(wait.replace("# ", f"[{tag}] ", 1))
+    paths = write_outputs(run_, result, out / "report") if out is not None else []
+    print(f"\n[{tag}] bag:      {bag}   (inspect: timely-llm report {bag}; replay: timely-llm replay ...)")
+    for p in paths:
+        if p.name in ("timeline.png", "timeline.html", "report.txt"):
+            print(f"[{tag}] {p.stem + ':':9s} {p}")
+    return 0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

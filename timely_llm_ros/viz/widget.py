@@ -40,7 +40,8 @@ from timely_llm_ros.viz import style
 from timely_llm_ros.viz.layout import lane_items
 
 PITCH = 16  # px per lane
-LABEL_W = 70
+LABEL_W = 70  # px for task ids at least; wider for long ids (up to MAX_LABEL_W), so they stay readable
+MAX_LABEL_W = 240
 TABLE_COLUMNS = ("task", "agent", "class", "state", "response (s)", "utility")
 
 
@@ -88,15 +89,19 @@ class TimelineCanvas(QWidget):
     def _paint(self, p: QPainter, now: float) -> None:
         w, h = self.width(), self.height()
         p.fillRect(0, 0, w, h, QColor("white"))
-        plot_w = max(w - LABEL_W - 8, 10)
-        lo = now - self.window_s
-
-        def x(t: float) -> float:
-            return LABEL_W + (t - lo) / self.window_s * plot_w
-
         small = QFont(self.font())
         small.setPointSize(7)
         p.setFont(small)
+        lanes = self.visible_lanes(now)
+        metrics = p.fontMetrics()
+        widest = max((metrics.horizontalAdvance(lane.task_id) for lane in lanes), default=0)
+        label_w = min(max(LABEL_W, widest + 10), MAX_LABEL_W, max(w // 3, LABEL_W))
+        plot_w = max(w - label_w - 8, 10)
+        lo = now - self.window_s
+
+        def x(t: float) -> float:
+            return label_w + (t - lo) / self.window_s * plot_w
+
         # time grid: a line every 1/2/5/10 s, labels as "-Ns" relative to now
         step = next(s for s in (1, 2, 5, 10, 30, 60, 300, 600, 3600) if self.window_s / s <= 12)
         p.setPen(QPen(QColor("#e0e0e0")))
@@ -108,7 +113,6 @@ class TimelineCanvas(QWidget):
             p.drawText(int(gx) - 14, h - 2, f"-{k * step:g}s")
             p.setPen(QPen(QColor("#e0e0e0")))
             k += 1
-        lanes = self.visible_lanes(now)
         self.painted_rows = [lane.task_id for lane in lanes]
         self.painted_markers = []
         self._hits = []
@@ -119,21 +123,21 @@ class TimelineCanvas(QWidget):
                 p.fillRect(QRectF(0, y - 1, w, PITCH), QColor(style.URGENT_BAND))
             p.setPen(QPen(QColor(style.URGENT_TEXT if lane.urgent else "#222")))
             p.drawText(
-                QRectF(2, y, LABEL_W - 6, PITCH - 2), int(Qt.AlignRight | Qt.AlignVCenter), lane.task_id
+                QRectF(2, y, label_w - 6, PITCH - 2), int(Qt.AlignRight | Qt.AlignVCenter), lane.task_id
             )
             bars, markers = lane_items(lane, now, lo)
             p.setPen(Qt.NoPen)
             for b in bars:
                 if b.end < lo:
                     continue
-                x0, x1 = max(x(b.start), LABEL_W), x(b.end)
+                x0, x1 = max(x(b.start), label_w), x(b.end)
                 top = y + (PITCH / 2 if b.robot_side else 1)
                 rect = QRectF(x0, top, max(x1 - x0, 1.5), PITCH / 2 - 2)
                 p.fillRect(rect, QColor(style.SPAN_COLORS[b.kind]))
                 self._hits.append((rect, b.tip))
             for m in markers:
                 mx = x(m.t)
-                if mx < LABEL_W or mx > w:
+                if mx < label_w or mx > w:
                     continue
                 self.painted_markers.append((lane.task_id, m.kind))
                 if m.kind == "arrival":
@@ -201,6 +205,8 @@ class TimelineWidget(QWidget):
         self.window_box.setSuffix(" s")
         self.window_box.valueChanged.connect(self.set_window)
         self.status = QLabel("waiting for trace events …")
+        self.legend = QLabel(style.legend_html())
+        self.legend.setWordWrap(True)
         bar = QHBoxLayout()
         bar.addWidget(QLabel("last"))
         bar.addWidget(self.window_box)
@@ -213,6 +219,7 @@ class TimelineWidget(QWidget):
         self.table.setMinimumWidth(420)
         box = QVBoxLayout(self)
         box.addLayout(bar)
+        box.addWidget(self.legend)
         box.addWidget(split, 1)
         self.timer = QTimer(self)
         self.timer.timeout.connect(self.process_pending)
@@ -242,6 +249,15 @@ class TimelineWidget(QWidget):
         self.canvas.window_s = float(seconds)
         self.keep_s = max(self.keep_s, 5 * float(seconds))
         self.canvas.update()
+
+    def reset(self) -> None:
+        """Forget every task and event (a replay seeking backwards rebuilds from the bag's start)."""
+        self._pending.clear()
+        self.model = TimelineModel()
+        self.canvas.model = self.model
+        self._rows.clear()
+        self.table.setRowCount(0)
+        self.events_processed = 0
 
     def process_pending(self) -> int:
         """Apply every queued event, refresh changed table rows, repaint; returns events applied."""
