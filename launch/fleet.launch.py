@@ -5,6 +5,7 @@
     ros2 launch timely_llm_ros fleet.launch.py engine:=llamacpp model_path:=/models/llama.gguf
     ros2 launch timely_llm_ros fleet.launch.py namespace:=fleet_a    # topics /fleet_a/tasks, ...
     ros2 launch timely_llm_ros fleet.launch.py --show-args            # every argument below
+    ros2 launch timely_llm_ros fleet.launch.py security_keystore:=/path/keystore   # SROS2 on
 
 The YAML is turned into nodes by ``timely_llm_ros.fleet.fleet_nodes`` — the same function that
 ``timely-llm fleet CONFIG.yaml`` uses to start the graph as plain processes — so both start the same
@@ -76,6 +77,14 @@ ARGUMENTS = (  # name, default, description
     ),
     ("params_file", "", "a ROS 2 parameter YAML applied to every node after the fleet YAML"),
     (
+        "security_keystore",
+        "",
+        "SROS2 keystore (timely-llm security init): DDS-Security on for every node, each in its own "
+        "enclave (ROS_SECURITY_ENABLE/KEYSTORE/STRATEGY, --enclave); overrides the fleet YAML's "
+        "security section; empty: as in the fleet YAML",
+    ),
+    ("security_strategy", "Enforce", "with security_keystore: Enforce or Permissive"),
+    (
         "namespace",
         "",
         "fleet namespace, e.g. fleet_a: every topic, service and action of the fleet lives "
@@ -109,7 +118,14 @@ def _fleet_nodes(context, *args, **kwargs):
     from timely_llm_ros.fleet import fleet_nodes, load_fleet
 
     share = get_package_share_directory(PACKAGE)
-    specs = fleet_nodes(load_fleet(_arg(context, "config")), _arg(context, "namespace") or "/")
+    cfg = load_fleet(_arg(context, "config"))
+    if _arg(context, "security_keystore"):
+        cfg["security"] = {
+            "enabled": True,
+            "keystore": os.path.abspath(_arg(context, "security_keystore")),
+            "strategy": _arg(context, "security_strategy") or "Enforce",
+        }
+    specs = fleet_nodes(cfg, _arg(context, "namespace") or "/")
     sim_time = _arg(context, "use_sim_time").lower() in ("true", "1", "yes")
     params_file = _arg(context, "params_file")
     actions = []
@@ -143,7 +159,8 @@ def _fleet_nodes(context, *args, **kwargs):
                 if spec.namespace
                 else ("" if spec.role == "planner" else None),
                 parameters=layers,
-                ros_arguments=["--log-level", _arg(context, "log_level") or "info"],
+                ros_arguments=["--log-level", _arg(context, "log_level") or "info"]
+                + (["--enclave", spec.enclave] if spec.enclave else []),  # security on: its enclave
                 output="screen",
                 emulate_tty=True,
                 on_exit=[Shutdown(reason="workload finished")] if spec.role == "workload" else None,

@@ -49,6 +49,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "plot a recorded run's timeline from a bag (PNG, SVG or HTML)",
     ),
     "report": ("timely_llm_ros.viz.report", "metrics tables and bar charts of a recorded run (bag)"),
+    "security": (
+        "timely_llm_ros.security_cli",
+        "secure fleet (SROS2): write the fleet's access-control policy, create keystore + enclaves",
+    ),
     "record": ("timely_llm_ros.nodes.recorder", "record an LRTrace bag (rosbag2, MCAP) from a running fleet"),
     "replay": ("timely_llm_ros.nodes.replay", "republish a recorded bag's topics with the original timing"),
     "skills": (

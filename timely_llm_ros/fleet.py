@@ -61,7 +61,16 @@ import yaml
 PACKAGE = "timely_llm_ros"
 ROBOT_MODULE = "robot"  # every robot type runs as timely_llm_ros.nodes.robot TYPE
 SINGLETONS = ("planner", "timemodel", "recorder", "workload")
-_TOP_KEYS = {"planner", "robots", "robot_defaults", "timemodel", "recorder", "workload", "config_path"}
+_TOP_KEYS = {
+    "planner",
+    "robots",
+    "robot_defaults",
+    "timemodel",
+    "recorder",
+    "workload",
+    "config_path",
+    "security",
+}
 
 
 class FleetError(ValueError):
@@ -79,6 +88,7 @@ class NodeSpec:
     params: dict[str, Any] = field(default_factory=dict)
     arguments: list[str] = field(default_factory=list)  # before --ros-args (a robot's type)
     env: dict[str, str] = field(default_factory=dict)  # added to the node's environment
+    enclave: str = ""  # SROS2 enclave (security on: --ros-args --enclave, timely_llm_ros/security.py)
 
     @property
     def executable(self) -> str:
@@ -101,6 +111,8 @@ class NodeSpec:
         ]
         if self.namespace:
             cmd += ["-r", f"__ns:=/{self.namespace}"]
+        if self.enclave:
+            cmd += ["--enclave", self.enclave]
         return cmd + ["--params-file", str(params_file)]
 
 
@@ -116,11 +128,24 @@ def load_fleet(path: str | Path) -> dict[str, Any]:
     """Read and check a fleet file; returns its data with ``_dir`` (the file's directory)."""
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        raw = p.read_bytes()
     except OSError as exc:
         raise FleetError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    # a binary file (an image, an archive, a bag) must give one line, never a decoder traceback
+    if b"\x00" in raw:
+        raise FleetError(f"{p}: not a text file (it holds NUL bytes); a fleet file is YAML text")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FleetError(f"{p}: not UTF-8 text (byte {exc.start}); a fleet file is YAML text") from None
+    if not text.strip():
+        raise FleetError(
+            f"{p}: the file is empty; a fleet file names at least one robot (see config/fleet.yaml)"
+        )
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise FleetError(f"{p}: not valid YAML: {exc}") from None
+        raise FleetError(f"{p}: not valid YAML: {' '.join(str(exc).split())}") from None
     data = _mapping(data, str(p))
     from timely_llm_ros.core.schema import SchemaError, validate
 
@@ -131,6 +156,10 @@ def load_fleet(path: str | Path) -> dict[str, Any]:
     unknown = sorted(set(data) - _TOP_KEYS)
     if unknown:
         raise FleetError(f"{p}: unknown key(s) {unknown}; known: {sorted(_TOP_KEYS)}")
+    if not data.get("robots"):  # a planner without robots rejects every task: say so at start
+        raise FleetError(
+            f"{p}: no robots: 'robots' must list at least one robot (agent + type; see config/fleet.yaml)"
+        )
     data["_dir"] = str(p.resolve().parent)
     data["_path"] = str(p)
     nodes = fleet_nodes(data)  # validates the graph's shape
@@ -304,6 +333,12 @@ def fleet_nodes(cfg: dict[str, Any], namespace: str = "/") -> list[NodeSpec]:
         workload.setdefault("planner_node", join(fleet_ns, "planner"))
     planner = parts["planner"]
     planner.setdefault("agent_types", agent_types)
+    # Robots simulated faster than real time (time_scale < 1) finish a segment sooner than its
+    # minimum execution time: the planner's plausibility check for DONE scales with the fastest one.
+    scales = [r.params.get("time_scale", 1.0) for r in robots]
+    fastest = min([float(x) for x in scales if isinstance(x, (int, float))] or [1.0])
+    if fastest < 1.0:
+        planner.setdefault("feedback_min_exec_fraction", round(0.5 * fastest, 6))
     if parts["recorder"] is not None:  # record the robots' segment topics from the very start
         parts["recorder"].setdefault("agents", agents)
         parts["recorder"].setdefault("policy", str(planner.get("policy", "timely")))
@@ -312,6 +347,14 @@ def fleet_nodes(cfg: dict[str, Any], namespace: str = "/") -> list[NodeSpec]:
         planner.setdefault("sim_plans", ["catalog", workload["workload"]])
 
     env = fleet_env(cfg, dict(os.environ))
+    from timely_llm_ros import security
+
+    try:
+        sec = security.security_section(cfg, src)
+    except security.SecurityConfigError as exc:
+        raise FleetError(str(exc)) from None
+    if sec is not None:
+        env.update(security.security_env(sec))
     out: list[NodeSpec] = []
     if parts["timemodel"] is not None:
         out.append(NodeSpec("timemodel", "timemodel", "timemodel", prefix, parts["timemodel"]))
@@ -323,6 +366,9 @@ def fleet_nodes(cfg: dict[str, Any], namespace: str = "/") -> list[NodeSpec]:
         out.append(NodeSpec("workload", "workload", "workload", prefix, workload))
     for node in out:
         node.env.update(env)
+        if sec is not None:
+            agent = node.params.get("agent_id", "") if node.role == "robot" else ""
+            node.enclave = security.enclave(node.role, fleet_ns, agent)
     return out
 
 

@@ -222,12 +222,24 @@ class Soak:
 
     def _chaos(self) -> None:
         robots = [r for r in self.procs if r not in ("planner", "recorder")]
-        while not self._stop.is_set():
+        # every kind of process is killed once first (planner, one robot of each type, recorder),
+        # in random order; then targets are drawn at random
+        cover = [k for k in self.args.kill_targets if k != "robot"]
+        if "robot" in self.args.kill_targets:
+            for rtype in sorted(set(self.agents.values())):
+                cover.append(self.rng.choice([a for a, t in self.agents.items() if t == rtype]))
+        self.rng.shuffle(cover)
+        kills = 0
+        while not self._stop.is_set() and not (self.args.max_kills and kills >= self.args.max_kills):
             gap = self.rng.expovariate(1.0 / self.args.kill_every)
             if self._stop.wait(gap) or not self._chaos_on.is_set():
                 continue
-            kind = self.rng.choice(self.args.kill_targets)
-            target = self.rng.choice(robots) if kind == "robot" else kind
+            if cover:
+                target = cover.pop()
+            else:
+                kind = self.rng.choice(self.args.kill_targets)
+                target = self.rng.choice(robots) if kind == "robot" else kind
+            kills += 1
             m = self.procs[target]
             m.restarting = True
             try:
@@ -395,6 +407,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=["planner", "robot", "recorder"],
         help="comma-separated: what may be killed (planner, robot, recorder)",
     )
+    p.add_argument(
+        "--max-kills",
+        type=int,
+        default=0,
+        help="stop killing after this many kills (0: no limit); 4 = every process kind once "
+        "(planner, a drone, the arm, the recorder), then a long last generation of each to read "
+        "its memory trend from",
+    )
     p.add_argument("--restart-delay", type=float, default=3.0, help="seconds a killed process stays down")
     p.add_argument(
         "--retry-after",
@@ -418,8 +438,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a = p.parse_args(argv)
     if a.rate <= 0 or a.minutes <= 0 or a.drones < 0 or a.arms < 0 or a.drones + a.arms == 0:
         p.error("--rate and --minutes must be > 0 and there must be at least one robot")
-    if a.burst < 0 or a.kill_every < 0 or not math.isfinite(a.rate):
-        p.error("--burst and --kill-every must be >= 0")
+    if a.burst < 0 or a.kill_every < 0 or a.max_kills < 0 or not math.isfinite(a.rate):
+        p.error("--burst, --kill-every and --max-kills must be >= 0")
     bad = set(a.kill_targets) - {"planner", "robot", "recorder"}
     if bad or not a.kill_targets:
         p.error(f"--kill-targets must name some of planner, robot, recorder (got {sorted(bad)})")

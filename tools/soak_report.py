@@ -183,6 +183,7 @@ class RssLog:
             start = gen[0][0] + warmup_fraction * (gen[-1][0] - gen[0][0])
             after = [s for s in gen if s[0] >= start] or gen
             growth = after[-1][4] - after[0][4]
+            slope = _slope([(x[0] / 60.0, x[4]) for x in after])
             out[role] = {
                 "restarts": last_gen,
                 "start_mib": round(mine[0][4], 1),
@@ -191,8 +192,21 @@ class RssLog:
                 "growth_after_warmup_mib": round(growth, 1),
                 "growth_window_s": round(after[-1][0] - after[0][0], 1),
                 "kib_per_task": round(growth * 1024 / tasks, 2) if tasks else 0.0,
+                "slope_mib_per_min": round(slope, 3),
             }
         return out
+
+
+def _slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (x, y) points (0 for fewer than two distinct x): the trend of RSS
+    after warm-up, which end-minus-start growth (one sample each) overstates when RSS wobbles."""
+    n = len(points)
+    if n < 2:
+        return 0.0
+    mx = sum(p[0] for p in points) / n
+    my = sum(p[1] for p in points) / n
+    sxx = sum((p[0] - mx) ** 2 for p in points)
+    return sum((p[0] - mx) * (p[1] - my) for p in points) / sxx if sxx > 0 else 0.0
 
 
 def rss_mib(pid: int) -> float | None:
@@ -230,13 +244,14 @@ def table(summary: dict[str, Any], rss: dict[str, dict[str, float]], events: lis
     lines.append("")
     lines.append(
         f"{'process':<14}{'restarts':>9}{'start MiB':>11}{'end MiB':>9}{'max MiB':>9}"
-        f"{'growth MiB':>12}{'window s':>10}{'KiB/task':>10}"
+        f"{'growth MiB':>12}{'window s':>10}{'KiB/task':>10}{'MiB/min':>9}"
     )
     for role, r in rss.items():
         lines.append(
             f"{role:<14}{r['restarts']:>9}{r['start_mib']:>11.1f}{r['end_mib']:>9.1f}"
             f"{r['max_mib']:>9.1f}{r['growth_after_warmup_mib']:>12.1f}"
             f"{r['growth_window_s']:>10.0f}{r['kib_per_task']:>10.2f}"
+            f"{r.get('slope_mib_per_min', 0.0):>9.3f}"
         )
     return "\n".join(lines)
 

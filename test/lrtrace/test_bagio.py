@@ -100,6 +100,7 @@ def test_raw_cdr_write_and_topic_added_later(tmp_path):
             tokens=3,
             exec_time_min=0.5,
             exec_time_expected=0.7,
+            nonce="",
         )
         w.write_msg("/drone_1/skill_segments", 1_200_000_000, seg)
         assert w.counts == {TOPIC_TRACE: 1, "/drone_1/skill_segments": 1}

@@ -44,6 +44,8 @@ def start_node(
     params: dict[str, Any] | None = None,
 ) -> subprocess.Popen:
     """``python -m timely_llm_ros.nodes.<module> --ros-args ...``, output to ``log_path``."""
+    if module == "planner":  # see _instant_robots
+        params = _instant_robots(params_file, params)
     cmd = [sys.executable, "-m", f"timely_llm_ros.nodes.{module}", "--ros-args"]
     if name:
         cmd += ["-r", f"__node:={name}"]
@@ -58,6 +60,18 @@ def start_node(
     proc.log_path = log_path  # type: ignore[attr-defined]
     log.close()
     return proc
+
+
+def _instant_robots(params_file: Path | None, params: dict[str, Any] | None) -> dict[str, Any]:
+    """The test robots (this peer, or sim robots at time_scale << 1) finish a segment far sooner than
+    its minimum execution time: the planner's plausibility floor for DONE is off unless a test sets
+    ``feedback_min_exec_fraction`` itself (test_feedback_forgery does)."""
+    key = "feedback_min_exec_fraction"
+    given = dict(params or {})
+    if params_file is not None:
+        data = yaml.safe_load(params_file.read_text()) or {}
+        given.update(data.get("/**", {}).get("ros__parameters", {}))
+    return {**(params or {}), **({} if key in given else {key: 0.0})}
 
 
 def _ros_value(value: Any) -> str:
@@ -216,6 +230,12 @@ class Peer:
         while not self._stop.is_set():
             self.executor.spin_once(timeout_sec=0.05)
 
+    def nonce(self, agent: str, task_id: str, index: int) -> str:
+        """The nonce of the segment this peer last received for (task, index): a robot echoes it."""
+        with self.lock:
+            found = [s.nonce for s in self.segments[agent] if s.task_id == task_id and s.index == index]
+        return found[-1] if found else ""
+
     def close(self) -> None:
         import rclpy
 
@@ -274,9 +294,14 @@ class Peer:
         if mode == "silent" or is_closing_marker(msg):  # no feedback for a closing marker
             return
         now = time.time()
-        self._send(convert.feedback_to_msg(msg.task_id, agent, msg.index, ev.STARTED, now))
+        nonce = msg.nonce  # echoed, as a robot node does (the planner refuses feedback without it)
+        self._send(convert.feedback_to_msg(msg.task_id, agent, msg.index, ev.STARTED, now, nonce=nonce))
         if mode == "done":
-            self._send(convert.feedback_to_msg(msg.task_id, agent, msg.index, ev.DONE, now + 0.001, 0.001))
+            self._send(
+                convert.feedback_to_msg(
+                    msg.task_id, agent, msg.index, ev.DONE, now + 0.001, 0.001, nonce=nonce
+                )
+            )
         else:
             self._send(
                 convert.feedback_to_msg(
@@ -287,6 +312,7 @@ class Peer:
                     now + 0.001,
                     0.001,
                     "gripper jammed (test robot)",
+                    nonce,
                 )
             )
 

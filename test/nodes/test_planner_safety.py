@@ -147,7 +147,8 @@ def test_a_repeated_done_does_not_complete_a_task_early(graph):
             return [s for s in peer.segments[agent] if s.task_id == "sd-1"]
 
     def send(seg, state, who=agent):
-        peer._send(convert.feedback_to_msg("sd-1", who, seg, state, time.time(), 0.01))  # noqa: SLF001
+        nonce = peer.nonce(agent, "sd-1", seg)  # the robot echoes it
+        peer._send(convert.feedback_to_msg("sd-1", who, seg, state, time.time(), 0.01, nonce=nonce))  # noqa: SLF001
 
     wait_for(lambda: len(segments()) >= 1, WAIT, "segment 0", procs=(proc,))
     send(0, ev.STARTED)
@@ -238,7 +239,8 @@ def test_heartbeats_keep_a_long_segment_alive_and_their_absence_times_it_out(gra
             procs=(proc,),
         )
         t0 = time.monotonic()
-        peer._send(convert.feedback_to_msg("hb-1", "hb_bot", 0, ev.STARTED, time.time()))  # noqa: SLF001
+        nonce = peer.nonce("hb_bot", "hb-1", 0)
+        peer._send(convert.feedback_to_msg("hb-1", "hb_bot", 0, ev.STARTED, time.time(), nonce=nonce))  # noqa: SLF001
         while time.monotonic() - t0 < 12.0:  # three times the segment timeout
             peer._send(
                 convert.feedback_to_msg(
@@ -248,6 +250,7 @@ def test_heartbeats_keep_a_long_segment_alive_and_their_absence_times_it_out(gra
                     ev.PROGRESS,
                     time.time(),  # noqa: SLF001
                     time.monotonic() - t0,
+                    nonce=nonce,
                 )
             )
             time.sleep(0.4)
@@ -280,6 +283,7 @@ def test_a_huge_failure_detail_is_clipped_before_it_is_forwarded(graph):
             time.time(),
             0.1,  # noqa: SLF001
             "z" * 1_000_000,
+            nonce=peer.nonce("cl_bot", "cl-1", 0),
         )
     )
     wait_for(lambda: peer.final_state("cl-1"), WAIT, "cl-1 failed", procs=(proc,))
@@ -386,6 +390,7 @@ def test_fuzz_every_field_of_every_inbound_message(graph):
         "stamp",
         "duration",
         "detail",
+        "nonce",
     }
     for _ in range(400):
         fb = SegmentFeedback(
@@ -395,6 +400,7 @@ def test_fuzz_every_field_of_every_inbound_message(graph):
             state=rng.randrange(256),
             duration=rng.choice(FLOATS),
             detail=rng.choice(STRINGS + ["y" * 2_000_000]),
+            nonce=rng.choice(STRINGS + ["0" * 16, "z" * 100_000]),
         )
         fb.stamp.sec = rng.choice([-(2**31), 0, 2**31 - 1])
         fb.stamp.nanosec = rng.choice(UINTS)
@@ -468,7 +474,7 @@ def test_the_fleet_passes_an_engine_options_mapping_to_the_planner(tmp_path):
     cfg = tmp_path / "fleet.yaml"
     cfg.write_text(
         "planner: {parameters: {engine: llamacpp, engine_options: {model_path: /m.gguf, n_threads: 2}}}\n"
-        "robots: []\n"
+        "robots: [{agent: drone_1, type: drone}]\n"
     )
     (planner,) = [n for n in fleet_nodes(load_fleet(cfg)) if n.role == "planner"]
     assert planner.params["engine_options"] == {"model_path": "/m.gguf", "n_threads": 2}

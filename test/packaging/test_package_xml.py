@@ -30,6 +30,7 @@ ROSDEP = {
     "jinja2": "python3-jinja2",
     "action_msgs": "action_msgs",
     "lifecycle_msgs": "lifecycle_msgs",
+    "diagnostic_msgs": "diagnostic_msgs",
 }
 # import name -> the pip distribution the README names (no rosdep key); compression is the
 # Python >= 3.14 standard library, backports.zstd its fallback and lz4 (no rosdep key either), both

@@ -31,6 +31,7 @@ def test_items_are_frozen_and_name_their_fields():
         "gen_start",
         "gen_end",
         "tokens",
+        "nonce",
     ]
 
 

@@ -104,7 +104,8 @@ def test_a_task_goes_from_intake_to_completed_with_core_values_in_host_time():
     t = h.engine.now()
     for i, t_start, t_done in ((0, t + 0.1, t + 2.0), (1, t + 2.0, t + 2.1)):
         for state, at in ((ev.STARTED, t_start), (ev.DONE, t_done)):
-            h.svc.desk.feedback(Feedback("t1", "d1", i, state, 0.0, 0.0, ""), at)
+            nonce = segs[i].nonce  # the robot echoes the segment's nonce
+            h.svc.desk.feedback(Feedback("t1", "d1", i, state, 0.0, 0.0, "", nonce), at)
             h.run()
     assert h.statuses("t1")[0] == ev.ACCEPTED and h.statuses("t1")[-1] == ev.COMPLETED
     final = [i for i in h.out if isinstance(i, ho.Status) and i.state == ev.COMPLETED][0]
@@ -175,3 +176,44 @@ def test_shutdown_fails_every_open_task_and_closes_the_journal(tmp_path):
     assert h.svc.journal is None and h.svc.engine is None and flushed
     assert Journal(tmp_path / "planner.journal").open() == []  # nothing left open for a restart
     assert not h.svc.shutdown("again", lambda: None)  # nothing to stop twice
+
+
+def test_feedback_needs_the_nonce_and_the_robots_sequence_and_a_dead_robot_ends_its_tasks():
+    """Issue 27 on the virtual clock: forged DONEs (no nonce, a guessed one) change nothing, an early
+    DONE counts at its plausible time, a silent robot's tasks all end at once with its name."""
+    h = Host(feedback_min_exec_fraction=0.5, robot_down_timeout=3.0)
+    h.ready.add("d1")
+    for tid in ("a", "b"):
+        h.send(tid)
+    h.run()
+    segs = [s for s in h.segments("a") if not s.dispatch.closing_marker]
+    assert segs and all(len(s.nonce) == 16 for s in segs) and len({s.nonce for s in segs}) == len(segs)
+    t = h.engine.now()
+    for i in range(len(segs)):  # the forger: DONE 0, 1, … without / with a guessed nonce
+        for nonce in ("", "0" * 16):
+            h.svc.desk.feedback(Feedback("a", "d1", i, ev.DONE, 0.0, 0.0, "", nonce), t)
+    h.run()
+    assert ev.COMPLETED not in h.statuses("a") and h.svc.stats["feedback_ignored"] == 2 * len(segs)
+    # the robot: STARTED, then a DONE sooner than half the minimum execution time: deferred
+    h.svc.desk.feedback(Feedback("a", "d1", 0, ev.STARTED, 0.0, 0.0, "", segs[0].nonce), t)
+    h.svc.desk.feedback(Feedback("a", "d1", 0, ev.DONE, 0.0, 0.0, "", segs[0].nonce), t + 0.001)
+    h.run()
+    rec = h.svc._records["a"]  # noqa: SLF001
+    assert h.svc.stats["feedback_deferred"] == 1 and rec.segments[0].exec_end != rec.segments[0].exec_end
+    h.engine.advance_to(t + rec.segments[0].min_exec)
+    h.run()
+    assert rec.segments[0].exec_end == pytest.approx(t + 0.5 * rec.segments[0].min_exec)
+    # heartbeats, then silence: both tasks of d1 FAIL at once, naming the robot
+    h.svc.host_tick = float("inf")  # the host's executor is running (no lag)
+    h.svc.beat("d1")
+    h.run()
+    h.engine.advance_to(h.engine.now() + 3.5)
+    h.run()
+    for tid in ("a", "b"):
+        assert h.statuses(tid)[-1] == ev.FAILED
+    reasons = [i.reason for i in h.out if isinstance(i, ho.Status) and i.state == ev.FAILED]
+    assert len(reasons) == 2 and all("robot 'd1' is down: no heartbeat for" in r for r in reasons)
+    assert h.send("c") == "c" and h.statuses("c") == [ev.REJECTED]  # refused while it is down
+    h.svc.beat("d1")  # it is back: used again
+    h.run()
+    assert h.send("d") == "d" and ev.ACCEPTED in (h.run() or h.statuses("d"))

@@ -60,6 +60,12 @@ def test_rss_growth_is_measured_on_the_last_generation_after_its_warm_up():
     s = rss.summary(warmup_fraction=0.2, tasks=1000)["planner"]
     assert s["restarts"] == 1 and s["max_mib"] == 150.0 and s["growth_after_warmup_mib"] == 0.0
     assert s["start_mib"] == 50.0 and s["end_mib"] == 80.0
+    assert s["slope_mib_per_min"] == 0.0  # least squares after the warm-up: flat
+    grow = RssLog()
+    for t in range(0, 601, 30):  # 1 MiB per minute, with a 3 MiB wobble
+        grow.add(float(t), "recorder", 0, 12, 100.0 + t / 60.0 + (3.0 if t % 60 else 0.0))
+    slope = grow.summary(warmup_fraction=0.2, tasks=10)["recorder"]["slope_mib_per_min"]
+    assert slope == pytest.approx(1.0, abs=0.1)
     text = table(Ledger().summary(), {"planner": s}, [{"event": "kill", "target": "planner", "t": 100}])
     assert "planner x1" in text and "LOST 0" in text
 

@@ -69,7 +69,7 @@ from timely_llm_ros.core.engine import (
     script_kwargs,
 )
 from timely_llm_ros.core.exectime import ExecTimeModel, load_exec_time_model
-from timely_llm_ros.core.feedback import feedback_problem
+from timely_llm_ros.core.feedback import TRUSTED, FeedbackRules, feedback_problem
 from timely_llm_ros.core.generation import Dispatch, Generation, Segment, TaskRecord, estimated_action_end
 from timely_llm_ros.core.intake import Intake
 from timely_llm_ros.core.motion_budget import PlanBudgets
@@ -112,6 +112,7 @@ class PlannerCore:
         agent_queues: AgentQueues | None = None,
         retain_records: int | None = None,
         options: PlannerOptions | None = None,
+        feedback_rules: FeedbackRules = TRUSTED,
     ) -> None:
         if not (
             isinstance(network_latency, (int, float))
@@ -148,6 +149,7 @@ class PlannerCore:
         self.intake = Intake(engine, replay=replay)
         self.extras = PlannerExtras(self.options)
         self._costs = engine.cost_profile()
+        self.feedback_rules = feedback_rules  # strict in the ROS node (core/feedback.py)
 
     # -- events ---------------------------------------------------------------------------------
     def _emit(
@@ -853,7 +855,7 @@ class PlannerCore:
             done = self._finished.get(task_id)
             return f"the task is already {done.state}" if done is not None else "unknown task"
         rec = gen.record
-        problem = feedback_problem(rec, seg, state, agent)
+        problem = feedback_problem(rec, seg, state, agent, t, self.feedback_rules)
         if problem is not None:
             return problem
         s = rec.segments[seg]
@@ -902,6 +904,20 @@ class PlannerCore:
             return f"the task is already {gen.record.state}"
         self._end(gen, self.clock(), ev.CANCELLED, ev.CANCEL, reason)
         return None
+
+    def fail_agent(self, agent: str, reason: str) -> list[str]:
+        """Fail every open task of robot ``agent`` at once (the robot is down); returns their ids.
+
+        Its waiting tasks end first, then the active one, so ending the active task promotes none of
+        them (no segment is dispatched to a robot known to be down)."""
+        t = self.clock()
+        mine = [g for g in self._tasks.values() if g.record.agent_id == agent]
+        mine = [g for g in mine if g.record.state not in ev.TERMINAL_STATES]
+        active = self.agents.active(agent)
+        mine.sort(key=lambda g: g.record.task_id == active)
+        for gen in mine:
+            self._fail(gen, t, reason)
+        return [g.record.task_id for g in mine]
 
     def abort_all(self, reason: str) -> None:
         """Fail every task that is not terminal yet — queued, generating, held or still executing — so

@@ -210,6 +210,7 @@ class Feedback:
     t: float
     duration: float
     detail: str
+    nonce: str = ""  # Segment.nonce echoed by the robot
 
 
 def _table(types: MessageTypes, msg: str, names: tuple[str, ...]) -> tuple[dict[str, int], dict[int, str]]:
@@ -299,6 +300,7 @@ class MessageAdapter:
         tokens: int,
         min_exec: float,
         expected_exec: float,
+        nonce: str = "",
     ) -> Any:
         """One segment: generation times ordered (``gen_start`` <= ``gen_end``), the execution-time
         estimates finite, >= 0 and ordered, the token count in range."""
@@ -318,6 +320,7 @@ class MessageAdapter:
             tokens=min(max(int(tokens), 0), UINT32_MAX),
             exec_time_min=lo,
             exec_time_expected=max(hi, lo),
+            nonce=str(nonce),
         )
 
     # ----------------------------------------------------------------------------------- feedback
@@ -330,6 +333,7 @@ class MessageAdapter:
         t: float,
         duration: float = 0.0,
         detail: str = "",
+        nonce: str = "",
     ) -> Any:
         """Robot side: ``state`` is a core name (``events.STARTED`` / ``DONE`` / ``FEEDBACK_FAILED``...)."""
         if state not in self.feedback_code:
@@ -344,6 +348,7 @@ class MessageAdapter:
             stamp=self.to_stamp(t),
             duration=dur,
             detail=detail,
+            nonce=str(nonce),
         )
 
     def feedback_from_msg(self, msg: Any) -> Feedback:
@@ -363,6 +368,7 @@ class MessageAdapter:
             t if math.isfinite(t) else 0.0,
             duration if math.isfinite(duration) else 0.0,
             limits.clip(msg.detail),
+            limits.clip(msg.nonce, 64),
         )
 
     # ----------------------------------------------------------------------------------- status

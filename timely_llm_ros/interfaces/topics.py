@@ -48,6 +48,7 @@ __all__ = [
     "TASKS",
     "SKILL_SEGMENTS",
     "SEGMENT_FEEDBACK",
+    "ROBOT_HEARTBEAT",
     "TASK_STATUS",
     "TRACE_EVENTS",
     "ESTIMATE_EXEC_TIME",
@@ -71,6 +72,8 @@ __all__ = [
 TASKS = "tasks"
 SKILL_SEGMENTS = "skill_segments"  # resolved in the agent's namespace <fleet>/<agent>
 SEGMENT_FEEDBACK = "segment_feedback"
+# robot -> planner: std_msgs/Header every heartbeat_period, frame_id = the agent id (core/robot_liveness.py)
+ROBOT_HEARTBEAT = "robot_heartbeat"
 TASK_STATUS = "task_status"
 TRACE_EVENTS = "trace_events"
 ESTIMATE_EXEC_TIME = "estimate_exec_time"

@@ -34,7 +34,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,6 +176,15 @@ class _Topic:
     count: int = 0
 
 
+class BagWriteError(RuntimeError):
+    """The bag could not be written (a full disk, an I/O error): it was closed at its last complete
+    state and takes no more messages. ``cause`` is the OS error."""
+
+    def __init__(self, path: Path, cause: OSError) -> None:
+        self.cause = cause
+        super().__init__(f"cannot write bag {path}: {cause.strerror or cause}")
+
+
 class BagWriter:
     """Kill-safe rosbag2 (MCAP) writer; see the module docstring.
 
@@ -198,7 +207,10 @@ class BagWriter:
         max_pending_bytes: int = 4 << 20,
         distro: str | None = None,
         compression: str = "",
+        on_error: Callable[[BagWriteError], None] | None = None,
     ) -> None:
+        """``on_error`` is called once, from the thread that hit it, when a write fails (the bag is
+        then closed and readable up to its last flush; see :class:`BagWriteError`)."""
         if storage != "mcap":
             raise ValueError(
                 f"storage {storage!r} is not supported: BagWriter writes MCAP (rosbag2's default "
@@ -231,10 +243,12 @@ class BagWriter:
         self._last_flush = time.monotonic()
         self._dirty = False
         self.closed = False
+        self.failed: BagWriteError | None = None
+        self.on_error = on_error
         for topic, msgtype in (topics or {}).items():
             self.add_topic(topic, msgtype)
-        self._flush_locked(force_metadata=True)
         self._stop = threading.Event()
+        self._flush_locked(force_metadata=True)
         self._timer: threading.Thread | None = None
         if flush_every_s is not None:
             self._timer = threading.Thread(target=self._flush_loop, name="bag-flush", daemon=True)
@@ -322,10 +336,33 @@ class BagWriter:
 
     def _flush_locked(self, force_metadata: bool = False) -> None:
         if self._dirty or force_metadata:
-            self._mcap.flush()
-            self._write_metadata()
+            try:
+                self._mcap.flush()
+                self._write_metadata()
+            except OSError as exc:
+                raise self._fail(exc) from None
             self._dirty = False
         self._last_flush = time.monotonic()
+
+    def _fail(self, exc: OSError) -> BagWriteError:
+        """Stop writing: the storage file is back at its last complete state (McapFile rolls back),
+        metadata.yaml describes exactly that, the bag is closed; ``on_error`` hears of it once."""
+        err = BagWriteError(self.path, exc)
+        self.failed = err
+        if not self._mcap.closed:
+            self._mcap._rollback()  # noqa: SLF001 (the metadata failed after a good flush)
+        counts = self._mcap.channel_counts
+        for t in self._topics.values():
+            t.count = counts.get(t.channel, 0)
+        try:
+            self._write_metadata()
+        except OSError:  # no room even for that: the previous metadata.yaml stays (it is complete)
+            (self.path / "metadata.yaml.tmp").unlink(missing_ok=True)
+        self.closed = True
+        self._stop.set()
+        if self.on_error is not None:
+            self.on_error(err)
+        return err
 
     def _flush_loop(self) -> None:
         assert self.flush_every_s is not None
@@ -334,7 +371,10 @@ class BagWriter:
                 if self.closed:
                     return
                 if self._dirty and time.monotonic() - self._last_flush >= self.flush_every_s * 0.5:
-                    self._flush_locked()
+                    try:
+                        self._flush_locked()
+                    except BagWriteError:  # on_error has been told; the bag is closed
+                        return
 
     def _qos_text(self, profiles: list[Qos]) -> str:
         """Offered QoS profiles as the target distro's rosbag2 stores them in a text field."""
@@ -393,6 +433,8 @@ class BagWriter:
         return info
 
     def _check_open(self) -> None:
+        if self.failed is not None:
+            raise self.failed
         if self.closed:
             raise RuntimeError(f"bag {self.path} is closed")
 
@@ -401,14 +443,19 @@ class BagWriter:
         with self._lock:
             if self.closed:
                 return
-            # rosbag2's own record of the metadata, as rosbag2_storage_mcap writes it when a bag is
-            # closed (read back by `ros2 bag reindex` and storage-level readers)
-            self._mcap.add_metadata(
-                "rosbag2",
-                {"serialized_metadata": _yaml_text(self._metadata()), "ROS_DISTRO": self.distro},
-            )
-            self._flush_locked(force_metadata=True)
-            self._mcap.close()
+            try:
+                # rosbag2's own record of the metadata, as rosbag2_storage_mcap writes it when a bag is
+                # closed (read back by `ros2 bag reindex` and storage-level readers)
+                self._mcap.add_metadata(
+                    "rosbag2",
+                    {"serialized_metadata": _yaml_text(self._metadata()), "ROS_DISTRO": self.distro},
+                )
+                self._flush_locked(force_metadata=True)
+                self._mcap.close()
+            except BagWriteError:
+                pass  # closed at its last complete state; on_error was told
+            except OSError as exc:
+                self._fail(exc)
             self.closed = True
         self._stop.set()
         if self._timer is not None and self._timer is not threading.current_thread():

@@ -24,6 +24,7 @@ offsets), footer, magic.
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import struct
@@ -103,8 +104,10 @@ class McapFile:
         self.start_time = 2**63 - 1
         self.end_time = 0
         self.closed = False
+        self.failed = False
         os.pwrite(self._fd, head, 0)
         self._write_tail(b"")
+        self._mark_durable()
 
     # -- registration ---------------------------------------------------------------------------
     def add_schema(self, name: str, encoding: str, data: str) -> int:
@@ -183,7 +186,48 @@ class McapFile:
             )
         self._new_meta = []
         data = out.getvalue()
-        self._write_tail(data)
+        try:
+            self._write_tail(data)
+        except OSError:
+            self._rollback()
+            raise
+        self._mark_durable()
+
+    def _mark_durable(self) -> None:
+        """Remember what the file holds now (the state :meth:`_rollback` returns to)."""
+        self._durable = (
+            len(self._schemas),
+            len(self._channels),
+            len(self._chunk_indexes),
+            dict(self._counts),
+            self.message_count,
+            self.start_time,
+            self.end_time,
+            self._data_end,
+        )
+
+    def _rollback(self) -> None:
+        """A write failed (a full disk): the file goes back to its last complete state — cut at the
+        end of the last written chunk (which frees the space of the failed write) and closed with the
+        summary it had — and this writer stops; the pending messages are lost, the written ones stay
+        readable."""
+        ns, nc, nci, counts, mc, st, et, de = self._durable
+        del self._schemas[ns:]
+        del self._channels[nc:]
+        del self._chunk_indexes[nci:]
+        self._counts = counts
+        self.message_count, self.start_time, self.end_time = mc, st, et
+        self._data_end = de
+        self._new_defs = []
+        self._chunk = _Chunk()
+        try:
+            os.ftruncate(self._fd, de)
+            self._write_tail(b"")
+            os.fsync(self._fd)
+        except OSError:  # the disk refuses even that: the file ends at the last chunk (still scannable)
+            pass
+        os.close(self._fd)
+        self.failed = self.closed = True
 
     def _write_chunk(self, out: io.BytesIO) -> None:
         ch = self._chunk
@@ -258,9 +302,12 @@ class McapFile:
         tail.write(_record(OP_FOOTER, struct.pack("<QQI", summary_start, offset_start, 0)))
         tail.write(MAGIC)
         blob = data + tail.getvalue()
-        written = os.pwrite(self._fd, blob, self._data_end)
-        if written != len(blob):  # a full disk: say so instead of leaving a silently short file
-            raise OSError(f"short write to {self.path}: {written} of {len(blob)} bytes")
+        view, done = memoryview(blob), 0
+        while done < len(blob):  # a short write is retried: a full disk then raises its own ENOSPC
+            n = os.pwrite(self._fd, view[done:], self._data_end + done)
+            if n <= 0:
+                raise OSError(errno.ENOSPC, f"short write to {self.path}: {done} of {len(blob)} bytes")
+            done += n
         os.ftruncate(self._fd, self._data_end + len(blob))
         self._data_end = data_end
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -51,8 +52,10 @@ from rclpy.duration import Duration
 from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
+from std_msgs.msg import Header
 
 from timely_llm_ros.core import limits
+from timely_llm_ros.core.feedback import FeedbackRules
 from timely_llm_ros.core.replay import REFERENCE
 from timely_llm_ros.core.task import TaskRejected
 from timely_llm_ros.engines.base import EngineError
@@ -126,12 +129,15 @@ class PlannerNode(LifecycleNode):
             qos.feedback_qos(),
             event_callbacks=self._lost["feedback"],
         )
+        self.create_subscription(  # robots' heartbeats: a silent robot is down (core/robot_liveness.py)
+            Header, topics.ROBOT_HEARTBEAT, lambda m: self.svc.beat(m.frame_id), qos.heartbeat_qos()
+        )
         self._wake = self.create_guard_condition(self._drain_outbound)
         self._echoes: set[str] = set()
         self._task_pub = self.create_publisher(Task, topics.TASKS, qos.task_qos())
         self._task_sub: Any = None  # created on the first activation (see on_activate)
         self.plan_task: PlanTaskServer | None = None
-        self.create_timer(0.05, self.svc.desk.check_waiting)
+        self.create_timer(0.05, self._tick)
         self.create_timer(1.0, self._housekeeping)
         if self.p["autostart"]:  # a plain node: configure + activate now (errors: exit status 2)
             for step in (self.trigger_configure, self.trigger_activate):
@@ -288,6 +294,16 @@ class PlannerNode(LifecycleNode):
             self.svc.desk.agent_types = parse_agent_types(self.p[name])
         elif name == "warn_period":
             self.svc.warn_limiter.period = float(value)
+        elif name == "robot_down_timeout":
+            self.svc.liveness.timeout = float(value)
+        elif name == "feedback_min_exec_fraction" and self.svc.core is not None:
+            self.svc.core.feedback_rules = FeedbackRules(True, float(value))
+
+    def _tick(self) -> None:
+        """Every 50 ms on the executor: tasks waiting for their robot; proof that the executor runs
+        (the planner thread judges no robot down while the executor lags behind its heartbeats)."""
+        self.svc.host_tick = time.monotonic()
+        self.svc.desk.check_waiting()
 
     # ------------------------------------------------------------------ executor thread: intake
     def _on_task(self, msg: Task) -> None:
@@ -447,7 +463,7 @@ class PlannerNode(LifecycleNode):
                 self.svc.open_tasks.closed(task_id)
             case ho.SegmentOut(agent, d):
                 msg = convert.segment_to_msg(
-                    d, gen_start=item.gen_start, gen_end=item.gen_end, tokens=item.tokens
+                    d, gen_start=item.gen_start, gen_end=item.gen_end, tokens=item.tokens, nonce=item.nonce
                 )
                 try:
                     self._segment_publisher(agent).publish(msg)

@@ -268,6 +268,23 @@ PARAMS = (
         high=3600.0,
     ),
     Param(
+        "feedback_min_exec_fraction",
+        0.5,
+        "a DONE counts no earlier than this fraction of the segment's minimum execution time (the "
+        "execution-time model's lower bound) after its STARTED; an earlier one is applied at that "
+        "time (0 = no time check; robots simulated faster than real time: time_scale x 0.5)",
+        low=0.0,
+        high=10.0,
+    ),
+    Param(
+        "robot_down_timeout",
+        5.0,
+        "a robot heard on robot_heartbeat and then silent for this long is down: all its open tasks "
+        "FAIL at once and new ones are rejected until it beats again (s; 0 = off)",
+        low=0.0,
+        high=3600.0,
+    ),
+    Param(
         "segment_lifespan",
         30.0,
         "QoS lifespan of segments (s): one not delivered within it is "

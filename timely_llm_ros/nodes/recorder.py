@@ -17,6 +17,20 @@ replay can offer the same. The writer flushes at least every ``flush_period`` se
 complete, readable bag each time: a recorder killed with SIGKILL loses at most that much.
 ``ros2 bag info`` / ``ros2 bag play`` and ``rosbags`` open the result.
 
+**Write errors** (a full disk, an I/O error, :class:`~timely_llm_ros.lrtrace.bagio.BagWriteError`): the
+bag is closed at its last complete state (readable, ``metadata.yaml`` matching), one error line says
+why, and ``/diagnostics`` (``diagnostic_msgs/DiagnosticArray``, level ERROR, name
+``lrtrace_recorder: bag``; OK once a second while recording) tells operators. Then, by
+``on_write_error``: ``retry`` — every ``retry_period`` a new bag ``<output>_<n>`` is tried, and
+recording goes on there once the disk has room — or ``exit`` (status 1). Messages received while
+nothing can be written are counted (``lost``), never silently. An output directory that cannot be
+created (read-only, no permission) is one line and exit status 2.
+
+Ghost agents (ids named only in tasks the planner REJECTED) cost nothing: the segment topic
+subscribed for a ``/tasks`` message is dropped again when the planner rejects the task and the topic
+recorded nothing, has no robot node and was not named in ``agents``, and the graph scan skips such an
+agent's topic unless a robot node (a node in namespace ``<fleet>/<agent>``) subscribes to it.
+
 Log times come from the node's clock, so with ``use_sim_time:=true`` a recording follows ``/clock``
 (e.g. a replay's bag time). As with ``ros2 bag record --use-sim-time``, nothing is written until the
 first ``/clock`` message arrives; such messages are counted and reported (warning, and at close).
@@ -29,10 +43,13 @@ Run::
 from __future__ import annotations
 
 import argparse
+import shutil
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.node import Node
 from rclpy.qos import QoSProfile
 from rclpy.serialization import deserialize_message
@@ -43,6 +60,7 @@ from timely_llm_ros.nodes.common import Param, ParamError, declare_params, ros_p
 from timely_llm_ros.ros import qos, topics
 
 SEGMENT_TYPE = "timely_llm_ros/msg/Segment"
+MAX_CONFIRMED = 100_000  # agents remembered as real, or as ghosts (bounded memory)
 FIXED = {  # topic -> (message class, bag type name, QoS profile the graph's publishers offer)
     topics.TASKS: (Task, "timely_llm_ros/msg/Task", qos.task_qos),
     topics.SEGMENT_FEEDBACK: (SegmentFeedback, "timely_llm_ros/msg/SegmentFeedback", qos.feedback_qos),
@@ -94,6 +112,22 @@ PARAMS = (
         read_only=True,
     ),
     Param(
+        "on_write_error",
+        "retry",
+        "what the recorder does when the bag cannot be written (full disk): retry (a new bag every "
+        "retry_period) or exit (status 1); either way the bag is closed readable and /diagnostics says so",
+        choices=("retry", "exit"),
+        read_only=True,
+    ),
+    Param(
+        "retry_period",
+        10.0,
+        "seconds between attempts to open a new bag after a write error (on_write_error retry)",
+        low=0.1,
+        high=3600.0,
+        read_only=True,
+    ),
+    Param(
         "policy",
         "",
         "scheduling policy of the recorded planner, stored in the bag's metadata so reports can name "
@@ -125,21 +159,25 @@ class RecorderNode(Node):
         path = Path(out).expanduser().resolve()
         if path.exists():
             raise ParamError(f"parameter 'output': {path} exists already; a bag is never overwritten")
-        self.writer = bagio.BagWriter(
-            path,
-            flush_every_s=self.p["flush_period"],
-            distro=self.p["bag_distro"] or None,
-            compression=self.p["compression"],
-            custom_data={
-                "recorder": "timely_llm_ros.nodes.recorder",
-                **({"policy": self.p["policy"]} if self.p["policy"] else {}),
-            },
-        )
-        self.path = path
+        self.first_path = self.path = path
+        self.parts = 0  # bags opened after write errors
+        self.lost = 0  # messages received while no bag could be written
+        self.error: bagio.BagWriteError | None = None
+        self._topics: dict[str, tuple[str, list]] = {}  # topic -> (bag type, offered QoS): for new bags
+        try:
+            self.writer = self._open_bag(path)
+        except OSError as exc:
+            raise ParamError(
+                f"parameter 'output': cannot create the bag {path}: {exc.strerror or exc}"
+            ) from None
         self.counts: dict[str, int] = {}
         self.before_clock = 0  # messages received under use_sim_time before the first /clock
         self._sim_time = bool(self.get_parameter("use_sim_time").value)
         self._subscribed: set[str] = set()
+        self._subs: dict[str, Any] = {}  # topic -> subscription
+        self._confirmed: set[str] = set()  # agents with a task the planner did not reject
+        self._ghosts: OrderedDict[str, None] = OrderedDict()  # agents seen only in rejected tasks
+        self._status_topic = self.resolve_topic_name(topics.TASK_STATUS)
         self._tasks_topic = self.resolve_topic_name(topics.TASKS)
         for topic, (msg_type, bag_type, profile) in FIXED.items():
             self._record(topic, msg_type, bag_type, profile(), [bagio.qos_from_profile(profile())])
@@ -148,16 +186,98 @@ class RecorderNode(Node):
         if self.p["discover"]:
             self.create_timer(self.p["discovery_period"], self._discover)
             self._discover()
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.create_timer(1.0, self._diagnose)
+        self._retry_timer = None
         self.get_logger().info(f"recording to {path}")
+
+    # ------------------------------------------------------------------ bag, write errors
+    def _open_bag(self, path: Path) -> bagio.BagWriter:
+        writer = bagio.BagWriter(
+            path,
+            flush_every_s=self.p["flush_period"],
+            distro=self.p["bag_distro"] or None,
+            compression=self.p["compression"],
+            custom_data={
+                "recorder": "timely_llm_ros.nodes.recorder",
+                **({"policy": self.p["policy"]} if self.p["policy"] else {}),
+            },
+            on_error=self._write_failed,
+        )
+        for topic, (bag_type, offered) in self._topics.items():
+            writer.add_topic(topic, bag_type, offered)
+        return writer
+
+    def _write_failed(self, err: bagio.BagWriteError) -> None:
+        """Any thread (the writer's flush thread included): one line, /diagnostics, retry or exit."""
+        if self.error is not None:
+            return
+        self.error = err
+        written = sum(self.writer.counts.values())
+        then = (
+            f"retrying every {self.p['retry_period']:g} s into a new bag"
+            if self.p["on_write_error"] == "retry"
+            else "exiting (on_write_error exit)"
+        )
+        self.get_logger().error(
+            f"recording stopped: {err}; the bag is closed and readable up to its {written} messages; {then}"
+        )
+        self._diagnose()
+        if self.p["on_write_error"] == "exit":
+            self.exit_status = 1
+            stop = getattr(self, "stop_requested", None)
+            if stop is not None:
+                stop.set()
+        elif self._retry_timer is None:
+            self._retry_timer = self.create_timer(self.p["retry_period"], self._retry)
+
+    def _retry(self) -> None:
+        self.parts += 1
+        path = self.first_path.with_name(f"{self.first_path.name}_{self.parts}")
+        try:
+            writer = self._open_bag(path)
+        except (OSError, bagio.BagWriteError) as exc:
+            shutil.rmtree(path, ignore_errors=True)  # nothing half-made stays behind
+            self.parts -= 1
+            self.get_logger().debug(f"new bag {path} not possible yet: {exc}")
+            return
+        self.writer, self.path, self.error = writer, path, None
+        self._retry_timer.cancel()
+        self.destroy_timer(self._retry_timer)
+        self._retry_timer = None
+        self.get_logger().warning(f"recording again, into {path} ({self.lost} messages were lost meanwhile)")
+        self._diagnose()
+
+    def _diagnose(self) -> None:
+        """``/diagnostics``: where operators (rqt_robot_monitor, aggregators) look for a node's health."""
+        status = DiagnosticStatus(name="lrtrace_recorder: bag", hardware_id=self.get_fully_qualified_name())
+        if self.error is None:
+            status.level, status.message = DiagnosticStatus.OK, f"recording to {self.path}"
+        else:
+            status.level, status.message = DiagnosticStatus.ERROR, f"not recording: {self.error}"
+        status.values = [
+            KeyValue(key="bag", value=str(self.path)),
+            KeyValue(key="recorded", value=str(sum(self.counts.values()))),
+            KeyValue(key="lost", value=str(self.lost)),
+            KeyValue(key="error", value=str(self.error or "")),
+        ]
+        msg = DiagnosticArray(status=[status])
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self._diag_pub.publish(msg)
 
     def _record(self, topic: str, msg_type: type, bag_type: str, profile: QoSProfile, offered: list) -> None:
         topic = self.resolve_topic_name(topic)  # the bag names topics absolutely (<fleet namespace>/...)
         if topic in self._subscribed:
             return
-        self.writer.add_topic(topic, bag_type, offered)
+        self._topics[topic] = (bag_type, offered)
+        if self.error is None:
+            try:
+                self.writer.add_topic(topic, bag_type, offered)
+            except bagio.BagWriteError:
+                pass  # _write_failed has said so
         self.counts[topic] = 0
         self._subscribed.add(topic)
-        self.create_subscription(
+        self._subs[topic] = self.create_subscription(
             msg_type, topic, lambda data, t=topic: self._write(t, data), profile, raw=True
         )
 
@@ -173,13 +293,20 @@ class RecorderNode(Node):
         self.get_logger().info(f"recording {topic}")
 
     def _discover(self) -> None:
+        """New segment topics in the graph, except those of ghost agents (the planner creates a
+        topic for a task's agent before it knows whether a robot exists) unless a robot node
+        subscribes to it after all."""
         for name, types in self.get_topic_names_and_types():
-            if (
-                name not in self._subscribed
-                and topics.agent_of_segment_topic(name, self.get_namespace())
-                and SEGMENT_TYPE in types
-            ):
+            if name in self._subscribed or SEGMENT_TYPE not in types:
+                continue
+            agent = topics.agent_of_segment_topic(name, self.get_namespace())
+            if agent and (agent not in self._ghosts or self._has_robot(agent, name)):
                 self._record_segments(name)
+
+    def _has_robot(self, agent: str, topic: str) -> bool:
+        """A robot node (a node in namespace ``<fleet>/<agent>``) subscribes to ``topic``."""
+        robot_ns = topics.join(self.get_namespace(), agent)
+        return any(i.node_namespace == robot_ns for i in self.get_subscriptions_info_by_topic(topic))
 
     def _write(self, topic: str, data: bytes) -> None:
         t_ns = self.get_clock().now().nanoseconds
@@ -190,24 +317,67 @@ class RecorderNode(Node):
                 throttle_duration_sec=5.0,
             )
             return
-        try:
-            self.writer.write(topic, t_ns, data)
-            self.counts[topic] += 1
-        except (ValueError, RuntimeError, OSError) as exc:  # a bad sample or a full disk: say so, go on
-            self.get_logger().error(f"cannot record a message of {topic}: {exc}")
+        if self.error is not None:  # nothing can be written now: counted, said once (_write_failed)
+            self.lost += 1
+        else:
+            try:
+                self.writer.write(topic, t_ns, data)
+                self.counts[topic] += 1
+            except bagio.BagWriteError:
+                self.lost += 1  # _write_failed has said so, once
+            except (ValueError, KeyError) as exc:  # a bad sample: say so (rate-limited), go on
+                self.get_logger().error(
+                    f"cannot record a message of {topic}: {exc}", throttle_duration_sec=10.0
+                )
         if topic == self._tasks_topic and self.p["discover"]:
             self._watch_agent_of(data)
+        elif topic == self._status_topic and self.p["discover"]:
+            self._status_of(data)
 
     def _watch_agent_of(self, data: bytes) -> None:
         """A task names the agent whose segment topic will carry its plan: subscribe now, while the
         planner is still generating, rather than at the next graph scan (which can come too late
-        for the first segments of a new agent's first task)."""
+        for the first segments of a new agent's first task). Dropped again for a ghost
+        (:meth:`_status_of`)."""
         try:
             agent = deserialize_message(data, Task).agent_id
         except Exception:  # a malformed task is the planner's to reject; it is recorded as received
             return
         if topics.valid_agent_id(agent):
             self._record_segments(topics.segment_topic(agent))
+
+    def _status_of(self, data: bytes) -> None:
+        """The planner answered a task: its agent is real unless the task was REJECTED; a rejected
+        agent's segment topic that recorded nothing and has no robot node is unsubscribed."""
+        try:
+            msg = deserialize_message(data, TaskStatus)
+        except Exception:  # recorded as received; nothing to learn from it
+            return
+        agent = msg.agent_id
+        if agent in self._confirmed or not topics.valid_agent_id(agent):
+            return
+        if msg.state != TaskStatus.REJECTED:
+            self._ghosts.pop(agent, None)
+            if len(self._confirmed) < MAX_CONFIRMED:
+                self._confirmed.add(agent)
+            return
+        if agent in self.p["agents"]:
+            return
+        self._ghosts[agent] = None
+        while len(self._ghosts) > MAX_CONFIRMED:
+            self._ghosts.popitem(last=False)
+        topic = self.resolve_topic_name(topics.segment_topic(agent))
+        sub = self._subs.get(topic)
+        if sub is None or self.counts.get(topic) or self._has_robot(agent, topic):
+            return
+        self.destroy_subscription(sub)
+        del self._subs[topic]
+        self._subscribed.discard(topic)
+        self.counts.pop(topic, None)
+        self.get_logger().info(
+            f"not recording {topic}: agent {agent!r} has no robot (its task was rejected)",
+            throttle_duration_sec=10.0,
+        )
 
     def close(self) -> None:
         self.writer.close()
@@ -216,6 +386,8 @@ class RecorderNode(Node):
             if self.before_clock
             else ""
         )
+        if self.lost:
+            note += f"; {self.lost} received while the bag could not be written, not recorded"
         self.get_logger().info(
             f"bag {self.path} closed: {sum(self.counts.values())} messages {self.counts}{note}"
         )

@@ -17,7 +17,10 @@ segment without text: nothing runs, no feedback) or a terminal ``/task_status`` 
 otherwise FAILED with "robot busy with task A". Segments of a task that is over are FAILED with
 the reason. A task idle for ``idle_release`` (a lost status) stops blocking the robot.
 
-**Liveness**: a terminal ``/task_status`` of the running task (e.g. the planner timed it out and
+**Liveness**: every ``heartbeat_period`` the node publishes ``/robot_heartbeat`` (``std_msgs/Header``,
+``frame_id`` = its agent id), running or idle: a planner marks a robot that falls silent down and
+ends all its tasks at once (:mod:`timely_llm_ros.core.robot_liveness`). Every feedback echoes the
+``nonce`` of its segment (the planner refuses feedback without it). A terminal ``/task_status`` of the running task (e.g. the planner timed it out and
 marked it FAILED) interrupts the running skill through the backend — sim waits end at once, the
 Tello gets ``stop`` (hover) — and the task's queued segments are FAILED.
 
@@ -42,6 +45,7 @@ from typing import Any
 
 from rclpy.duration import Duration
 from rclpy.node import Node
+from std_msgs.msg import Header
 
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.skills import SkillSet, UnknownSkillSet, available_skill_sets, load_skill_set
@@ -235,11 +239,12 @@ class RobotNode(Node):
         self.warn = LogLimiter(self.p["warn_period"])
         self._closing = threading.Event()
         self._pub_lock = threading.Lock()  # feedback order: STARTED < PROGRESS* < DONE/FAILED
-        self._current: tuple[str, int, float] | None = None  # (task, index, started) while running
+        self._current: tuple[str, int, float, str] | None = None  # (task, index, started, nonce) running
         fleet = functools.partial(topics.fleet_topic, self.get_namespace())  # <fleet>/<agent>: fleet topics
         self.feedback_pub = self.create_publisher(
             FeedbackMsg, fleet(topics.SEGMENT_FEEDBACK), qos.feedback_qos()
         )
+        self.beat_pub = self.create_publisher(Header, fleet(topics.ROBOT_HEARTBEAT), qos.heartbeat_qos())
         self.backend.start()  # connect before subscribing: no segment arrives at a robot that is not up
         self.create_subscription(Task, fleet(topics.TASKS), self._on_task, qos.task_qos())
         self.create_subscription(Segment, topics.SKILL_SEGMENTS, self._on_segment, qos.segment_qos())
@@ -322,7 +327,8 @@ class RobotNode(Node):
             problem = (
                 f"segment text has {len(msg.text)} characters; this robot accepts at most {MAX_SEGMENT_TEXT}"
             )
-        item = SegmentItem(msg.task_id, int(msg.index), msg.text, bool(msg.final))
+        nonce = msg.nonce[:64]
+        item = SegmentItem(msg.task_id, int(msg.index), msg.text, bool(msg.final), nonce=nonce)
         if not problem and not self.queue.put(item):
             kind = "queue full"
             problem = (
@@ -333,7 +339,7 @@ class RobotNode(Node):
             self.counters["rejected"] += 1
             self._warning(kind, problem)
             if not item.marker:
-                self._feedback(msg.task_id[:MAX_ID], int(msg.index), ev.FEEDBACK_FAILED, 0.0, problem)
+                self._feedback(msg.task_id[:MAX_ID], int(msg.index), ev.FEEDBACK_FAILED, 0.0, problem, nonce)
 
     def _on_task(self, msg: Task) -> None:
         if msg.agent_id == self.agent_id and len(msg.task_id) <= MAX_ID and not self.queue.ended(msg.task_id):
@@ -353,22 +359,39 @@ class RobotNode(Node):
             self.get_logger().warning(f"task {clip(msg.task_id, 80)!r}: {reason}; running motion stopped")
 
     # ------------------------------------------------------------------ worker and heartbeat threads
-    def _feedback(self, task_id: str, index: int, state: str, duration: float, detail: str) -> None:
+    def _feedback(
+        self, task_id: str, index: int, state: str, duration: float, detail: str, nonce: str = ""
+    ) -> None:
         now = self.get_clock().now().nanoseconds * 1e-9
-        msg = convert.feedback_to_msg(task_id, self.agent_id, index, state, now, duration, clip(detail))
+        msg = convert.feedback_to_msg(
+            task_id, self.agent_id, index, state, now, duration, clip(detail), nonce
+        )
         with self._pub_lock:
             self.feedback_pub.publish(msg)
 
     def _heartbeat(self) -> None:
-        """PROGRESS of the running segment, and refusals that must not wait for the worker."""
+        """The robot's beat (``/robot_heartbeat``, running or idle: the planner marks a silent robot
+        down), PROGRESS of the running segment, and refusals that must not wait for the worker."""
         period = self.p["heartbeat_period"]
-        while not self._closing.wait(period):
+        while True:
+            beat = Header(frame_id=self.agent_id, stamp=self.get_clock().now().to_msg())
+            try:
+                self.beat_pub.publish(beat)
+            except Exception as exc:  # shutting down: the context is gone
+                self.get_logger().debug(f"heartbeat: {exc}")
+            if self._closing.wait(period):
+                return
             with self._pub_lock:
                 cur = self._current
                 if cur is not None:
-                    task, index, started = cur
+                    task, index, started, nonce = cur
                     msg = convert.feedback_to_msg(
-                        task, self.agent_id, index, ev.STARTED, self.get_clock().now().nanoseconds * 1e-9
+                        task,
+                        self.agent_id,
+                        index,
+                        ev.STARTED,
+                        self.get_clock().now().nanoseconds * 1e-9,
+                        nonce=nonce,
                     )
                     msg.state = FeedbackMsg.PROGRESS
                     msg.duration = time.monotonic() - started
@@ -394,7 +417,7 @@ class RobotNode(Node):
         self.counters["busy" if h.kind == tq.BUSY else "over" if h.kind == tq.OVER else "failed"] += 1
         self._warning(h.kind, h.reason)
         if not item.marker:
-            self._feedback(item.task_id, item.index, ev.FEEDBACK_FAILED, 0.0, h.reason)
+            self._feedback(item.task_id, item.index, ev.FEEDBACK_FAILED, 0.0, h.reason, item.nonce)
 
     def _work(self) -> None:
         while not self._closing.is_set():
@@ -410,8 +433,8 @@ class RobotNode(Node):
                 continue
             item = handout.item
             with self._pub_lock:
-                self._current = (item.task_id, item.index, time.monotonic())
-            self._feedback(item.task_id, item.index, ev.STARTED, 0.0, "")
+                self._current = (item.task_id, item.index, time.monotonic(), item.nonce)
+            self._feedback(item.task_id, item.index, ev.STARTED, 0.0, "", item.nonce)
             outcome = self.runner.run(item)
             with self._pub_lock:
                 self._current = None
@@ -422,7 +445,7 @@ class RobotNode(Node):
                     "segment failed",
                     f"segment {item.index} of task {item.task_id!r} failed: {outcome.detail}",
                 )
-            self._feedback(item.task_id, item.index, state, outcome.duration, outcome.detail)
+            self._feedback(item.task_id, item.index, state, outcome.duration, outcome.detail, item.nonce)
             self.queue.done(
                 item.task_id,
                 ok=outcome.ok,
@@ -445,6 +468,7 @@ class RobotNode(Node):
                 ev.FEEDBACK_FAILED,
                 0.0,
                 "the robot node shut down before executing this segment",
+                item.nonce,
             )
         if pending:
             self.get_logger().warning(f"shutting down with {len(pending)} segment(s) not executed")

@@ -55,6 +55,7 @@ class SegmentItem:
     text: str
     final: bool = False
     received: float = field(default_factory=time.monotonic)
+    nonce: str = ""  # Segment.nonce, echoed in every feedback about this segment
 
     @property
     def marker(self) -> bool:

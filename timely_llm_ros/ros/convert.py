@@ -82,6 +82,7 @@ def segment_to_msg(
     gen_start: float = math.nan,
     gen_end: float | None = None,
     tokens: int = 0,
+    nonce: str = "",
 ) -> Segment:
     """A dispatched core segment (:class:`~timely_llm_ros.core.generation.Dispatch`) as a ``Segment``.
 
@@ -101,6 +102,7 @@ def segment_to_msg(
         tokens=tokens,
         min_exec=d.min_exec,
         expected_exec=d.expected_exec,
+        nonce=nonce,
     )
 
 

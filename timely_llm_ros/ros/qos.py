@@ -83,3 +83,8 @@ def is_latched_topic(name: str) -> bool:
 
 def feedback_qos() -> QoSProfile:
     return _reliable(FEEDBACK_DEPTH)
+
+
+def heartbeat_qos() -> QoSProfile:
+    """Robot heartbeats: reliable, shallow (only the newest beat matters)."""
+    return _reliable(SEGMENT_DEPTH)

@@ -124,6 +124,8 @@ class FrontDesk:
         with refusal("invalid", task_id):
             # the field limits ran first (so a rejection names the task); not again here
             spec = to_spec(task_id, now)
+            if self.svc.liveness.is_down(spec.agent_id):  # read only; the planner thread decides
+                raise TaskRejected(self.svc.liveness.reason(spec.agent_id, now))
             check_robot_type(spec, load_task_skill_set(spec.skill_set), self.agent_types)
             self.svc.find_plan(spec)
             self.svc.ports.open_robot(spec.agent_id)  # last: nothing else can reject it afterwards

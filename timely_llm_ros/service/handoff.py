@@ -140,6 +140,7 @@ class SegmentOut:
     gen_start: float
     gen_end: float
     tokens: int
+    nonce: str = ""  # the segment's token, echoed by the robot (core/feedback.py SegmentNonces)
 
 
 Outbound = Status | Event | Closed | SegmentOut

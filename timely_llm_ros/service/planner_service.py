@@ -39,11 +39,14 @@ from timely_llm_ros.core import events as ev
 from timely_llm_ros.core import limits
 from timely_llm_ros.core.agent_queue import AgentQueues
 from timely_llm_ros.core.engine import Engine
+from timely_llm_ros.core.feedback import FeedbackRules, SegmentNonces, TooEarly
 from timely_llm_ros.core.generation import Dispatch, TaskRecord
 from timely_llm_ros.core.planner import PlannerCore, ResumedSegment
 from timely_llm_ros.core.planner_options import PlannerOptions
+from timely_llm_ros.core.robot_liveness import RobotLiveness
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
 from timely_llm_ros.interfaces.mapping import Feedback
+from timely_llm_ros.interfaces.topics import valid_agent_id
 from timely_llm_ros.service import handoff as ho
 from timely_llm_ros.service.front_desk import FrontDesk
 from timely_llm_ros.service.journal import RESTARTED, Journal, JournalError, OpenTask, task_entry
@@ -95,8 +98,14 @@ def new_stats() -> dict[str, int]:
         "dds_lost_feedback",
         "recovered",
         "cancelled",
+        "robots_down",
+        "feedback_deferred",
     )
     return dict.fromkeys(names, 0)
+
+
+MAX_ROBOTS = 4096  # robots whose heartbeats are followed (bounded memory against ghost beats)
+MAX_DEFERRED = 1000  # feedback messages of one task held behind a deferred DONE
 
 
 class PlannerService:
@@ -124,6 +133,15 @@ class PlannerService:
         self._records: dict[str, TaskRecord] = {}
         self._specs: dict[str, TaskSpec] = {}
         self.seg_timers = SegmentTimers(self.segment_timeout, lambda: self.p["heartbeat_timeout"])
+        # feedback that follows the robot's own sequence (core/feedback.py), dead robots
+        # (core/robot_liveness.py); planner thread unless said otherwise
+        self.nonces = SegmentNonces()  # the token of every dispatched segment
+        self.liveness = RobotLiveness(params["robot_down_timeout"])  # the host's thread reads is_down
+        self.beats: dict[str, float] = {}  # host thread: last heartbeat per robot
+        self.host_tick = time.monotonic()  # host thread: when its timers last ran (lag guard)
+        # per task: feedback held behind a DONE that came too early (applied at its plausible time,
+        # then the rest in the robot's order)
+        self._deferred: dict[str, tuple[float, list[tuple[Feedback, float]]]] = {}
         self.desk = FrontDesk(self)
 
     # ------------------------------------------------------------------ clocks and warnings
@@ -178,6 +196,7 @@ class PlannerService:
             agent_queues=AgentQueues(self.p["agent_queue_depth"], self.p["lookahead"]),
             retain_records=self.p["finished_retention"],
             options=options,
+            feedback_rules=FeedbackRules(True, self.p["feedback_min_exec_fraction"]),
         )
         self.seg_timers = SegmentTimers(self.segment_timeout, lambda: self.p["heartbeat_timeout"])
 
@@ -283,15 +302,32 @@ class PlannerService:
 
     def _feedback(self, fb: Feedback, t: float) -> None:
         assert self.core is not None
-        why = self.core.feedback(fb.task_id, fb.index, fb.state, t, fb.detail, agent=fb.agent_id)
-        if why is not None:
-            self.stats["feedback_ignored"] += 1
+        held = self._deferred.get(fb.task_id)
+        if held is not None:  # behind a deferred DONE of this task: keep the robot's order
+            if len(held[1]) < MAX_DEFERRED:
+                held[1].append((fb, t))
+            return
+        why = self.nonces.check(fb.task_id, fb.index, fb.nonce)
+        if why is None:
+            why = self.core.feedback(fb.task_id, fb.index, fb.state, t, fb.detail, agent=fb.agent_id)
+        if isinstance(why, TooEarly):  # counts, but no earlier than a robot could have finished
+            self.stats["feedback_deferred"] += 1
+            self._deferred[fb.task_id] = (why.at, [(fb, why.at)])
             self.warn(
-                f"feedback:{fb.agent_id}:{fb.state}",
-                f"{fb.state} feedback from {fb.agent_id!r} for task {fb.task_id!r} segment {fb.index} "
-                f"ignored: {why}",
+                f"deferred:{fb.agent_id}",
+                f"DONE from {fb.agent_id!r} for task {fb.task_id!r} segment {fb.index} (nonce "
+                f"{fb.nonce[:16]!r}, robot stamp {fb.t:.3f}) deferred by {why.at - t:.3f} s: {why}",
             )
             return
+        if why is not None:
+            self.stats["feedback_ignored"] += 1
+            self.warn(  # the evidence: who, what, which nonce, when (rate-limited per robot and state)
+                f"feedback:{fb.agent_id}:{fb.state}",
+                f"{fb.state} feedback from {fb.agent_id!r} for task {fb.task_id!r} segment {fb.index} "
+                f"(nonce {fb.nonce[:16]!r}, robot stamp {fb.t:.3f}) ignored: {why}",
+            )
+            return
+        self.liveness.heard(fb.agent_id, t)  # feedback that passed every check proves life too
         if fb.state == ev.STARTED:
             self.seg_timers.started(fb.agent_id, fb.task_id, fb.index, t)
             self._journal("started", fb.task_id, fb.index, self.ros_time(t))
@@ -324,9 +360,58 @@ class PlannerService:
             self.p["segment_timeout_margin"],
         )
 
+    # ------------------------------------------------------------------ deferred DONEs, dead robots
+    def _apply_deferred(self, now: float) -> None:
+        """Deferred DONEs whose plausible time has come, then what their robot sent after them."""
+        for task_id, (at, waiting) in list(self._deferred.items()):
+            if at > now:
+                continue
+            del self._deferred[task_id]
+            for i, (fb, t) in enumerate(waiting):
+                self._feedback(fb, max(t, at))
+                if task_id in self._deferred:  # deferred again: the rest waits behind it
+                    self._deferred[task_id][1].extend(waiting[i + 1 :])
+                    break
+
+    def beat(self, agent: str) -> None:
+        """A robot's heartbeat (host thread): only noted here; the planner thread judges."""
+        if agent in self.beats or (valid_agent_id(agent) and len(self.beats) < MAX_ROBOTS):
+            self.beats[agent] = self.clock_fn()
+        else:
+            self.warn(
+                "beat",
+                f"heartbeat from {limits.clip(agent, 80)!r} ignored (not an agent id, or more than "
+                f"{MAX_ROBOTS} robots)",
+            )
+
+    def _check_robots(self, now: float) -> None:
+        """Heartbeats in; a robot silent past ``robot_down_timeout`` is down and all its open tasks
+        FAIL at once (core/robot_liveness.py); one that beats again is used again."""
+        assert self.core is not None
+        for agent, t in list(self.beats.items()):
+            if self.liveness.heard(agent, t):
+                self.log.warning(f"robot {agent!r} is back (heartbeat): its tasks are accepted again")
+        if time.monotonic() - self.host_tick > 1.0:
+            return  # the host's executor is behind (a burst, a stall): beats may wait in its queue
+        for agent, _silent in self.liveness.newly_down(now):
+            self.stats["robots_down"] += 1
+            reason = self.liveness.reason(agent, now)
+            failed = self.core.fail_agent(agent, reason)
+            if not failed:  # a robot that left with nothing to do: forgotten (bounded memory)
+                self.liveness.forget(agent)
+                self.beats.pop(agent, None)
+                self.log.info(f"{reason}; it had no open task")
+                continue
+            more = " ..." if len(failed) > 10 else ""
+            self.log.error(
+                f"{reason}; {len(failed)} open task(s) FAILED at once: {', '.join(failed[:10])}{more}"
+            )
+
     def _check_timeouts(self) -> None:
         assert self.core is not None
         now = self.clock_fn()
+        self._apply_deferred(now)
+        self._check_robots(now)
         for exp in self.seg_timers.expired(now):
             self.stats["timeouts"] += 1
             self.warn(f"timeout:{exp.agent}", f"task {exp.task_id!r}: {exp.reason}")
@@ -385,6 +470,7 @@ class PlannerService:
                 gen_start=self.ros_time(seg.gen_start) if seg is not None else math.nan,
                 gen_end=self.ros_time(d.t),
                 tokens=seg.n_tokens if seg is not None else 0,
+                nonce="" if d.closing_marker else self.nonces.issue(d.task_id, d.seg),
             )
         )
 
@@ -401,6 +487,8 @@ class PlannerService:
         elif state in ev.TERMINAL_STATES:
             self._journal("ended", task_id, state, limits.clip(reason))
             self.seg_timers.forget_task(agent, task_id, now)
+            self.nonces.forget(task_id)
+            self._deferred.pop(task_id, None)
             self._records.pop(task_id, None)
             self._specs.pop(task_id, None)
             self.ports.put(ho.Closed(task_id))
