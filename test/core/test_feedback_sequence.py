@@ -111,3 +111,17 @@ def test_a_block_body_is_not_held_to_its_minimum_time_robots_run_it_when_the_blo
         t += 0.0 if inside else seg.min_exec  # the body: at once; the rest: its real time
         assert p.feedback("t", i, ev.DONE, t, agent="d1") is None, (i, seg.text)
     assert rec.state == ev.COMPLETED
+
+
+def test_feedback_never_makes_a_robot_without_heartbeats_subject_to_the_down_rule():
+    """A robot node that sends feedback but no beats (an older or third-party node) was declared
+    down 5 s after its last feedback, failing its next task; feedback only refreshes beating robots."""
+    from timely_llm_ros.core.robot_liveness import RobotLiveness
+
+    live = RobotLiveness(5.0)
+    assert live.alive("quiet", 1.0) is False
+    assert live.newly_down(100.0) == [] and not live.is_down("quiet")
+    live.heard("beater", 1.0)
+    live.alive("beater", 4.0)  # feedback keeps a beating robot up
+    assert live.newly_down(8.0) == []
+    assert live.newly_down(9.5) == [("beater", 5.5)]

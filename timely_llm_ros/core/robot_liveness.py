@@ -35,6 +35,14 @@ class RobotLiveness:
         self._last[agent] = t
         return self._down.pop(agent, None) is not None
 
+    def alive(self, agent: str, t: float) -> bool:
+        """Other proof of life (checked feedback) at ``t``: refreshes a robot known by its beats only.
+        A robot that never sent a beat (an older or third-party robot node) must not be judged down
+        for the silence of beats it never sends; True when it was down until now."""
+        if agent not in self._last:
+            return False
+        return self.heard(agent, t)
+
     def newly_down(self, now: float) -> list[tuple[str, float]]:
         """Robots silent for more than ``timeout`` since their last beat, each reported once:
         ``(agent, seconds since its last beat)``."""

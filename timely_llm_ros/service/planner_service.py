@@ -327,7 +327,7 @@ class PlannerService:
                 f"(nonce {fb.nonce[:16]!r}, robot stamp {fb.t:.3f}) ignored: {why}",
             )
             return
-        self.liveness.heard(fb.agent_id, t)  # feedback that passed every check proves life too
+        self.liveness.alive(fb.agent_id, t)  # checked feedback proves life of a beating robot too
         if fb.state == ev.STARTED:
             self.seg_timers.started(fb.agent_id, fb.task_id, fb.index, t)
             self._journal("started", fb.task_id, fb.index, self.ros_time(t))
