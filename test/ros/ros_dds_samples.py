@@ -91,6 +91,7 @@ def samples() -> dict[str, tuple[type, list[Any]]]:
                     tokens=17,
                     exec_time_min=1.25,
                     exec_time_expected=2.5,
+                    nonce="9f2c4e1a7b3d5c60",
                 ),
                 Segment(
                     task_id="task-1",
@@ -118,6 +119,7 @@ def samples() -> dict[str, tuple[type, list[Any]]]:
                     stamp=_time(-5, 1),
                     duration=0.125,
                     detail=f"obstacle ahead: {UNICODE}",
+                    nonce="9f2c4e1a7b3d5c60",
                 ),
                 SegmentFeedback(
                     task_id="",
