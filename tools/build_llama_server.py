@@ -142,10 +142,22 @@ def build(venv: Path, work: Path, jobs: int) -> Path:
         found = list(bdir.rglob("llama-server"))
         binary = next((p for p in found if p.is_file() and os.access(p, os.X_OK)), binary)
     target = venv / "bin" / "llama-server"
-    shutil.copy2(binary, target)
+    install_binary(binary, target)
     subprocess.run([str(target), "--version"], check=True, capture_output=True)
     say(f"{target} built in {time.monotonic() - t0:.0f} s")
     return target
+
+
+def install_binary(binary: Path, target: Path) -> None:
+    """Put ``binary`` at ``target`` even while an old ``target`` runs.
+
+    Copying onto an executable that a process is running fails on Linux with ETXTBSY ("Text file
+    busy"); a copy next to it renamed over it replaces the directory entry instead, and the running
+    server keeps its old inode until it exits.
+    """
+    tmp = target.with_name(f".{target.name}.new")
+    shutil.copy2(binary, tmp)
+    os.replace(tmp, target)
 
 
 def main(argv: list[str] | None = None) -> int:
