@@ -7,10 +7,10 @@ import random
 import pytest
 
 from timely_llm_ros.bench import sched_overhead as so
-from timely_llm_ros.core.policy_timely import DEFAULT_WINDOW
-from timely_llm_ros.core.scheduler import Scheduler
+from timely_llm_ros.core.sched.policy_timely import DEFAULT_WINDOW
+from timely_llm_ros.core.sched.scheduler import Scheduler
+from timely_llm_ros.core.sched.ua_index import Entry
 from timely_llm_ros.core.skills import load_skill_set
-from timely_llm_ros.core.ua_index import Entry
 
 
 def test_cli_writes_the_table_json_and_figure(tmp_path, capsys):

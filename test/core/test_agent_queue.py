@@ -6,7 +6,7 @@ import math
 import pytest
 
 from timely_llm_ros.core import events as ev
-from timely_llm_ros.core.agent_queue import ACTIVE, AHEAD, WAITING, AgentQueueFull, AgentQueues
+from timely_llm_ros.core.sched.agent_queue import ACTIVE, AHEAD, WAITING, AgentQueueFull, AgentQueues
 from timely_llm_ros.core.task import TaskRejected
 from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.workload.tasks import load_catalog

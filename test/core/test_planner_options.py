@@ -7,14 +7,14 @@ import math
 import pytest
 
 from timely_llm_ros.core import events as ev
-from timely_llm_ros.core.agent_queue import AgentQueues
-from timely_llm_ros.core.overrun import gen_horizon, horizon
+from timely_llm_ros.core.options.overrun import gen_horizon, horizon
+from timely_llm_ros.core.options.planner_options import PlannerOptions
+from timely_llm_ros.core.options.urgency import load_urgency_config
 from timely_llm_ros.core.planner import PlannerCore
-from timely_llm_ros.core.planner_options import PlannerOptions
 from timely_llm_ros.core.profile import EngineProfile
+from timely_llm_ros.core.sched.agent_queue import AgentQueues
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
 from timely_llm_ros.core.tuf import NORMAL_TUF, TUF
-from timely_llm_ros.core.urgency import load_urgency_config
 from timely_llm_ros.engines.sim import SimEngine
 
 PROFILE = EngineProfile(name="t", prefill_b=0.0001, prefill_c=0.01, decode_q=0.02, decode_r=0.0)

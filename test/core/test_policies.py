@@ -3,9 +3,9 @@ checked with the error users see (planner parameter ``policy``, ``timely-llm ben
 
 import pytest
 
-from timely_llm_ros.core import policies
-from timely_llm_ros.core.admission import DEFAULT_MAX_BATCH, Admission, LatencyGuidedAdmission
-from timely_llm_ros.core.policies import (
+from timely_llm_ros.core.sched import policies
+from timely_llm_ros.core.sched.admission import DEFAULT_MAX_BATCH, Admission, LatencyGuidedAdmission
+from timely_llm_ros.core.sched.policies import (
     POLICY_NAMES,
     Policy,
     PolicyName,
@@ -14,9 +14,9 @@ from timely_llm_ros.core.policies import (
     parse_policy,
     policy_names,
 )
-from timely_llm_ros.core.policy_timely import VARIANTS, UtilityAccrualPriority, UtilityGuidedAdmission
-from timely_llm_ros.core.priority import EDFPriority, FCFSPriority, PUDPriority, RequeueFCFSPriority
-from timely_llm_ros.core.scheduler import Scheduler
+from timely_llm_ros.core.sched.policy_timely import VARIANTS, UtilityAccrualPriority, UtilityGuidedAdmission
+from timely_llm_ros.core.sched.priority import EDFPriority, FCFSPriority, PUDPriority, RequeueFCFSPriority
+from timely_llm_ros.core.sched.scheduler import Scheduler
 
 KNOWN = (
     "timely-paper, timely, fcfs-seg, edf-seg, vllm, vllm-stream, timely-no-ua, timely-no-late, "

@@ -9,7 +9,7 @@ import random
 import pytest
 from schedkit import gen
 
-from timely_llm_ros.core.policy_timely import (
+from timely_llm_ros.core.sched.policy_timely import (
     VARIANTS,
     StepModel,
     TimelyOptions,
@@ -17,8 +17,8 @@ from timely_llm_ros.core.policy_timely import (
     UtilityGuidedAdmission,
     _least_removals,
 )
-from timely_llm_ros.core.priority import PUDPriority
-from timely_llm_ros.core.scheduler import LatencyGuidedAdmission, Scheduler, parse_policy
+from timely_llm_ros.core.sched.priority import PUDPriority
+from timely_llm_ros.core.sched.scheduler import LatencyGuidedAdmission, Scheduler, parse_policy
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.core.tuf import NORMAL_TUF, URGENT_TUF
 from timely_llm_ros.sim.simulator import SimConfig, simulate

@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from timely_llm_ros.core.priority import (
+from timely_llm_ros.core.sched.priority import (
     L_MIN,
     EDFPriority,
     FCFSPriority,

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from timely_llm_ros.core.kv_policy import (
+from timely_llm_ros.core.options.kv_policy import (
     KVOptions,
     KVPolicyError,
     at_suspension,
@@ -17,11 +17,9 @@ from timely_llm_ros.core.kv_policy import (
     lamps_waste,
     victim_key,
 )
-from timely_llm_ros.core.length_predictor import LengthPredictor, segment_time
-from timely_llm_ros.core.profile import EngineProfile
-from timely_llm_ros.core.token_budget import BudgetOptions, Running, choose_budget, largest_chunk
-from timely_llm_ros.core.tuf import TUF
-from timely_llm_ros.core.urgency import (
+from timely_llm_ros.core.options.length_predictor import LengthPredictor, segment_time
+from timely_llm_ros.core.options.token_budget import BudgetOptions, Running, choose_budget, largest_chunk
+from timely_llm_ros.core.options.urgency import (
     LexicalClassifier,
     LLMClassifier,
     ProbeBook,
@@ -30,6 +28,8 @@ from timely_llm_ros.core.urgency import (
     load_urgency_config,
     parse_config,
 )
+from timely_llm_ros.core.profile import EngineProfile
+from timely_llm_ros.core.tuf import TUF
 
 # prefill(N) = 0.001 N + 0.01 s; swap out 0.5 ms/token, swap in 1 ms/token
 COSTS = EngineProfile(

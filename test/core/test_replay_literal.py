@@ -1,4 +1,4 @@
-"""Replay mode's engine-independent part (core/replay.py) and its wiring through the planner.
+"""Replay mode's engine-independent part (core/options/replay.py) and its wiring through the planner.
 
 The engine here is the simulated one turned into a *generating* engine that obeys the ``plan``
 constraint (it emits the literal it is handed, or a fixed other plan without one): what a real
@@ -17,9 +17,8 @@ from timely_llm_ros.bench import realbench
 from timely_llm_ros.core.engine import EngineError, check_replays, plan_kwargs
 from timely_llm_ros.core.grammar import Gbnf
 from timely_llm_ros.core.intake import Intake
-from timely_llm_ros.core.planner import PlannerCore
-from timely_llm_ros.core.planner_options import PlannerOptions
-from timely_llm_ros.core.replay import (
+from timely_llm_ros.core.options.planner_options import PlannerOptions
+from timely_llm_ros.core.options.replay import (
     PlanLiteral,
     ReplayError,
     gbnf_literal,
@@ -28,6 +27,7 @@ from timely_llm_ros.core.replay import (
     replay_budget,
     token_counts,
 )
+from timely_llm_ros.core.planner import PlannerCore
 from timely_llm_ros.core.task import TaskRejected
 from timely_llm_ros.engines.sim import SimEngine
 

@@ -3,7 +3,7 @@
 import pytest
 from schedkit import gen
 
-from timely_llm_ros.core.scheduler import (
+from timely_llm_ros.core.sched.scheduler import (
     NUMPY_THRESHOLD,
     LatencyGuidedAdmission,
     Scheduler,
@@ -195,8 +195,8 @@ def test_numpy_path_picks_like_python_path():
 
 
 def test_a_policy_of_ones_own_plugs_in_without_a_registry():
-    from timely_llm_ros.core.priority import EDFPriority
-    from timely_llm_ros.core.scheduler import Admission, Policy, policy_names
+    from timely_llm_ros.core.sched.priority import EDFPriority
+    from timely_llm_ros.core.sched.scheduler import Admission, Policy, policy_names
 
     class Never(Admission):
         name = "never"

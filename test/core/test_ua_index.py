@@ -5,9 +5,9 @@ import random
 import pytest
 from schedkit import gen
 
-from timely_llm_ros.core import ua_index
+from timely_llm_ros.core.sched import ua_index
+from timely_llm_ros.core.sched.ua_index import LATE, ONTIME, PROMOTED, TARDY, Entry, PhaseIndex, SortedTuples
 from timely_llm_ros.core.tuf import NORMAL_TUF, URGENT_TUF
-from timely_llm_ros.core.ua_index import LATE, ONTIME, PROMOTED, TARDY, Entry, PhaseIndex, SortedTuples
 
 
 def test_phase_boundaries_hand_computed():

@@ -11,7 +11,7 @@ import os
 import pytest
 from llamacpp_guard import require_llamacpp
 
-from timely_llm_ros.core.kv_policy import KVOptions
+from timely_llm_ros.core.options.kv_policy import KVOptions
 from timely_llm_ros.core.skills import load_skill_set
 from timely_llm_ros.engines.base import EngineError, EngineOutOfMemory
 
@@ -221,11 +221,11 @@ def test_planner_options_on_the_real_engine(engine):
     first letters), overrun ``kill`` expires a task whose horizon has passed before anything of it is
     sent, and the length predictor and slack budget run alongside (what is asserted: outcomes)."""
     from timely_llm_ros.core import events as ev
+    from timely_llm_ros.core.options.planner_options import PlannerOptions
+    from timely_llm_ros.core.options.urgency import load_urgency_config
     from timely_llm_ros.core.planner import PlannerCore
-    from timely_llm_ros.core.planner_options import PlannerOptions
     from timely_llm_ros.core.task import TaskSpec
     from timely_llm_ros.core.tuf import TUF
-    from timely_llm_ros.core.urgency import load_urgency_config
 
     sent, states = [], []
     opts = PlannerOptions(urgency="llm", overrun="kill", length_predictor=True, token_budget="slack")

@@ -15,8 +15,8 @@ import pytest
 from llama_server_kit import FaultProxy, LlamaServer, drive_planner
 
 from timely_llm_ros.core import events as ev
+from timely_llm_ros.core.options.planner_options import PlannerOptions
 from timely_llm_ros.core.planner import PlannerCore
-from timely_llm_ros.core.planner_options import PlannerOptions
 from timely_llm_ros.core.skills import load_skill_set
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.core.tuf import NORMAL_TUF, URGENT_TUF

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from timely_llm_ros.core.engine import Context, EngineError
-from timely_llm_ros.core.kv_policy import KVOptions
+from timely_llm_ros.core.options.kv_policy import KVOptions
 from timely_llm_ros.engines.sequences import (
     FINISHED,
     HOST,

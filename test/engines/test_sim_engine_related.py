@@ -3,7 +3,7 @@ a per-step token budget — timings computed by hand from the profile below."""
 
 import pytest
 
-from timely_llm_ros.core.kv_policy import KVOptions
+from timely_llm_ros.core.options.kv_policy import KVOptions
 from timely_llm_ros.core.profile import EngineProfile
 from timely_llm_ros.engines.base import EngineError, EngineOutOfMemory
 from timely_llm_ros.engines.sim import SimEngine

@@ -303,8 +303,8 @@ def test_vllm_serves_the_planner_twice_on_one_engine(eng):
     model's own plans (any end but an engine error is fine: a model may run into max_tokens or the
     motion budget); the second replays fixed plans (``plan_source: reference``), which must then
     complete exactly as written, whatever the model."""
+    from timely_llm_ros.core.options.planner_options import PlannerOptions
     from timely_llm_ros.core.planner import PlannerCore
-    from timely_llm_ros.core.planner_options import PlannerOptions
     from timely_llm_ros.core.task import TaskSpec
     from timely_llm_ros.core.tuf import NORMAL_TUF
 
@@ -375,7 +375,7 @@ def test_vllm_kv_policy_keep_pins_and_discard_re_prefills_the_private_tokens(eng
     token to compute, so a resume of L ids hits ``(L − 1) // bs · bs`` tokens when the blocks stayed
     (keep: pinned, counted in memory().pinned until the resumed request is scheduled) and only the
     shared skill-set prefix's full blocks, ``shared // bs · bs``, after discard."""
-    from timely_llm_ros.core.kv_policy import KVOptions
+    from timely_llm_ros.core.options.kv_policy import KVOptions
 
     sset = load_skill_set("tello_minispec")
     bs = eng.block_size

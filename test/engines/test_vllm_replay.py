@@ -16,7 +16,7 @@ import os
 import pytest
 
 from timely_llm_ros.bench import realbench
-from timely_llm_ros.core.planner_options import PlannerOptions
+from timely_llm_ros.core.options.planner_options import PlannerOptions
 from timely_llm_ros.core.skills import load_skill_set
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]

@@ -11,7 +11,7 @@ import pytest
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core import limits
 from timely_llm_ros.core.intake import NOT_ACTIVE
-from timely_llm_ros.core.planner_options import PlannerOptions
+from timely_llm_ros.core.options.planner_options import PlannerOptions
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
 from timely_llm_ros.core.tuf import NORMAL_TUF
 from timely_llm_ros.engines.sim import SimEngine

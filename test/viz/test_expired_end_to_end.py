@@ -12,7 +12,7 @@ pytest.importorskip("rosbags", reason="rosbags is installed in the project venv 
 
 from timely_llm_ros.cli import main  # noqa: E402
 from timely_llm_ros.core import events as ev  # noqa: E402
-from timely_llm_ros.core.planner_options import PlannerOptions  # noqa: E402
+from timely_llm_ros.core.options.planner_options import PlannerOptions  # noqa: E402
 from timely_llm_ros.core.tuf import TUF  # noqa: E402
 from timely_llm_ros.lrtrace.from_bag import load_run  # noqa: E402
 from timely_llm_ros.lrtrace.simbag import write_sim_bag  # noqa: E402

@@ -2,7 +2,7 @@
 
 ``python -m timely_llm_ros.bench.ablation --out results/ [--groups low,overload] [--variants ...]``
 
-Variants (:data:`timely_llm_ros.core.policy_timely.VARIANTS`, registered as policies):
+Variants (:data:`timely_llm_ros.core.sched.policy_timely.VARIANTS`, registered as policies):
 
 ==================  ====================================================================
 timely              everything on
@@ -41,7 +41,7 @@ from typing import Any
 from timely_llm_ros.bench import scenarios as sc
 from timely_llm_ros.bench.runner import clean
 from timely_llm_ros.bench.tables import TIME_NOTE, class_order, render_table
-from timely_llm_ros.core.policy_timely import VARIANTS
+from timely_llm_ros.core.sched.policy_timely import VARIANTS
 
 VARIANT_NAMES = ("timely", *VARIANTS, "timely-paper", "edf-seg")
 # Default scenario set: three low-load cases and five loaded ones (kept small: two shared cores).
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
-    from timely_llm_ros.core.scheduler import UnknownPolicy, parse_policy
+    from timely_llm_ros.core.sched.scheduler import UnknownPolicy, parse_policy
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     try:

@@ -6,7 +6,7 @@ and that must be *computed*, not argued. Three bounds, each tighter than the one
 1. **alone** — every task served alone on an idle engine at its arrival (prefix cached): batching
    only slows a decode step and queueing only adds waiting, so no policy answers a task sooner.
    At the published loads this is ~100 % on every urgent row and proves nothing.
-2. **chain** — the simulated robots run one task at a time in arrival order (core.agent_queue): a
+2. **chain** — the simulated robots run one task at a time in arrival order (core.sched.agent_queue): a
    task's first segment goes out only when the robot's previous task ``j`` has ended, ``net``
    later, and ``j`` cannot end before ``a_j + W_j + E_j`` (its own earliest response plus the robot
    time of its whole plan). So ``W_i ≥ max(alone_i, a_j + lb(W_j) + E_j + net − a_i)``, down each
@@ -60,10 +60,10 @@ from timely_llm_ros.bench.bound_math import (
     tardiness_bound,
 )
 from timely_llm_ros.core import events as ev
-from timely_llm_ros.core.admission import DEFAULT_MAX_BATCH
 from timely_llm_ros.core.intake import Intake
-from timely_llm_ros.core.planner_options import PlannerOptions
+from timely_llm_ros.core.options.planner_options import PlannerOptions
 from timely_llm_ros.core.profile import EngineProfile, load_profile
+from timely_llm_ros.core.sched.admission import DEFAULT_MAX_BATCH
 from timely_llm_ros.core.task import TaskSpec, task_class
 from timely_llm_ros.engines.sim import SimEngine
 from timely_llm_ros.sim.simulator import SimConfig, simulate

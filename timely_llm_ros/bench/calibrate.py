@@ -30,8 +30,8 @@ import numpy as np
 
 from timely_llm_ros.bench.phase_account import PhaseTap, StepSample, price_step
 from timely_llm_ros.core.engine import Engine
+from timely_llm_ros.core.options.planner_options import PlannerOptions
 from timely_llm_ros.core.planner import PlannerCore
-from timely_llm_ros.core.planner_options import PlannerOptions
 from timely_llm_ros.core.profile import EngineProfile
 from timely_llm_ros.core.task import TaskSpec
 

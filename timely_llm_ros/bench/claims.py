@@ -18,7 +18,7 @@ is silent) does differently from this package:
   package's default ``timely`` (docs/scheduling.md says what changed and why);
 * the engine loop: the public code adds at most one request (new or resumed) per engine
   iteration in every scheduler it compares; ``@a1`` runs a policy that way (:mod:`~timely_llm_ros.
-  core.policies`), and the rows show our loop and the paper's side by side;
+  core.sched.policies`), and the rows show our loop and the paper's side by side;
 * overheads (Tables 4 and 5) are measured on a different implementation; they are shown, not
   expected to match.
 

@@ -21,7 +21,7 @@ from timely_llm_ros.bench import runner as rn
 from timely_llm_ros.bench.run_plan import RunPlan
 from timely_llm_ros.bench.scenario_table import render as render_summary
 from timely_llm_ros.bench.tables import TIME_NOTE, class_tables, overhead_tables
-from timely_llm_ros.core.scheduler import UnknownPolicy, policy_names
+from timely_llm_ros.core.sched.scheduler import UnknownPolicy, policy_names
 from timely_llm_ros.workload.errors import WorkloadError
 from timely_llm_ros.workload.fileformat import PUBLIC_SAMPLES, presets
 
@@ -429,7 +429,7 @@ def _scenario_summary(
     from timely_llm_ros.bench import scenarios as sc
     from timely_llm_ros.bench.bounds import class_bounds
     from timely_llm_ros.bench.scenario_table import summary_rows
-    from timely_llm_ros.core.admission import DEFAULT_MAX_BATCH
+    from timely_llm_ros.core.sched.admission import DEFAULT_MAX_BATCH
     from timely_llm_ros.sim.simulator import SimConfig
 
     config = SimConfig(

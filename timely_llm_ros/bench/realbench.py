@@ -38,7 +38,7 @@ real and predicted response times and the prediction's relative error; the mean 
 and the ratios between policies (mean response and %Σβ relative to the first policy), real vs
 predicted. Writes ``realbench.json`` and ``realbench.png`` to ``--out``.
 
-``--plans reference`` (replay mode, :mod:`timely_llm_ros.core.replay`): every task with a reference
+``--plans reference`` (replay mode, :mod:`timely_llm_ros.core.options.replay`): every task with a reference
 plan (an LRTrace task's plan) has the engine write exactly that plan — its structured-output
 constraint is the literal — so the real and the predicted run execute the same plans whatever the
 model (dummy weights included). Each task then reports whether its plan equals the reference, the
@@ -67,10 +67,10 @@ from timely_llm_ros.bench.phase_account import PhaseTap, compare_phases, phase_t
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.exectime import load_exec_time_model
 from timely_llm_ros.core.metrics import summarize
+from timely_llm_ros.core.options.planner_options import PlannerOptions
+from timely_llm_ros.core.options.replay import MODEL, PLAN_SOURCES, REFERENCE, token_counts
 from timely_llm_ros.core.planner import PlannerCore
-from timely_llm_ros.core.planner_options import PlannerOptions
 from timely_llm_ros.core.profile import EngineProfile, load_profile
-from timely_llm_ros.core.replay import MODEL, PLAN_SOURCES, REFERENCE, token_counts
 from timely_llm_ros.core.robot_sim import RobotSim
 from timely_llm_ros.core.task import TaskRejected, TaskSpec, task_class
 from timely_llm_ros.engines.base import Engine
@@ -420,7 +420,7 @@ def compare(real: Run, pred: Run, references: dict[str, str] | None = None) -> d
 
 def replay_summary(per_task: list[dict[str, Any]]) -> dict[str, Any]:
     """Replay mode: how many plans equal their reference, and the tokens the replayed plans took vs
-    the model tokenizer's own tokenization of the same texts (:func:`~timely_llm_ros.core.replay.
+    the model tokenizer's own tokenization of the same texts (:func:`~timely_llm_ros.core.options.replay.
     token_counts`; the model picks among the tokenizations of the literal)."""
     replayed = [t for t in per_task if t.get("reference")]
     exact = [t for t in replayed if t["replayed_exactly"]]

@@ -1,7 +1,7 @@
 """``timely-llm bench --suite related``: every planner option beyond the paper against its off state.
 
-The options (README "Beyond the paper"; :mod:`timely_llm_ros.core.planner_options`,
-:mod:`timely_llm_ros.core.kv_policy`) are switched on one at a time over the ``timely`` policy on
+The options (README "Beyond the paper"; :mod:`timely_llm_ros.core.options.planner_options`,
+:mod:`timely_llm_ros.core.options.kv_policy`) are switched on one at a time over the ``timely`` policy on
 the simulated engine (virtual clock, the default profile), and each run is compared with the run of
 the same workload in that option's *off* state:
 
@@ -41,9 +41,9 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from timely_llm_ros.core.kv_policy import KVOptions
 from timely_llm_ros.core.metrics import summarize
-from timely_llm_ros.core.planner_options import PlannerOptions
+from timely_llm_ros.core.options.kv_policy import KVOptions
+from timely_llm_ros.core.options.planner_options import PlannerOptions
 from timely_llm_ros.core.profile import load_profile
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.core.tuf import tuf_class

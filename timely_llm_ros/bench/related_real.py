@@ -26,8 +26,8 @@ from typing import Any
 
 from timely_llm_ros.bench.realbench import ENGINE_OPTIONS, GPU_URGENT_FIRST_SEGMENT, drive, first_segment_time
 from timely_llm_ros.core.metrics import summarize
+from timely_llm_ros.core.options.planner_options import PlannerOptions
 from timely_llm_ros.core.planner import PlannerCore
-from timely_llm_ros.core.planner_options import PlannerOptions
 from timely_llm_ros.core.task import TaskSpec, task_class
 from timely_llm_ros.workload import resolve_workload
 

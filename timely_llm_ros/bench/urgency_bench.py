@@ -27,15 +27,15 @@ import yaml
 
 from timely_llm_ros.core.engine import script_kwargs
 from timely_llm_ros.core.metrics import percentile
-from timely_llm_ros.core.paths import config_path
-from timely_llm_ros.core.tuf import is_urgent
-from timely_llm_ros.core.urgency import (
+from timely_llm_ros.core.options.urgency import (
     PROBE_KEY,
     LexicalClassifier,
     LLMClassifier,
     ProbeBook,
     load_urgency_config,
 )
+from timely_llm_ros.core.paths import config_path
+from timely_llm_ros.core.tuf import is_urgent
 
 
 @dataclass(frozen=True)

@@ -1,3 +1,35 @@
-"""Pure-Python TimelyLLM core: TUF, PUD priorities, scheduler, segmenter, execution-time
-models and metrics. Nothing in this package imports ROS, so the same code drives the
-simulator, the real engines and the ROS nodes, and can be tested on a virtual clock."""
+"""Pure-Python TimelyLLM core: nothing in this package imports ROS, so the same code drives the
+simulator, the real engines and the ROS nodes, and can be tested on a virtual clock.
+
+What is where (a newcomer reads the first group first):
+
+**The paper's algorithms and values** (TimelyLLM, paper 000), in this folder:
+
+* :mod:`.tuf` — time-utility functions (Eq. 1, segment TUFs, deadlines, zero-utility time);
+* :mod:`.task` — :class:`~.task.TaskSpec`, what a robot asks for; :mod:`.generation` — requests,
+  segments and their timestamps (§4.2); :mod:`.events` — trace events and task states;
+* :mod:`.segmenter` — where a generation is suspended (§4.1); :mod:`.exectime` — per-skill robot
+  execution-time models (§4.3); :mod:`.profile` — an engine's timing and memory profile;
+* :mod:`.planner` — :class:`~.planner.PlannerCore`, the segmented-generation loop (§3, §4.1–4.4);
+  :mod:`.engine` — the engine port it drives (engines implement it);
+* :mod:`.metrics` — per-task and per-class metrics (§7.1); :mod:`.skills` — skill sets and plans.
+
+**The scheduler's parts** — :mod:`timely_llm_ros.core.sched`: priorities (PUD, EDF, FCFS), the
+robust ``timely`` policy and its index, admission checks, the closed set of policies, the
+:class:`~timely_llm_ros.core.sched.scheduler.Scheduler`, the per-robot task queue.
+
+**Optional mechanisms beyond the paper** — :mod:`timely_llm_ros.core.options`: the planner options
+(urgency classes, length predictor, overrun strategies, token budget, replay of reference plans)
+and the engines' KV policy for suspended generations (related papers 001–004).
+
+**Plumbing** (checks at the boundary, files, helpers), in this folder: :mod:`.intake` (the
+planner's front door), :mod:`.limits` (field limits of anything received), :mod:`.feedback` (which
+robot feedback is believed), :mod:`.robot_liveness` (heartbeats), :mod:`.motion_budget` (how far
+one plan may move a robot), :mod:`.grammar` (GBNF of a skill set), :mod:`.exectime_fit`
+(refitting time models), :mod:`.robot_sim` (simulated robots), :mod:`.paths` and :mod:`.schema`
+(data files and their JSON Schemas).
+
+Each module is imported by its own path (``from timely_llm_ros.core.tuf import TUF``); the two
+wings have faces that list their public names (``timely_llm_ros.core.sched.__all__``,
+``timely_llm_ros.core.options.__all__``).
+"""

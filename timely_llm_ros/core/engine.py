@@ -178,7 +178,7 @@ class Engine(ABC):
     # EOS), which is not part of this port; callers pass it through :func:`script_kwargs`.
     needs_script = False
     # True for engines that can hold a generation to an exact text (replay mode,
-    # :mod:`timely_llm_ros.core.replay`): their ``admit`` takes one more keyword, ``plan`` (the text
+    # :mod:`timely_llm_ros.core.options.replay`): their ``admit`` takes one more keyword, ``plan`` (the text
     # the generation must write, applied as the engine's structured-output constraint in place of the
     # skill grammar; after a resumption the constraint is the rest of it). Callers pass it through
     # :func:`plan_kwargs`.
@@ -226,11 +226,11 @@ class Engine(ABC):
     def set_importance(self, gen_id: int, importance: float) -> None:  # noqa: B027 (optional hook)
         """Semantic importance of a generation (larger = keep its KV longer; the planner passes the
         task's initial utility β). Engines that evict suspended contexts in ``priority`` order
-        (paper 001's eviction heap, :mod:`timely_llm_ros.core.kv_policy`) use it; others ignore it."""
+        (paper 001's eviction heap, :mod:`timely_llm_ros.core.options.kv_policy`) use it; others ignore it."""
 
     def set_prefill_budget(self, tokens: int | None) -> None:  # noqa: B027 (optional hook)
         """At most ``tokens`` prompt tokens in the next :meth:`step` (None: whole prompts); the planner
-        chooses it before every step (:mod:`timely_llm_ros.core.token_budget`). Engines with chunked
+        chooses it before every step (:mod:`timely_llm_ros.core.options.token_budget`). Engines with chunked
         prefill (simulated with ``chunked_prefill``, llama.cpp) use it; others ignore it."""
 
     def cost_profile(self):

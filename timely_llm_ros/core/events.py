@@ -84,7 +84,7 @@ TASK_STATES = (
 )
 TERMINAL_STATES = frozenset((REJECTED, COMPLETED, FAILED, EXPIRED, CANCELLED))
 
-# Per-robot queueing (core.agent_queue) in TraceEvent details, so that a timeline or report names a
+# Per-robot queueing (core.sched.agent_queue) in TraceEvent details, so that a timeline or report names a
 # wait for the task's own robot as such (not as a wait for the engine): ADMIT of a task whose robot
 # still runs an earlier task starts with ROBOT_BUSY (``robot busy: waiting for robot 'd1' to end task
 # 'x'`` — not scheduled; or ``robot busy: generating ahead while …`` — scheduled, its segments held);

@@ -20,7 +20,7 @@ FAILED      the segment was dispatched and is not DONE — a robot may fail a se
 ==========  =========================================================================================
 
 A task that is already terminal accepts nothing. A held segment (planned but not yet sent, see
-:mod:`.agent_queue`) is not dispatched: no robot can hold it.
+:mod:`.sched.agent_queue`) is not dispatched: no robot can hold it.
 
 **The robot's own sequence** (:class:`FeedbackRules`, on in the ROS planner node, where any participant
 of the DDS domain can publish feedback; off for the in-process robots of the simulators): a DONE

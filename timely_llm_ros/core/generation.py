@@ -266,7 +266,7 @@ class Generation:
         self.prompt_ids: list[int] = []
         self.prefix_len = 0
         self.script: list[int] | None = None
-        self.plan: str | None = None  # replay mode: the text the engine must write (core/replay.py)
+        self.plan: str | None = None  # replay mode: the text the engine must write (core/options/replay.py)
         self.max_tokens = int(spec.max_tokens)
         self.seg_tokens = 0
         self.seg_start = NAN
@@ -278,7 +278,7 @@ class Generation:
         self.done_segments = 0
         self.text: list[str] = []
         self.held: list[Dispatch] = []  # segments planned while its robot executes another task
-        self.parked = False  # out of the scheduler until its robot is free (see core.agent_queue)
+        self.parked = False  # out of the scheduler until its robot is free (see core.sched.agent_queue)
 
     def deadline(self) -> float:
         """Latest generation end of the current segment for its action to start on time:

@@ -8,7 +8,7 @@ built around its own validation), an unknown skill set, a prompt that does not f
 context, and (simulated engine) a missing reference plan.
 
 In replay mode (``replay``, planner option ``plan_source: reference``) a task's reference plan is
-handed to a generating engine as the exact text to write (:mod:`.replay`); its token budget grows to
+handed to a generating engine as the exact text to write (:mod:`.options.replay`); its token budget grows to
 the literal's length when smaller, so a replay is never cut short. Tasks without one keep the skill
 grammar.
 
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from timely_llm_ros.core.engine import Engine, EngineError
 from timely_llm_ros.core.limits import RecentIds, tuf_or_reject
-from timely_llm_ros.core.replay import ReplayError, reference_literal, replay_budget
+from timely_llm_ros.core.options.replay import ReplayError, reference_literal, replay_budget
 from timely_llm_ros.core.skills import SkillParseError, SkillSet, load_skill_set
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
 
@@ -51,7 +51,7 @@ class PreparedTask:
     prefix_len: int  # the first prefix_len ids are the skill set's shared prompt
     max_tokens: int  # the task's budget, capped by what is left of the context
     script: list[int] | None  # simulated engine: the reference plan's ids
-    plan: str | None = None  # replay mode: the text the engine must write (core/replay.py)
+    plan: str | None = None  # replay mode: the text the engine must write (core/options/replay.py)
 
 
 class Intake:
@@ -59,7 +59,7 @@ class Intake:
 
     def __init__(self, engine: Engine, replay: bool = False) -> None:
         self.engine = engine
-        self.replay = replay  # plan_source: reference (core/replay.py)
+        self.replay = replay  # plan_source: reference (core/options/replay.py)
         self._prefix_ids: dict[str, list[int]] = {}
 
     def prefix_ids(self, sset: SkillSet) -> list[int]:

@@ -4,7 +4,7 @@ the real engines and the ROS planner node.
 One :meth:`PlannerCore.step` = one scheduling point + one engine iteration:
 
 1. the scheduler picks generations to admit (new) or resume (suspended) — priorities recomputed at
-   the current time, batch size, KV memory and the policy's admission check (:mod:`.scheduler`);
+   the current time, batch size, KV memory and the policy's admission check (:mod:`.sched.scheduler`);
 2. ``engine.step()`` advances every running generation by one token;
 3. each token's text goes to that generation's :class:`SegmentChecker`. When it reports an
    executable segment, the segment is parsed and validated — a segment that does not parse is never
@@ -14,7 +14,7 @@ One :meth:`PlannerCore.step` = one scheduling point + one engine iteration:
 4. at EOS / token limit the remaining text is the final segment if it holds skills (``vllm``: the
    whole plan is one segment), and the generation is released.
 
-One task at a time per robot (:mod:`.agent_queue`): only the robot's *active* task has its segments
+One task at a time per robot (:mod:`.sched.agent_queue`): only the robot's *active* task has its segments
 dispatched; the next task may generate ahead, but its segments are *held* (SEGMENT_READY now, DISPATCH
 when the robot's previous task is terminal), and its suspended generation is parked outside the
 scheduler until then; further tasks wait unscheduled. A task beyond the per-robot depth is REJECTED.
@@ -41,7 +41,7 @@ is, its slot and KV are released, the task ends CANCELLED (``CANCEL`` event).
 Bounded memory (long-running planners): with ``retain_records`` set, a terminal task's generation
 is dropped and only the last ``retain_records`` records are kept (the simulator keeps all).
 
-Options beyond the paper (``options``, :mod:`.planner_options`): a TUF derived from the instruction
+Options beyond the paper (``options``, :mod:`.options.planner_options`): a TUF derived from the instruction
 for tasks without one (semantic urgency), G(·) from an online segment-length predictor, overrun
 strategies that EXPIRE a task once its utility horizon has passed (an EXPIRED task is terminal like a
 FAILED one: its robot's next task becomes active), and a per-step prompt-token budget.
@@ -58,7 +58,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from timely_llm_ros.core import events as ev
-from timely_llm_ros.core.agent_queue import AHEAD, WAITING, AgentQueueFull, AgentQueues
 from timely_llm_ros.core.engine import (
     Engine,
     EngineError,
@@ -73,9 +72,10 @@ from timely_llm_ros.core.feedback import TRUSTED, FeedbackRules, feedback_proble
 from timely_llm_ros.core.generation import Dispatch, Generation, Segment, TaskRecord, estimated_action_end
 from timely_llm_ros.core.intake import Intake
 from timely_llm_ros.core.motion_budget import PlanBudgets
-from timely_llm_ros.core.planner_options import PlannerExtras, PlannerOptions
-from timely_llm_ros.core.replay import REFERENCE
-from timely_llm_ros.core.scheduler import Policy, Scheduler
+from timely_llm_ros.core.options.planner_options import PlannerExtras, PlannerOptions
+from timely_llm_ros.core.options.replay import REFERENCE
+from timely_llm_ros.core.sched.agent_queue import AHEAD, WAITING, AgentQueueFull, AgentQueues
+from timely_llm_ros.core.sched.scheduler import Policy, Scheduler
 from timely_llm_ros.core.skills import SkillParseError, load_skill_set
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
 
@@ -523,7 +523,7 @@ class PlannerCore:
                 if held
                 else "",
             )
-            if held:  # generate no further ahead: parked until its robot is free (core.agent_queue)
+            if held:  # generate no further ahead: parked until its robot is free (core.sched.agent_queue)
                 gen.parked = True
             else:
                 self._push(gen)
@@ -586,7 +586,7 @@ class PlannerCore:
         return True
 
     def _send(self, gen: Generation, d: Dispatch) -> None:
-        """Dispatch ``d`` now if its task is its robot's active one, else hold it (core.agent_queue)."""
+        """Dispatch ``d`` now if its task is its robot's active one, else hold it (core.sched.agent_queue)."""
         rec = gen.record
         if gen.held or not self.agents.may_dispatch(rec.agent_id, rec.task_id):
             if not d.closing_marker:
@@ -738,7 +738,7 @@ class PlannerCore:
         self._end(gen, t, ev.EXPIRED, ev.EXPIRE, reason)
 
     def _overrun(self, gen: Generation, t: float) -> None:
-        """A tracked generation's utility horizon has passed (core/overrun.py)."""
+        """A tracked generation's utility horizon has passed (core/options/overrun.py)."""
         rec = gen.record
         how = self.extras.overrun.strategy(gen.spec)
         seg = len(rec.segments)

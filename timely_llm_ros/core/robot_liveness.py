@@ -9,7 +9,7 @@ with that reason. Any later beat (the robot was restarted, or the network came b
 again and its tasks are accepted as before.
 
 A robot never heard from is not judged here (an older robot node, or one still starting): the
-segment timeouts (:mod:`.liveness`) cover it. Beats are not authenticated: a participant that fakes
+segment timeouts (:mod:`timely_llm_ros.service.liveness`) cover it. Beats are not authenticated: a participant that fakes
 a dead robot's beats only delays its detection back to those segment timeouts (README, "Reliability
 and security").
 """

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from timely_llm_ros.core.tuf import TUF, tuf_class
 
-# Overrun strategies a task may ask for ("" = the planner's default); see core/overrun.py.
+# Overrun strategies a task may ask for ("" = the planner's default); see core/options/overrun.py.
 OVERRUNS = ("", "continue", "kill", "skip-next")
 
 
@@ -39,7 +39,7 @@ class TaskSpec:
     skill_set: str
     instruction: str
     # None: the task names no TUF (``auto``); the planner's urgency classifier derives one from the
-    # instruction (core/urgency.py), or, with it off, rejects the task
+    # instruction (core/options/urgency.py), or, with it off, rejects the task
     tuf: TUF | None
     arrival: float = 0.0
     scene: str = ""
@@ -54,7 +54,7 @@ class TaskSpec:
     trace_id: int | None = None
     # What the planner does once the task's utility horizon has passed (its current segment can no
     # longer yield positive utility): "continue", "kill" or "skip-next" (TimeBill's overrun
-    # strategies, core/overrun.py); "" = the planner's default.
+    # strategies, core/options/overrun.py); "" = the planner's default.
     overrun: str = ""
     # Simulation only: the TUF a benchmark judges a task by when the planner has to derive its own
     # (``tuf`` None): metrics use this one, the scheduler the derived one.

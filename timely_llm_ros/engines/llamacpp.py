@@ -25,7 +25,7 @@ This is the default real engine: SmolLM2-135M-Instruct (the GGUF inside the
   excluded) are saved with ``llama_state_seq_get_data`` into host memory and removed; on resume they
   are restored with ``llama_state_seq_set_data`` and re-linked to the prefix. If the host budget
   (``host_kv_budget``) is exhausted the KV is discarded instead and re-prefilled on resume.
-  ``kv_policy``, ``eviction`` and ``reload`` choose otherwise (:mod:`timely_llm_ros.core.kv_policy`:
+  ``kv_policy``, ``eviction`` and ``reload`` choose otherwise (:mod:`timely_llm_ros.core.options.kv_policy`:
   keep / spill / drop at suspension, LAMPS' least memory-over-time waste, paper 001's eviction heap
   and cache-vs-recompute rule); their costs come from ``cost_profile`` (default: the shipped fitted
   profile of the default model).
@@ -35,7 +35,7 @@ This is the default real engine: SmolLM2-135M-Instruct (the GGUF inside the
   sampler that persists across suspensions, so the segments of one plan form one derivation and
   every segment parses. Free-text skill sets (chatbot) have no grammar. **Replay mode**: an
   admission with ``plan`` (the planner's ``plan_source: reference``) gets a grammar whose only
-  sentence is that text (:func:`~timely_llm_ros.core.replay.gbnf_literal`) in place of the skill
+  sentence is that text (:func:`~timely_llm_ros.core.options.replay.gbnf_literal`) in place of the skill
   grammar; its sampler also persists across suspensions, so after a resumption it admits exactly the
   rest of the literal.
 * **Sampling.** Greedy (argmax) by default; ``temperature > 0`` samples with a per-generation RNG
@@ -95,9 +95,9 @@ from timely_llm_ros.core.engine import (
     TokenOut,
     check_admission,
 )
-from timely_llm_ros.core.kv_policy import HOST, KEEP, at_suspension
+from timely_llm_ros.core.options.kv_policy import HOST, KEEP, at_suspension
+from timely_llm_ros.core.options.replay import gbnf_literal
 from timely_llm_ros.core.profile import EngineProfile
-from timely_llm_ros.core.replay import gbnf_literal
 from timely_llm_ros.engines.llamacpp_batch import Batching
 from timely_llm_ros.engines.llamacpp_chat import ChatPrompt, Grammars
 from timely_llm_ros.engines.llamacpp_config import DEFAULT_COST_PROFILE, LlamaCppConfig, default_threads
@@ -136,7 +136,7 @@ class LlamaCppEngine(KVMemory, Batching, Engine):
     tokens, 7 ms/token from 64), so small chunks cost nothing extra only below that size.
     Once the planner drives the budget (:meth:`set_prefill_budget`, its ``token_budget`` option) its
     per-step value replaces ``prefill_chunk``. ``kv_policy`` / ``eviction`` / ``reload``: what happens
-    to suspended generations' KV (:mod:`timely_llm_ros.core.kv_policy`); ``cost_profile``: a profile
+    to suspended generations' KV (:mod:`timely_llm_ros.core.options.kv_policy`); ``cost_profile``: a profile
     name, path or :class:`~timely_llm_ros.core.profile.EngineProfile` pricing prefill and transfers
     (None: the shipped CPU profile when the model is the default one).
     """

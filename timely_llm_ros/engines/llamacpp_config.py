@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from timely_llm_ros.core.engine import EngineError
-from timely_llm_ros.core.kv_policy import KVOptions, KVPolicyError
+from timely_llm_ros.core.options.kv_policy import KVOptions, KVPolicyError
 from timely_llm_ros.core.profile import EngineProfile, ProfileError, load_profile
 
 # Fitted on this engine with the default model (timely-llm profile); prices prefill and transfers.
@@ -91,7 +91,7 @@ class LlamaCppConfig:
     # at a 1.2k context went from 18 ms to 35-60 ms and stayed there; with 0.1 it stayed at 18-21 ms
     # (measured on this project's 2-core CPU, bench/phase_account.py found it)
     defrag_thold: float = 0.1
-    # what happens to suspended generations' KV (timely_llm_ros.core.kv_policy) and its cost model
+    # what happens to suspended generations' KV (timely_llm_ros.core.options.kv_policy) and its cost model
     kv_policy: str = "evict"
     eviction: str = "furthest"
     reload: str = "host-first"

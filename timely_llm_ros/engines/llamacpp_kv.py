@@ -1,7 +1,7 @@
 """KV memory of the llama.cpp engine: sequence ids, room for a step, spill to host memory.
 
 Why apart: which suspended generation leaves the context, where its KV goes (host memory or
-nowhere) and how it comes back are one policy (:mod:`timely_llm_ros.core.kv_policy`) applied to one
+nowhere) and how it comes back are one policy (:mod:`timely_llm_ros.core.options.kv_policy`) applied to one
 resource, the cells and sequence ids of the one llama.cpp context; the batching only asks for room.
 
 When a step needs more cells than ``kv_budget`` allows, suspended generations are evicted in the
@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 
 from timely_llm_ros.core.engine import EngineError, EngineOutOfMemory, MemoryInfo
-from timely_llm_ros.core.kv_policy import DROP, KVOptions, evict_destination
+from timely_llm_ros.core.options.kv_policy import DROP, KVOptions, evict_destination
 from timely_llm_ros.core.profile import EngineProfile
 from timely_llm_ros.engines.llamacpp_native import NativeModel
 from timely_llm_ros.engines.llamacpp_seq import LlamaSeq, Prefix, StepInfo

@@ -25,7 +25,7 @@ honest:
 * **grammar**: the skill set's GBNF in the server's field (:mod:`.openai_protocol`); a resumed request
   is a new derivation and gets :func:`~.vllm.continuation_gbnf`. ``grammar: None`` turns it off
   explicitly (the segment parser still gates every segment). **Replay mode** (``admit(...,
-  plan=text)``): the grammar is the literal (:func:`~timely_llm_ros.core.replay.gbnf_literal`) — on
+  plan=text)``): the grammar is the literal (:func:`~timely_llm_ros.core.options.replay.gbnf_literal`) — on
   a resumption the rest of it after the text delivered so far — and no stop strings apply (the literal
   ends the plan); text that leaves the literal fails the generation with the reason.
 
@@ -62,7 +62,7 @@ from timely_llm_ros.core.engine import (
     TokenOut,
     check_admission,
 )
-from timely_llm_ros.core.replay import PlanLiteral, ReplayError, gbnf_literal
+from timely_llm_ros.core.options.replay import PlanLiteral, ReplayError, gbnf_literal
 from timely_llm_ros.engines.chat_template import wrap_ids
 from timely_llm_ros.engines.openai_http import Endpoint, HttpFailure, Stream, StreamEvent, call
 from timely_llm_ros.engines.openai_protocol import (

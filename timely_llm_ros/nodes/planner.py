@@ -31,7 +31,7 @@ Clocks: the planner runs on the engine clock (monotonic); stamps on messages are
 converted with one offset measured at configure. Robot feedback stamps are used when they lie within
 ``feedback_clock_tolerance`` of the planner's own reading, else the receipt time (clock skew).
 
-Replay mode (``plan_source: reference``, :mod:`~timely_llm_ros.core.replay`): a real engine writes
+Replay mode (``plan_source: reference``, :mod:`~timely_llm_ros.core.options.replay`): a real engine writes
 each task's reference plan exactly — the plan the simulated engine would emit, looked up in the
 ``sim_plans`` sources as for ``engine: sim`` — as its structured-output constraint; a task for which
 no source has a plan keeps the skill grammar (the model writes its own).
@@ -56,7 +56,7 @@ from std_msgs.msg import Header
 
 from timely_llm_ros.core import limits
 from timely_llm_ros.core.feedback import FeedbackRules
-from timely_llm_ros.core.replay import REFERENCE
+from timely_llm_ros.core.options.replay import REFERENCE
 from timely_llm_ros.core.task import TaskRejected
 from timely_llm_ros.engines.base import EngineError
 from timely_llm_ros.msg import Segment, SegmentFeedback, Task, TaskStatus, TraceEvent

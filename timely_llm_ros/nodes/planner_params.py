@@ -29,9 +29,9 @@ from typing import Any
 
 import yaml
 
-from timely_llm_ros.core.planner_options import PlannerOptions
-from timely_llm_ros.core.replay import MODEL, PLAN_SOURCES
-from timely_llm_ros.core.scheduler import parse_policy
+from timely_llm_ros.core.options.planner_options import PlannerOptions
+from timely_llm_ros.core.options.replay import MODEL, PLAN_SOURCES
+from timely_llm_ros.core.sched.scheduler import parse_policy
 from timely_llm_ros.nodes.common import Param, nonempty
 from timely_llm_ros.nodes.sim_support import CATALOG
 

@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from timely_llm_ros.core.kv_policy import KVOptions
+from timely_llm_ros.core.options.kv_policy import KVOptions
 from timely_llm_ros.core.skills import SkillParseError, SkillSet, load_skill_set
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.engines.base import TokenOut

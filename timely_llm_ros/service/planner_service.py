@@ -37,13 +37,13 @@ from typing import Any, Protocol
 
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core import limits
-from timely_llm_ros.core.agent_queue import AgentQueues
 from timely_llm_ros.core.engine import Engine
 from timely_llm_ros.core.feedback import FeedbackRules, SegmentNonces, TooEarly
 from timely_llm_ros.core.generation import Dispatch, TaskRecord
+from timely_llm_ros.core.options.planner_options import PlannerOptions
 from timely_llm_ros.core.planner import PlannerCore, ResumedSegment
-from timely_llm_ros.core.planner_options import PlannerOptions
 from timely_llm_ros.core.robot_liveness import RobotLiveness
+from timely_llm_ros.core.sched.agent_queue import AgentQueues
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
 from timely_llm_ros.interfaces.mapping import Feedback
 from timely_llm_ros.interfaces.topics import valid_agent_id

@@ -13,7 +13,7 @@ nothing else of the package). Timeline rules:
   virtual clock by its modelled duration); when the engine has nothing to run, the clock jumps to the
   next event;
 * a rejected task (bad input) gets a REJECT event and a record; the others are unaffected;
-* each robot executes one task at a time (:mod:`timely_llm_ros.core.agent_queue`): a task whose
+* each robot executes one task at a time (:mod:`timely_llm_ros.core.sched.agent_queue`): a task whose
   robot is busy waits, its response time counted from its own arrival.
 
 Same inputs + same seed give identical results bit for bit: no wall clock, no hash-order iteration,
@@ -27,14 +27,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from timely_llm_ros.core import events as ev
-from timely_llm_ros.core.agent_queue import AgentQueues
 from timely_llm_ros.core.exectime import load_exec_time_model
 from timely_llm_ros.core.generation import TaskRecord
-from timely_llm_ros.core.kv_policy import KVOptions
+from timely_llm_ros.core.options.kv_policy import KVOptions
+from timely_llm_ros.core.options.planner_options import PlannerOptions
 from timely_llm_ros.core.planner import UNBOUNDED_AGENT_DEPTH, PlannerCore
-from timely_llm_ros.core.planner_options import PlannerOptions
 from timely_llm_ros.core.profile import EngineProfile
 from timely_llm_ros.core.robot_sim import RobotSim
+from timely_llm_ros.core.sched.agent_queue import AgentQueues
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
 from timely_llm_ros.engines.replicas import ReplicaSetEngine, simulated_replicas
 from timely_llm_ros.engines.sim import SimEngine
@@ -53,7 +53,7 @@ class SimConfig:
     network_latency: float = 0.008  # planner -> robot (public TimelyLLM code: 8 ms)
     seed: int = 0
     replicas: int = 1  # engine replicas behind the one planner (engines.replicas.ReplicaSetEngine)
-    # one task at a time per robot (core.agent_queue): how many of a robot's queued tasks may generate
+    # one task at a time per robot (core.sched.agent_queue): how many of a robot's queued tasks may generate
     # ahead while its current task executes (their segments are held until it ends)
     lookahead: int = 1
     options: PlannerOptions | None = None  # planner options beyond the paper (None: defaults)

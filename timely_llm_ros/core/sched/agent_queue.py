@@ -25,7 +25,7 @@ generation, §4.1) and competes with other robots' urgent work for the engine: g
 queue ahead would spend engine time and KV memory on plans that cannot execute for a long time. One
 task ahead per robot bounds that cost to one suspended context per robot; the segmented scheduler
 suspends it after its first executable segment (it is not re-queued until it becomes active, see
-:mod:`.planner`). ``lookahead = 0`` makes every queued task wait unscheduled.
+:mod:`..planner`). ``lookahead = 0`` makes every queued task wait unscheduled.
 
 Pure Python, no ROS: the same queue runs in the simulator (virtual clock) and in the ROS planner node.
 """

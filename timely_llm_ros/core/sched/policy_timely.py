@@ -105,11 +105,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
 
-from timely_llm_ros.core.admission import DEFAULT_MAX_BATCH, Admission, LatencyGuidedAdmission
 from timely_llm_ros.core.generation import Generation
-from timely_llm_ros.core.priority import PriorityStrategy, Ranking, check_estimate
+from timely_llm_ros.core.sched.admission import DEFAULT_MAX_BATCH, Admission, LatencyGuidedAdmission
+from timely_llm_ros.core.sched.priority import PriorityStrategy, Ranking, check_estimate
+from timely_llm_ros.core.sched.ua_index import INF, LATE, ONTIME, PROMOTED, Entry, PhaseIndex
 from timely_llm_ros.core.tuf import utility
-from timely_llm_ros.core.ua_index import INF, LATE, ONTIME, PROMOTED, Entry, PhaseIndex
 
 # Prior of the measured step model before any measurement (paper Table 1 profile: 21.5 ms
 # per decode step + 0.8 ms per extra running sequence, i.e. ≈ 3.7 % of a step per sequence) and of
@@ -618,7 +618,7 @@ def timely_strategies(options: TimelyOptions | None = None) -> tuple[PriorityStr
 
 
 # Ablation variants (bench/ablation.py): each switches one change off (or all: timely-edf-dyn). Each
-# is a member of core.policies.PolicyName, whose factory builds it with timely_strategies(VARIANTS[name]).
+# is a member of core.sched.policies.PolicyName, whose factory builds it with timely_strategies(VARIANTS[name]).
 VARIANTS: dict[str, TimelyOptions] = {
     "timely-no-ua": TimelyOptions(ua_defer=False),
     "timely-no-late": TimelyOptions(late_tier=False, aging=0.0),

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from timely_llm_ros.core.generation import Generation
-    from timely_llm_ros.core.priority import Ranking
+    from timely_llm_ros.core.sched.priority import Ranking
 
 DEFAULT_MAX_BATCH = 8  # maximum batch of a policy without @bN (the reference model's)
 

@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from timely_llm_ros.core.engine import script_kwargs
-from timely_llm_ros.core.length_predictor import LengthPredictor, segment_time
-from timely_llm_ros.core.overrun import STRATEGIES, OverrunTracker
-from timely_llm_ros.core.replay import MODEL, check_plan_source
-from timely_llm_ros.core.token_budget import TOKEN_BUDGETS, BudgetOptions, Running, choose_budget
-from timely_llm_ros.core.urgency import (
+from timely_llm_ros.core.options.length_predictor import LengthPredictor, segment_time
+from timely_llm_ros.core.options.overrun import STRATEGIES, OverrunTracker
+from timely_llm_ros.core.options.replay import MODEL, check_plan_source
+from timely_llm_ros.core.options.token_budget import TOKEN_BUDGETS, BudgetOptions, Running, choose_budget
+from timely_llm_ros.core.options.urgency import (
     CLASSIFIERS,
     PROBE_KEY,
     Classification,

@@ -22,9 +22,9 @@ import enum
 import re
 from dataclasses import dataclass
 
-from timely_llm_ros.core.admission import DEFAULT_MAX_BATCH, Admission, LatencyGuidedAdmission
-from timely_llm_ros.core.policy_timely import VARIANTS, timely_strategies
-from timely_llm_ros.core.priority import (
+from timely_llm_ros.core.sched.admission import DEFAULT_MAX_BATCH, Admission, LatencyGuidedAdmission
+from timely_llm_ros.core.sched.policy_timely import VARIANTS, timely_strategies
+from timely_llm_ros.core.sched.priority import (
     EDFPriority,
     FCFSPriority,
     PriorityStrategy,
