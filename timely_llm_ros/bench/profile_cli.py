@@ -461,9 +461,7 @@ def run(args: argparse.Namespace) -> int:
                 json.dumps({"plan": asdict(plan), "measurements": asdict(meas), "fit": coef}, indent=1)
             )
     finally:
-        close = getattr(engine, "close", None)
-        if callable(close):
-            close()
+        engine.close()
     print(
         f"wrote {out}: prefill a={prof.prefill_a:.3e} b={prof.prefill_b:.3e} c={prof.prefill_c:.3e}; "
         f"decode q={prof.decode_q:.3e} p={prof.decode_p:.3e} r={prof.decode_r:.3e}; "

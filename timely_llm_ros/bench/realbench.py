@@ -747,9 +747,7 @@ def run(args: argparse.Namespace) -> int:
                 flush=True,
             )
     finally:
-        close = getattr(engine, "close", None)
-        if callable(close):
-            close()
+        engine.close()
     text = table(results, args.engine)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)

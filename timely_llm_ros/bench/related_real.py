@@ -120,9 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[related_real] token_budget={mode}: {len(tasks)} tasks ...", flush=True)
             results.append(one_run(engine, tasks, mode))
     finally:
-        close = getattr(engine, "close", None)
-        if callable(close):
-            close()
+        engine.close()
     text = table(results, scale)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -263,6 +263,19 @@ class Engine(ABC):
     def running(self) -> int:
         """Number of generations that the next step will advance."""
 
+    @abstractmethod
+    def close(self) -> None:
+        """Release everything the engine holds: its generations, the model and its memory (llama.cpp
+        context, vLLM engine core), open server streams and threads.
+
+        Contract: idempotent (a second call does nothing and never raises), and it never raises
+        for generations still running (they are dropped). After it the engine is spent; an engine
+        that holds a model or a connection refuses further calls with :class:`EngineError`. Why on
+        the port: whoever created an engine (the planner service on shutdown or re-configure, the
+        benchmark CLIs) must free a GPU's memory or a server's slots without knowing which engine
+        it holds.
+        """
+
 
 def check_admission(admitted: bool, gen_id: int, prompt_ids: list[int], max_tokens: object) -> None:
     """The arguments every real engine refuses in ``Engine.admit`` (an id already admitted, an empty

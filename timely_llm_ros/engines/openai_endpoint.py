@@ -618,9 +618,12 @@ class OpenAIEndpointEngine(Engine):
         return gen_id in self._gens
 
     def close(self) -> None:
-        """Close every stream (the planner node calls this on shutdown through the replica set)."""
+        """Close every stream and forget every generation (the port's contract; the replica set
+        calls it for each server). The stream threads end once their sockets are closed."""
         for gen in self._gens.values():
             self._close(gen)
+            gen.state = _FINISHED
+        self._gens.clear()
 
     # -- step -------------------------------------------------------------------------------------
     def step(self) -> list[TokenOut]:

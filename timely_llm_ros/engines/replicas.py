@@ -424,10 +424,12 @@ class ReplicaSetEngine(Engine):
             self.replicas[idx].engine.release(gen_id)
 
     def close(self) -> None:
+        """Close every replica (each one's contract: idempotent, releases its streams or model)."""
+        self._orphans.clear()
+        self._meta.clear()
+        self._where.clear()
         for r in self.replicas:
-            close = getattr(r.engine, "close", None)
-            if close is not None:
-                close()
+            r.engine.close()
 
     # -- step -------------------------------------------------------------------------------------
     def step(self) -> list[TokenOut]:

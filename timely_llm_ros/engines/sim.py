@@ -303,6 +303,11 @@ class SimEngine(Engine):
                 self._mem_host -= seq.private
         seq.state = _FINISHED
 
+    def close(self) -> None:
+        """Forget every generation (the simulator holds no model, thread or connection)."""
+        for gen_id in list(self._seqs):
+            self.release(gen_id)
+
     def step(self) -> list[TokenOut]:
         if not self._active:
             return []

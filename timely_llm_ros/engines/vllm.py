@@ -463,6 +463,7 @@ class VllmEngine(Engine):
         self._request_seq = itertools.count(1)  # request ids never repeat (module docstring)
         self._meter = SpeedMeter(speed_window)
         self._new_since_step = False
+        self._closed = False
         self.resume_log: list[ResumeRecord] = []
         self.kv_log: list[KVRecord] = []
         self.step_budget = kvk.StepBudget(self.llm)
@@ -806,7 +807,11 @@ class VllmEngine(Engine):
         self._by_request.clear()
 
     def close(self) -> None:
-        """Release every generation and stop vLLM's engine core (frees its KV cache memory)."""
+        """Release every generation and stop vLLM's engine core (frees its KV cache memory);
+        a second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         self.reset()
         core = getattr(self.llm, "engine_core", None)
         shutdown = getattr(core, "shutdown", None)

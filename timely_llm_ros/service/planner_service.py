@@ -213,10 +213,9 @@ class PlannerService:
 
     def release_engine(self) -> None:
         engine, self.engine, self.core = self.engine, None, None
-        close = getattr(engine, "close", None) or getattr(engine, "shutdown", None)
-        if callable(close):
+        if engine is not None:
             try:
-                close()
+                engine.close()
             except Exception as exc:  # releasing must not fail the transition
                 self.log.warning(f"engine close: {exc}")
 
