@@ -9,7 +9,13 @@ import pytest
 
 from timely_llm_ros.core.profile import EngineProfile
 from timely_llm_ros.engines.base import Engine, EngineError
-from timely_llm_ros.engines.registry import BackendMissing, available_engines, create_engine, engine_class
+from timely_llm_ros.engines.registry import (
+    ENGINES,
+    BackendMissing,
+    available_engines,
+    create_engine,
+    engine_class,
+)
 from timely_llm_ros.engines.sim import SimEngine
 
 
@@ -45,3 +51,30 @@ def test_llamacpp_with_a_missing_model_file_says_so():
     # BackendMissing (no llama-cpp-python) or the missing file: both are EngineErrors with a reason
     with pytest.raises(EngineError, match="llama-cpp-python|model file not found"):
         create_engine("llamacpp", model_path="/nonexistent/model.gguf")
+
+
+def test_wall_clock_sim_is_registered_and_real_engines_are_the_same_class():
+    from timely_llm_ros.engines.sim_realtime import RealtimeSimEngine
+
+    assert engine_class("sim", wall_clock=True) is RealtimeSimEngine
+    eng = create_engine("sim", wall_clock=True, clock=lambda: 5.0, kv_policy="discard")
+    assert isinstance(eng, RealtimeSimEngine) and eng.now() == 5.0 and eng.kv.policy == "discard"
+    for name in ("llamacpp", "vllm", "openai"):
+        assert engine_class(name, wall_clock=True) is engine_class(name)
+    with pytest.raises(EngineError, match=r"engine 'sim' has no parameter\(s\) \['model_path'\]"):
+        create_engine("sim", wall_clock=True, model_path="/m.gguf")
+
+
+def test_the_planner_node_builds_what_the_registry_builds(tmp_path):
+    """The node's ``engine`` choices are the registry's names, and ``engine:=sim`` builds the
+    registry's wall-clock class (one list of names, one class per name)."""
+    import threading
+
+    from timely_llm_ros.nodes.planner_params import PARAMS
+    from timely_llm_ros.nodes.planner_setup import make_engine
+
+    param = next(p for p in PARAMS if p.name == "engine")
+    assert tuple(param.choices) == tuple(ENGINES) and sorted(ENGINES) == available_engines()
+    p = {"engine": "sim", "engine_options": "{chunked_prefill: true}", "profile": "llama3-8b-fp16-rtx4090"}
+    eng = make_engine(p, {}, threading.Event())
+    assert type(eng) is engine_class("sim", wall_clock=True) and eng.chunked

@@ -214,20 +214,18 @@ def test_bad_start_up_parameters_exit_with_a_clear_error(tmp_path):
     # engine options the sim engine does not take are an error, never silently ignored
     cmd[-1] = "engine_options:={model_path: /m.gguf}"
     out = subprocess.run(cmd, env=dict(os.environ), capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and "the sim engine has no option(s) ['model_path']" in out.stderr
+    assert out.returncode == 2 and "engine 'sim' has no parameter(s) ['model_path']" in out.stderr
     cmd[-1] = "engine_options:={kv_policy: sometimes}"
     out = subprocess.run(cmd, env=dict(os.environ), capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "kv_policy must be one of" in out.stderr
 
 
 def test_the_sim_engine_takes_its_kv_options():
-    from timely_llm_ros.nodes.sim_support import RealtimeSimEngine, sim_engine_kwargs
+    from timely_llm_ros.engines.sim_realtime import RealtimeSimEngine
 
-    kw = sim_engine_kwargs({"kv_policy": "discard", "chunked_prefill": True})
-    eng = RealtimeSimEngine(clock=lambda: 0.0, **kw)
+    eng = RealtimeSimEngine(clock=lambda: 0.0, kv_policy="discard", chunked_prefill=True)
     assert (eng.kv.policy, eng.chunked) == ("discard", True)
     assert eng.kv.eviction == RealtimeSimEngine(clock=lambda: 0.0).kv.eviction  # the profile's order stays
-    assert sim_engine_kwargs({}) == {"kv_options": {}}
 
 
 # --------------------------------------------------------------------------------------- pieces
@@ -249,7 +247,7 @@ class _FakeClock:
 
 def test_realtime_sim_engine_waits_until_each_modelled_step_end():
     from timely_llm_ros.engines.sim import SimEngine
-    from timely_llm_ros.nodes.sim_support import RealtimeSimEngine
+    from timely_llm_ros.engines.sim_realtime import RealtimeSimEngine
 
     clock = _FakeClock()
     eng = RealtimeSimEngine("llama3-8b-fp16-rtx4090", clock=clock, stop=clock)

@@ -32,10 +32,10 @@ import yaml
 from timely_llm_ros.core.options.planner_options import PlannerOptions
 from timely_llm_ros.core.options.replay import MODEL, PLAN_SOURCES
 from timely_llm_ros.core.sched.scheduler import parse_policy
+from timely_llm_ros.engines.registry import ENGINES
 from timely_llm_ros.nodes.common import Param, nonempty
 from timely_llm_ros.nodes.sim_support import CATALOG
 
-ENGINES = ("sim", "llamacpp", "vllm", "openai")
 MAPPING_PARAMS = ("engine_options", "planner_options")
 RESTART_MODES = ("fail", "resume")
 
@@ -140,8 +140,8 @@ PARAMS = (
     Param(
         "engine",
         "sim",
-        "LLM engine: sim (simulated engine in real time), llamacpp, vllm or openai",
-        choices=ENGINES,
+        "LLM engine: " + ", ".join(f"{n} ({e.summary})" for n, e in ENGINES.items()),
+        choices=tuple(ENGINES),  # the registry's names (the one list), in its order
         configure_time=True,
     ),
     Param(

@@ -16,41 +16,41 @@ from typing import Any
 from timely_llm_ros.core.options.kv_policy import KVPolicyError
 from timely_llm_ros.core.options.planner_options import PlannerOptions
 from timely_llm_ros.core.options.replay import REFERENCE
-from timely_llm_ros.engines.base import Engine
+from timely_llm_ros.engines.base import Engine, EngineError
+from timely_llm_ros.engines.registry import create_engine
 from timely_llm_ros.nodes.common import ParamError
 from timely_llm_ros.nodes.planner_params import engine_options, planner_options
-from timely_llm_ros.nodes.sim_support import PlanTable, RealtimeSimEngine, sim_engine_kwargs
+from timely_llm_ros.nodes.sim_support import PlanTable
+
+# what the node itself gives the real-time simulated engine (never an engine option)
+NODE_SIM_ARGS = ("profile", "clock", "stop")
 
 
 def make_engine(p: Mapping[str, Any], overrides: Mapping[Any, Any], stop: threading.Event) -> Engine:
-    """The engine the ``engine`` / ``engine_options`` / ``profile`` parameters name (``stop``: the
-    real-time simulated engine's sleeps end when it is set)."""
+    """The engine the ``engine`` / ``engine_options`` / ``profile`` parameters name, built by the
+    registry on the wall clock (``engine:=sim``: the real-time simulated engine, timed by the
+    ``profile`` parameter; ``stop``: its sleeps end when it is set)."""
     name = p["engine"]
-    if name == "sim":
-        try:
-            kwargs = sim_engine_kwargs(engine_options(name, p["engine_options"], overrides))
-        except ValueError as exc:
-            raise ParamError(f"parameter 'engine_options': {exc}") from None
-        try:
-            return RealtimeSimEngine(p["profile"], clock=time.monotonic, stop=stop, **kwargs)
-        except KVPolicyError as exc:
-            raise ParamError(f"parameter 'engine_options': {exc}") from None
-        except (KeyError, ValueError, OSError) as exc:
-            raise ParamError(f"parameter 'profile': {exc}") from None
-    try:
-        from timely_llm_ros.engines.registry import create_engine  # type: ignore[import-not-found]
-    except ImportError as exc:
-        raise ParamError(
-            f"engine {name!r} needs timely_llm_ros.engines.registry, which cannot be "
-            f"imported here ({exc}); use engine:=sim"
-        ) from None
     try:
         options = engine_options(name, p["engine_options"], overrides)
     except ValueError as exc:
         raise ParamError(f"parameter 'engine_options': {exc}") from None
+    sim = name == "sim"
+    if sim:
+        owned = sorted(set(options) & set(NODE_SIM_ARGS))
+        if owned:
+            raise ParamError(
+                f"parameter 'engine_options': {owned} are set by the planner node (the simulated "
+                "engine's timing model is the 'profile' parameter)"
+            )
+        options = {**options, "profile": p["profile"], "clock": time.monotonic, "stop": stop}
     try:
-        return create_engine(name, **options)
+        return create_engine(name, wall_clock=True, **options)
     except Exception as exc:  # model file missing, GPU library absent, bad option ...
+        if sim and isinstance(exc, (KVPolicyError, EngineError)):  # an option it lacks, a bad value
+            raise ParamError(f"parameter 'engine_options': {exc}") from None
+        if sim and isinstance(exc, (KeyError, ValueError, OSError)):  # the profile did not load
+            raise ParamError(f"parameter 'profile': {exc}") from None
         raise ParamError(f"engine {name!r} could not be created: {type(exc).__name__}: {exc}") from None
 
 

@@ -1,14 +1,7 @@
-"""What the planner node needs to run the *simulated* engine on the wall clock (no ROS here).
+"""The reference plans the planner node's *simulated* engine emits (no ROS here).
 
-**Real-time simulated engine.** :class:`~timely_llm_ros.engines.sim.SimEngine` keeps a virtual clock:
-``step()`` prices one decoding iteration from the engine profile and advances the clock by that
-amount instantly. The planner node works in wall time (robots execute for real), so
-:class:`RealtimeSimEngine` drives the same model in real time: before every step the virtual clock
-is moved up to "now" (``advance_to``: the engine was idle or the planner was busy in between), the
-step is priced as usual, and then the call *sleeps until the modelled end of the step* before it
-returns the tokens — so tokens, segment cuts and dispatches happen at the wall times the profile
-predicts, exactly as they would with a real GPU in lock-step. ``now()`` is the wall clock. The
-sleep watches a stop event so shutdown is never delayed by more than one step.
+The real-time simulated engine itself is :mod:`timely_llm_ros.engines.sim_realtime` (the registry
+builds it for ``engine:=sim``).
 
 **Reference plans.** The simulated engine emits a scripted plan per task (``TaskSpec.reference_plan``),
 but a ``Task`` message carries no plan (a real robot has none to give). :class:`PlanTable` holds the
@@ -31,80 +24,12 @@ from __future__ import annotations
 
 import math
 import re
-import threading
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
-from timely_llm_ros.core.options.kv_policy import KVOptions
 from timely_llm_ros.core.skills import SkillParseError, SkillSet, load_skill_set
 from timely_llm_ros.core.task import TaskSpec
-from timely_llm_ros.engines.base import TokenOut
-from timely_llm_ros.engines.sim import SimEngine
 
 CATALOG = "catalog"
-
-
-# engine_options the simulated engine takes (the names the llama.cpp engine uses for the same switches)
-SIM_ENGINE_OPTIONS = ("kv_policy", "eviction", "reload", "chunked_prefill")
-
-
-def sim_engine_kwargs(options: dict) -> dict:
-    """``engine_options`` of ``engine:=sim`` as :class:`RealtimeSimEngine` keywords; ValueError naming
-    an option it does not take (never silently ignored). Values are checked by the engine."""
-    unknown = sorted(set(options) - set(SIM_ENGINE_OPTIONS))
-    if unknown:
-        raise ValueError(
-            f"the sim engine has no option(s) {unknown}; accepted: {', '.join(SIM_ENGINE_OPTIONS)}"
-        )
-    kv = {("policy" if k == "kv_policy" else k): v for k, v in options.items() if k != "chunked_prefill"}
-    out: dict = {"kv_options": kv}
-    if "chunked_prefill" in options:
-        if not isinstance(options["chunked_prefill"], bool):
-            raise ValueError(f"chunked_prefill must be true or false, got {options['chunked_prefill']!r}")
-        out["chunked_prefill"] = options["chunked_prefill"]
-    return out
-
-
-class RealtimeSimEngine(SimEngine):
-    """SimEngine whose steps take their modelled duration in wall time (see module docstring)."""
-
-    def __init__(
-        self,
-        profile: str = "llama3-8b-fp16-rtx4090",
-        *,
-        clock: Callable[[], float] = time.time,
-        stop: threading.Event | None = None,
-        max_sleep: float = 5.0,
-        kv_options: dict | None = None,
-        chunked_prefill: bool = False,
-    ) -> None:
-        self._clock = clock
-        self._stop = stop or threading.Event()
-        self._max_sleep = float(max_sleep)
-        super().__init__(profile, start_time=clock(), chunked_prefill=chunked_prefill)
-        if kv_options:  # over the profile's eviction order (the engine's default KV options)
-            self.kv = KVOptions(**{"eviction": self.kv.eviction, **kv_options})
-        self.info.name = f"sim-realtime:{self.profile.name}"
-        self.late_s = 0.0  # total time steps returned after their modelled end (host too slow)
-
-    def now(self) -> float:
-        return self._clock()
-
-    def virtual_now(self) -> float:
-        """End of the last modelled step (the parent's virtual clock)."""
-        return SimEngine.now(self)
-
-    def step(self) -> list[TokenOut]:
-        self.advance_to(self._clock())
-        outs = super().step()
-        if outs:
-            delay = self.virtual_now() - self._clock()
-            if delay > 0:
-                # a profile never prices one iteration near max_sleep; the cap guards a bad profile
-                self._stop.wait(min(delay, self._max_sleep))
-            else:
-                self.late_s += -delay
-        return outs
 
 
 class PlanTable:
