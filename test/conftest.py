@@ -101,7 +101,7 @@ def vllm_unavailable_reason() -> str | None:
     if importlib.util.find_spec("vllm") is None:
         return "vLLM is not installed here (make vllm for the CPU build, pip install vllm on a GPU)"
     from timely_llm_ros.engines.base import EngineError
-    from timely_llm_ros.engines.vllm import default_model
+    from timely_llm_ros.engines.vllm_config import default_model
 
     try:
         model = Path(default_model())

@@ -197,7 +197,7 @@ def _preflight(engine: str) -> str | None:
         import importlib.util
 
         from timely_llm_ros.engines.base import EngineError
-        from timely_llm_ros.engines.vllm import default_model
+        from timely_llm_ros.engines.vllm_config import default_model
 
         if importlib.util.find_spec("vllm") is None:
             return (

@@ -18,11 +18,10 @@ import pytest
 
 from timely_llm_ros.core.grammar import Gbnf, GrammarError, build_gbnf
 from timely_llm_ros.core.skills import load_skill_set
-from timely_llm_ros.engines.vllm import (
-    _FINISH,
-    VllmEngine,
+from timely_llm_ros.engines.skill_grammar import continuation_gbnf
+from timely_llm_ros.engines.vllm import _FINISH, VllmEngine
+from timely_llm_ros.engines.vllm_config import (
     build_engine_args,
-    continuation_gbnf,
     default_model,
     sampling_kwargs,
     supported_engine_args,
@@ -170,11 +169,14 @@ def test_priority_lower_value_is_served_first():
 
 # ------------------------------------------------------------------------------ grammars (xgrammar)
 def _engine_grammar(name: str, resumed: bool) -> object | None:
-    """``VllmEngine._grammar`` (our code path) on an engine that was never started."""
+    """``VllmEngine._structured`` (our code path) on an engine that was never started."""
+    from timely_llm_ros.engines.skill_grammar import GrammarTexts
+    from timely_llm_ros.engines.vllm import _Req
+
     eng = object.__new__(VllmEngine)
-    eng._grammar_spec, eng._grammars, eng._so_cls = "auto", {}, sp.StructuredOutputsParams
+    eng._grammars, eng._so_cls = GrammarTexts("auto"), sp.StructuredOutputsParams
     eng._prefetched, eng._prefetch = set(), lambda structured: None  # no vLLM engine to prefetch into
-    return eng._grammar(name, resumed)
+    return eng._structured(_Req(1, [1], 8, name, 1), resumed)
 
 
 def _matcher_factory():

@@ -35,7 +35,7 @@ from timely_llm_ros.core.grammar import Gbnf, build_gbnf
 from timely_llm_ros.core.skills import load_skill_set
 from timely_llm_ros.engines.base import EngineError
 from timely_llm_ros.engines.registry import BackendMissing
-from timely_llm_ros.engines.vllm import continuation_gbnf
+from timely_llm_ros.engines.skill_grammar import continuation_gbnf
 
 ROBOT_SETS = ["tello_minispec", "robot_arm", "arm_fltrnn"]
 # Reasons a task may fail for what its model wrote (any model): never the engine's doing.

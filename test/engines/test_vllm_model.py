@@ -13,7 +13,7 @@ pytestmark = pytest.mark.vllm
 
 
 def test_default_model_directory_is_complete_and_has_a_chat_template():
-    from timely_llm_ros.engines.vllm import default_model
+    from timely_llm_ros.engines.vllm_config import default_model
 
     model = Path(default_model())
     assert is_built(model) or all((model / f).is_file() for f in REQUIRED_FILES), sorted(model.iterdir())

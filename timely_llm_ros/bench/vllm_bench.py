@@ -292,7 +292,7 @@ def floor_of(eng: VllmEngine, model: str, bandwidth: float | None) -> wf.Floor:
 
 def shaped_model(shape: str, tokenizer_model: str | None, where: Path) -> str:
     """The directory of a built-in model shape (random weights), built once under ``where``."""
-    from timely_llm_ros.engines.vllm import default_model
+    from timely_llm_ros.engines.vllm_config import default_model
 
     out = where / shape
     if not (out / "config.json").is_file():

@@ -109,7 +109,7 @@ from timely_llm_ros.engines.llamacpp_native import (
     default_model_path,
 )
 from timely_llm_ros.engines.llamacpp_seq import LlamaSeq, Prefix, StepInfo
-from timely_llm_ros.engines.sequences import FINISHED, RUNNING, SequenceTable
+from timely_llm_ros.engines.sequences import FINISHED, SequenceTable
 
 __all__ = ["DEFAULT_COST_PROFILE", "LlamaCppConfig", "LlamaCppEngine", "StepInfo", "default_threads"]
 
@@ -349,18 +349,10 @@ class LlamaCppEngine(KVMemory, Batching, Engine):
         table.add(LlamaSeq(gen_id, ids, prefix_ids, max_tokens, constraint, order, rng))
 
     def resume(self, gen_id: int, context: Context, *, max_tokens: int) -> None:
-        seq = self._table.suspended(gen_id, context)
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= seq.n_gen:
-            raise EngineError(
-                f"max_tokens {max_tokens!r} leaves no budget: generation {gen_id} already "
-                f"produced {seq.n_gen} tokens"
-            )
-        self._table.resume(seq, max_tokens)
+        self._table.resume(self._table.resumable(gen_id, context, max_tokens), max_tokens)
 
     def suspend(self, gen_id: int, resume_hint: float | None = None) -> Context:
-        seq = self._table.get(gen_id)
-        if seq.state != RUNNING:
-            raise EngineError(f"generation {gen_id} is not running (cannot suspend)")
+        seq = self._table.running_one(gen_id)
         self._table.suspend(seq, resume_hint, self.now())
         if self.kv.policy != "evict" and self.kv.policy != "keep" and seq.seq_id is not None:
             action = at_suspension(

@@ -220,6 +220,6 @@ class Batching:
         if nat.is_eog(tok):
             return TokenOut(seq.gen_id, tok, "", t, True, "eos")
         text = seq.decoder.decode(nat.piece(tok))
-        if seq.n_gen >= seq.max_tokens or len(seq.ids) >= self._pos_limit:
+        if seq.spent or len(seq.ids) >= self._pos_limit:
             return TokenOut(seq.gen_id, tok, text + seq.decoder.decode(b"", final=True), t, True, "length")
         return TokenOut(seq.gen_id, tok, text, t, False)

@@ -14,6 +14,7 @@ from pathlib import Path
 from timely_llm_ros.core.engine import EngineError
 from timely_llm_ros.engines.chat_template import CHATML, ChatTemplateError, split_template
 from timely_llm_ros.engines.llamacpp_native import GrammarConstraint, NativeModel
+from timely_llm_ros.engines.skill_grammar import grammar_text
 
 _log = logging.getLogger("timely_llm_ros.engines.llamacpp")
 
@@ -112,16 +113,7 @@ class Grammars:
             return None
         if prefix_key in self._compiled:
             return self._compiled[prefix_key]
-        if isinstance(self.spec, dict):
-            text = self.spec.get(prefix_key)
-        else:  # "auto": the skill set named by the prefix key, if it has a grammar
-            from timely_llm_ros.core.grammar import GrammarError, build_gbnf
-            from timely_llm_ros.core.skills import load_skill_set
-
-            try:
-                text = build_gbnf(load_skill_set(prefix_key))
-            except (KeyError, GrammarError):  # not a skill set, or free text (chatbot)
-                text = None
+        text = grammar_text(self.spec, prefix_key)
         self.set(nat, prefix_key, text)
         return self._compiled[prefix_key]
 

@@ -24,13 +24,18 @@ import time
 from collections.abc import Callable
 
 from timely_llm_ros.core.engine import EngineError
+from timely_llm_ros.engines.openai_config import OpenAIConfig
 from timely_llm_ros.engines.openai_endpoint import OpenAIEndpointEngine
 from timely_llm_ros.engines.openai_http import HttpFailure
 from timely_llm_ros.engines.replicas import ReplicaSetEngine
 
 
 class OpenAIEngine(ReplicaSetEngine):
-    """The ``openai`` engine: ``base_url`` (one server) or ``endpoints`` (replicas of one model)."""
+    """The ``openai`` engine: ``base_url`` (one server) or ``endpoints`` (replicas of one model).
+
+    The options are the fields of :class:`~.openai_config.OpenAIConfig`, given as keyword arguments
+    (what the registry and the planner's ``engine_options`` pass) or as ``config`` (keyword
+    arguments override it)."""
 
     def __init__(
         self,
@@ -38,52 +43,18 @@ class OpenAIEngine(ReplicaSetEngine):
         model: str | None = None,
         *,
         endpoints: list[str] | None = None,
-        server: str = "auto",
-        api_key_env: str | None = None,
-        grammar: str | dict[str, str | None] | None = "auto",
-        chat_template: str = "auto",
-        temperature: float = 0.0,
-        seed: int = 0,
-        stop: list[str] | None = None,
-        step_wait: float = 0.1,
-        connect_timeout: float = 5.0,
-        first_token_timeout: float = 300.0,
-        stall_timeout: float = 60.0,
-        kv_capacity: int | None = None,
-        max_running: int | None = None,
-        retry_base: float = 0.5,
-        retry_max: float = 30.0,
-        failover_timeout: float = 60.0,
-        placement_tokens: int = 32,
+        config: OpenAIConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
+        **options: object,
     ) -> None:
+        cfg = OpenAIConfig.from_options(options, config).validate()
+        self.config = cfg
         urls = list(endpoints or []) + ([base_url] if base_url else [])
         if not urls:
             raise EngineError("engine 'openai' needs base_url or endpoints (a list of server URLs)")
         if len(set(urls)) != len(urls):
             raise EngineError(f"endpoints must be distinct, got {urls}")
-        eps = [
-            OpenAIEndpointEngine(
-                u,
-                model,
-                server=server,
-                api_key_env=api_key_env,
-                grammar=grammar,
-                chat_template=chat_template,
-                temperature=temperature,
-                seed=seed,
-                stop=("\n",) if stop is None else tuple(stop),
-                step_wait=step_wait,
-                connect_timeout=connect_timeout,
-                first_token_timeout=first_token_timeout,
-                stall_timeout=stall_timeout,
-                kv_capacity=kv_capacity,
-                max_running=max_running,
-                connect=False,
-                clock=clock,
-            )
-            for u in urls
-        ]
+        eps = [OpenAIEndpointEngine(u, model, config=cfg, connect=False, clock=clock) for u in urls]
         down: list[tuple[int, str]] = []
         for i, ep in enumerate(eps):
             try:
@@ -104,11 +75,11 @@ class OpenAIEngine(ReplicaSetEngine):
         super().__init__(
             eps,
             names=urls,
-            step_wait=step_wait,
-            retry_base=retry_base,
-            retry_max=retry_max,
-            failover_timeout=failover_timeout,
-            placement_tokens=placement_tokens,
+            step_wait=cfg.step_wait,
+            retry_base=cfg.retry_base,
+            retry_max=cfg.retry_max,
+            failover_timeout=cfg.failover_timeout,
+            placement_tokens=cfg.placement_tokens,
             clock=clock,
         )
         for i, msg in down:

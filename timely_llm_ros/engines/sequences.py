@@ -1,11 +1,13 @@
 """The sequence table: the state machine of generations inside a lock-step engine.
 
-Why one module: the simulated engine and the llama.cpp engine keep the same life cycle for every
-generation — admitted (pending), running, suspended (its KV on the device, in host memory or
-discarded), pending resumption, finished — and the same bookkeeping around it (which generations
-take part in the next step, in admission order; the priority and importance the planner sets; the
-order in which suspended contexts are evicted). Written once here, the two engines cannot drift
-apart; each keeps only what its back-end adds (prefill pricing, llama.cpp sequence ids, ...).
+Why one module: every engine — simulated, llama.cpp, vLLM, OpenAI-compatible server over HTTP —
+keeps the same life cycle for every generation — admitted (pending), running, suspended (its KV on
+the device, in host memory or discarded), pending resumption, finished — and the same bookkeeping
+around it (which generations take part in the next step, in admission order; the checks of a
+suspension and a resumption; the ids a suspension hands back; when the token budget is spent; the
+priority and importance the planner sets; the order in which suspended contexts are evicted).
+Written once here, the engines cannot drift apart; each keeps only what its back-end adds (prefill
+pricing, llama.cpp sequence ids, vLLM request ids and aborts, HTTP streams and failover, ...).
 
 States and transitions (``admit`` → ``PENDING_ADMIT`` → step → ``RUNNING`` → ``suspend`` →
 ``SUSPENDED`` → ``resume`` → ``PENDING_RESUME`` → step → ``RUNNING`` → ... → ``FINISHED``)::
@@ -60,6 +62,11 @@ class Sequence:
         self.priority = math.inf  # set_priority(): smaller first; equal ones in admission order
         self.importance = 0.0  # set_importance(): larger kept longer (eviction "priority")
 
+    @property
+    def spent(self) -> bool:
+        """The token budget is used up: the last token ends the generation ("length")."""
+        return self.n_gen >= self.max_tokens
+
 
 S = TypeVar("S", bound=Sequence)
 
@@ -95,6 +102,24 @@ class SequenceTable(Generic[S]):
         if seq.state != SUSPENDED:
             raise EngineError(f"generation {gen_id} is not suspended")
         context.check_matches(gen_id, seq.ids, seq.n_prompt)
+        return seq
+
+    def resumable(self, gen_id: int, context: Context, max_tokens: object) -> S:
+        """The suspended generation ``context`` belongs to, checked, with budget left under
+        ``max_tokens`` (the total generated-token budget, as at admission)."""
+        seq = self.suspended(gen_id, context)
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= seq.n_gen:
+            raise EngineError(
+                f"max_tokens {max_tokens!r} leaves no budget: generation {gen_id} already "
+                f"produced {seq.n_gen} tokens"
+            )
+        return seq
+
+    def running_one(self, gen_id: int, *states: int) -> S:
+        """Generation ``gen_id``, which must be running (or in one of ``states``) to be suspended."""
+        seq = self.get(gen_id)
+        if seq.state not in (states or (RUNNING,)):
+            raise EngineError(f"generation {gen_id} is not running (cannot suspend)")
         return seq
 
     def resume(self, seq: S, max_tokens: int) -> None:

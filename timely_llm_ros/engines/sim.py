@@ -456,7 +456,7 @@ class SimEngine(Engine):
             if tok == EOS_ID:
                 out.append(TokenOut(seq.gen_id, tok, "", now, True, "eos"))
                 done.append(seq.gen_id)
-            elif seq.n_gen >= seq.max_tokens:
+            elif seq.spent:
                 out.append(TokenOut(seq.gen_id, tok, text_of(tok), now, True, "length"))
                 done.append(seq.gen_id)
             else:

