@@ -133,7 +133,7 @@ def test_a_full_robot_queue_rejects_with_the_queue_state():
         p.submit(tasks[2])
     assert p.records[-1].state == ev.REJECTED
     # the status of the queued task says what it waits for
-    assert p._tasks["f1"].record.state == ev.QUEUED  # noqa: SLF001
+    assert p._tasks["f1"].record.state == ev.QUEUED
 
 
 def test_executing_state_and_terminal_release_of_a_held_task():
@@ -148,15 +148,15 @@ def test_executing_state_and_terminal_release_of_a_held_task():
     p.submit(b)
     while not any(d.task_id == "f1" for d in sent) and p.has_work():
         p.step()
-        if not p._tasks["f1"].held:  # noqa: SLF001
+        if not p._tasks["f1"].held:
             continue
         break
-    assert p._tasks["f1"].held and all(d.task_id == "f0" for d in sent)  # noqa: SLF001
+    assert p._tasks["f1"].held and all(d.task_id == "f0" for d in sent)
     assert p.feedback("f0", 0, ev.STARTED, p.clock()) is None
-    assert ("f0", ev.EXECUTING) in states or p._tasks["f0"].gen_id in p._running  # noqa: SLF001
+    assert ("f0", ev.EXECUTING) in states or p._tasks["f0"].gen_id in p._running
     p.feedback("f0", 0, ev.FEEDBACK_FAILED, p.clock(), "motor stalled")
     assert (
         sent[-1].task_id == "f1"
         and sent[-1].seg == 0
         and not math.isnan(p._tasks["f1"].record.segments[0].dispatch)
-    )  # noqa: SLF001,E501
+    )

@@ -27,7 +27,7 @@ def planner(rules=STRICT, plan=PLAN, tasks=("t",)):
 
 def test_a_forged_in_order_done_sequence_does_not_complete_the_task():
     p, sent = planner()
-    rec = p._tasks["t"].record  # noqa: SLF001
+    rec = p._tasks["t"].record
     n = len(rec.segments)
     assert n >= 2 and all(s.min_exec > 0 for s in rec.segments)
     t = p.clock()
@@ -53,7 +53,7 @@ def test_a_forged_in_order_done_sequence_does_not_complete_the_task():
 
 def test_the_old_rules_stay_for_in_process_robots():
     p, _ = planner(rules=FeedbackRules())
-    rec = p._tasks["t"].record  # noqa: SLF001
+    rec = p._tasks["t"].record
     for i in range(len(rec.segments)):
         assert p.feedback("t", i, ev.DONE, p.clock(), agent="d1") is None
     assert rec.state == ev.COMPLETED
@@ -86,13 +86,13 @@ def test_a_dead_robot_ends_all_its_tasks_at_once_and_is_used_again_when_back():
     assert live.heard("d1", 11.5) is False and live.heard("d1", 5.0) is False
 
     p, sent = planner(rules=STRICT, tasks=("a", "b", "c"))
-    states = {t: p._tasks[t].record.state for t in "abc"}  # noqa: SLF001
+    states = {t: p._tasks[t].record.state for t in "abc"}
     assert states["a"] == ev.EXECUTING and states["b"] != ev.EXECUTING
     dispatched = len(sent)
     failed = p.fail_agent("d1", "robot 'd1' is down: no heartbeat for 5.0 s")
     assert sorted(failed) == ["a", "b", "c"]
     for t in "abc":
-        rec = p._tasks[t].record  # noqa: SLF001
+        rec = p._tasks[t].record
         assert rec.state == ev.FAILED and "robot 'd1' is down" in rec.reason
     assert len(sent) == dispatched  # nothing was sent to the dead robot on the way
 
@@ -101,7 +101,7 @@ def test_a_block_body_is_not_held_to_its_minimum_time_robots_run_it_when_the_blo
     """MiniSpec ``?cond{ ... }`` and ``n{ ... }``: the robot runs the body when ``}`` arrives, so the
     body segment's DONE comes at once (found by the fleet test: such tasks timed out)."""
     p, _ = planner(plan="?s('cat')==True{g('cat')};")
-    rec = p._tasks["t"].record  # noqa: SLF001
+    rec = p._tasks["t"].record
     texts = [s.text for s in rec.segments]
     assert any("{" in x for x in texts) and any(x.startswith("}") for x in texts), texts
     t = p.clock()

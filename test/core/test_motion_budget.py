@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -200,7 +201,7 @@ def test_the_planner_fails_an_over_budget_plan_before_dispatching_it():
 def test_the_skill_set_schema_accepts_the_budget_section_and_refuses_a_misspelt_field(tmp_path):
     from timely_llm_ros.core.skills import SkillSetError, load_skill_set_file
 
-    text = DRONE.source_path and open(DRONE.source_path, encoding="utf-8").read()
+    text = DRONE.source_path and Path(DRONE.source_path).read_text(encoding="utf-8")
     bad = tmp_path / "tello_minispec.yaml"
     bad.write_text(text.replace("  max_distance_cm: 2000", "  max_distance: 2000"), encoding="utf-8")
     with pytest.raises(SkillSetError, match="max_distance"):

@@ -46,7 +46,7 @@ class ObedientSim(SimEngine):
         super().__init__(PROFILE)
         self.admitted: dict[int, tuple[str | None, int]] = {}
 
-    def admit(self, gen_id, prompt_ids, *, max_tokens, prefix_key=None, prefix_len=0, plan=None):  # noqa: ANN001
+    def admit(self, gen_id, prompt_ids, *, max_tokens, prefix_key=None, prefix_len=0, plan=None):
         self.admitted[gen_id] = (plan, max_tokens)
         super().admit(
             gen_id,

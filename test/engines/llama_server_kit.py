@@ -187,10 +187,10 @@ class FaultProxy:
                     self.wfile.flush()
                 self.close_connection = True
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 self._forward("GET")
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 self._forward("POST")
 
         class Server(http.server.ThreadingHTTPServer):

@@ -50,7 +50,7 @@ def _spec(i: int, plan: str | None, urgent: bool = False) -> TaskSpec:
     )
 
 
-def _assert_replayed(rec, plan: str) -> None:  # noqa: ANN001
+def _assert_replayed(rec, plan: str) -> None:
     got = "".join(s.text for s in rec.segments)  # a final tail of separators is not sent: it does nothing
     assert plan.startswith(got) and not plan[len(got) :].replace(";", "").strip(), (got, plan)
 

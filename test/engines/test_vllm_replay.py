@@ -40,7 +40,7 @@ def engine():
     eng.close()
 
 
-def _replay_segmented(eng, gid: int, plan: str) -> tuple[str, list[str], str]:  # noqa: ANN001
+def _replay_segmented(eng, gid: int, plan: str) -> tuple[str, list[str], str]:
     """Admit ``gid`` with ``plan`` and step it to its end, suspending and resuming it at every segment
     boundary; returns its text, its segments and how it ended."""
     pre = eng.tokenize(SSET.prompt)

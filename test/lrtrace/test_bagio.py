@@ -14,15 +14,15 @@ import pytest
 
 pytest.importorskip("rosbags", reason="rosbags is installed in the project venv (make)")
 
-from rosbags.highlevel import AnyReader  # noqa: E402
-from rosbags.rosbag2 import Reader  # noqa: E402
-from ruamel.yaml import YAML  # noqa: E402
-from viz_testlib import SCENARIO, write_scenario_bag  # noqa: E402
+from rosbags.highlevel import AnyReader
+from rosbags.rosbag2 import Reader
+from ruamel.yaml import YAML
+from viz_testlib import SCENARIO, write_scenario_bag
 
-from timely_llm_ros.core import events as ev  # noqa: E402
-from timely_llm_ros.lrtrace import convert as cv  # noqa: E402
-from timely_llm_ros.lrtrace import typestore as ts  # noqa: E402
-from timely_llm_ros.lrtrace.bagio import (  # noqa: E402
+from timely_llm_ros.core import events as ev
+from timely_llm_ros.lrtrace import convert as cv
+from timely_llm_ros.lrtrace import typestore as ts
+from timely_llm_ros.lrtrace.bagio import (
     DEFAULT_TOPICS,
     TOPIC_TRACE,
     BagWriter,
@@ -30,9 +30,9 @@ from timely_llm_ros.lrtrace.bagio import (  # noqa: E402
     read_bag,
     segments_topic,
 )
-from timely_llm_ros.lrtrace.simbag import write_sim_bag  # noqa: E402
-from timely_llm_ros.sim.simulator import SimConfig, simulate  # noqa: E402
-from timely_llm_ros.workload.fileformat import resolve_workload  # noqa: E402
+from timely_llm_ros.lrtrace.simbag import write_sim_bag
+from timely_llm_ros.sim.simulator import SimConfig, simulate
+from timely_llm_ros.workload.fileformat import resolve_workload
 
 
 def _meta(bag: Path) -> dict:

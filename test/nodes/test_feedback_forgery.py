@@ -74,14 +74,14 @@ def test_a_forged_in_order_done_sequence_does_not_complete_a_task(tmp_path, plan
         )
         forged_at = time.time()
         for i in range(3):  # 1. blind: no nonce, and a guessed one; in order, right robot id
-            peer._send(convert.feedback_to_msg("fg-1", agent, i, ev.DONE, time.time(), 1.0))  # noqa: SLF001
+            peer._send(convert.feedback_to_msg("fg-1", agent, i, ev.DONE, time.time(), 1.0))
             for state in (ev.STARTED, ev.DONE):
                 msg = convert.feedback_to_msg("fg-1", agent, i, state, time.time(), 1.0, nonce="0" * 16)
-                peer._send(msg)  # noqa: SLF001
+                peer._send(msg)
         # 2. a reader of the topics replays the robot's own nonce of segment 0 with an early DONE
         (started,) = robot_said(ev.STARTED, 0)
         early = convert.feedback_to_msg("fg-1", agent, 0, ev.DONE, time.time(), 5.0, nonce=started.nonce)
-        peer._send(early)  # noqa: SLF001
+        peer._send(early)
         time.sleep(1.0)
         assert peer.final_state("fg-1") is None, (peer.states("fg-1"), log_text(planner))
         wait_for(lambda: peer.final_state("fg-1"), WAIT, "fg-1 final", procs=(planner, robot))

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 import yaml
@@ -117,9 +118,9 @@ def test_two_namespaced_fleets_on_one_domain_do_not_see_each_others_tasks(tmp_pa
         node.destroy_node()
         rclpy.try_shutdown(context=ctx)
         codes = [stop_process(p, timeout=60) for p in procs]
-    assert codes == [0, 0], [open(p.log_path).read()[-3000:] for p in procs]
+    assert codes == [0, 0], [Path(p.log_path).read_text()[-3000:] for p in procs]
     for ns, p in zip(FLEETS, procs):  # the fleet drove its managed planner through the transitions
-        text = open(p.log_path).read()
+        text = Path(p.log_path).read_text()
         assert (
             f"[lifecycle] /{ns}/planner: configure done" in text and f"/{ns}/planner: activate done" in text
         )

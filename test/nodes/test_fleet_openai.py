@@ -21,7 +21,7 @@ import pytest
 from planner_testkit import Peer, run_fleet
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engines"))
-from llama_server_kit import LlamaServer  # noqa: E402
+from llama_server_kit import LlamaServer
 
 DATA = Path(__file__).with_name("data")
 ARMS = ("a1", "a2")

@@ -267,7 +267,7 @@ def test_realtime_sim_engine_waits_until_each_modelled_step_end():
     # a host slower than the model (each clock reading 1 s later): no wait, the lateness is counted
     waits = len(clock.waits)
     ticks = iter(range(10**6))
-    eng._clock = lambda: 1000.0 + next(ticks)  # noqa: SLF001 - the engine's injected clock
+    eng._clock = lambda: 1000.0 + next(ticks)  # the engine's injected clock
     eng.step()
     assert len(clock.waits) == waits and eng.late_s > 0.5
 

@@ -115,7 +115,7 @@ def test_kill_9_and_restart_fails_every_open_task_with_a_reason(tmp_path):
         )
         now = time.time()
         nonce = peer.nonce("k9_busy", "k9-exec", 0)
-        peer._send(convert.feedback_to_msg("k9-exec", "k9_busy", 0, ev.STARTED, now, nonce=nonce))  # noqa: SLF001
+        peer._send(convert.feedback_to_msg("k9-exec", "k9_busy", 0, ev.STARTED, now, nonce=nonce))
         time.sleep(1.0)
         kill9(proc)
         assert peer.final_state("k9-exec") is None and peer.final_state("k9-queued") is None
@@ -147,7 +147,7 @@ def test_kill_9_and_restart_resumes_the_rest_of_the_plan(tmp_path):
 
     def send(seg, state):
         nonce = peer.nonce("rs_bot", "rs-1", seg)
-        peer._send(convert.feedback_to_msg("rs-1", "rs_bot", seg, state, time.time(), 0.01, nonce=nonce))  # noqa: SLF001
+        peer._send(convert.feedback_to_msg("rs-1", "rs_bot", seg, state, time.time(), 0.01, nonce=nonce))
 
     try:
         peer.wait_planner(procs=(proc,))

@@ -148,7 +148,7 @@ def test_a_repeated_done_does_not_complete_a_task_early(graph):
 
     def send(seg, state, who=agent):
         nonce = peer.nonce(agent, "sd-1", seg)  # the robot echoes it
-        peer._send(convert.feedback_to_msg("sd-1", who, seg, state, time.time(), 0.01, nonce=nonce))  # noqa: SLF001
+        peer._send(convert.feedback_to_msg("sd-1", who, seg, state, time.time(), 0.01, nonce=nonce))
 
     wait_for(lambda: len(segments()) >= 1, WAIT, "segment 0", procs=(proc,))
     send(0, ev.STARTED)
@@ -240,7 +240,7 @@ def test_heartbeats_keep_a_long_segment_alive_and_their_absence_times_it_out(gra
         )
         t0 = time.monotonic()
         nonce = peer.nonce("hb_bot", "hb-1", 0)
-        peer._send(convert.feedback_to_msg("hb-1", "hb_bot", 0, ev.STARTED, time.time(), nonce=nonce))  # noqa: SLF001
+        peer._send(convert.feedback_to_msg("hb-1", "hb_bot", 0, ev.STARTED, time.time(), nonce=nonce))
         while time.monotonic() - t0 < 12.0:  # three times the segment timeout
             peer._send(
                 convert.feedback_to_msg(
@@ -248,7 +248,7 @@ def test_heartbeats_keep_a_long_segment_alive_and_their_absence_times_it_out(gra
                     "hb_bot",
                     0,
                     ev.PROGRESS,
-                    time.time(),  # noqa: SLF001
+                    time.time(),
                     time.monotonic() - t0,
                     nonce=nonce,
                 )
@@ -281,7 +281,7 @@ def test_a_huge_failure_detail_is_clipped_before_it_is_forwarded(graph):
             0,
             ev.FEEDBACK_FAILED,
             time.time(),
-            0.1,  # noqa: SLF001
+            0.1,
             "z" * 1_000_000,
             nonce=peer.nonce("cl_bot", "cl-1", 0),
         )

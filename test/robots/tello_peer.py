@@ -48,12 +48,12 @@ def main() -> int:
                 while time.monotonic() < end:
                     backend.idle()
                     time.sleep(0.1)
-    except Exception as exc:  # reported to the test, which shows it
+    except Exception as exc:  # noqa: BLE001 - reported to the test, which shows it
         result["error"] = f"{type(exc).__name__}: {exc}"
     finally:
         try:
             backend.close()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - reported to the test with the first error
             result["error"] = (result["error"] or "") + f" close: {type(exc).__name__}: {exc}"
         result["status"] = backend.status()
         result["sent"] = [c for c, _ in backend.link.log] if backend.link else []

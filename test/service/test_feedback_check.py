@@ -59,7 +59,7 @@ def test_forged_and_out_of_order_feedback_is_ignored(seg, state, agent, why):
 
 def test_failed_is_accepted_for_a_queued_segment_and_progress_changes_no_estimate():
     p, rec = planner_with_two_segments()
-    gen = p._tasks["t"]  # noqa: SLF001
+    gen = p._tasks["t"]
     assert p.feedback("t", 0, ev.STARTED, 1.0, agent="d1") is None
     ref = gen.ref
     assert p.feedback("t", 0, ev.PROGRESS, 1.5, agent="d1") is None and gen.ref == ref
@@ -82,7 +82,7 @@ def test_retained_records_are_bounded_and_finished_tasks_say_so():
     for d in sent:
         if not d.closing_marker:
             p.feedback(d.task_id, d.seg, ev.DONE, p.clock(), agent=d.agent_id)
-    assert not p._tasks and len(p.records) == 3 and len(p._finished) == 3  # noqa: SLF001
+    assert not p._tasks and len(p.records) == 3 and len(p._finished) == 3
     assert p.feedback("t5", 0, ev.DONE, 9.0) == "the task is already COMPLETED"
     assert p.feedback("t0", 0, ev.DONE, 9.0) == "unknown task"  # forgotten long ago
 

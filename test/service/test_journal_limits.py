@@ -28,8 +28,8 @@ def test_open_tasks_survive_a_crash_and_ended_ones_are_compacted_away(tmp_path):
     j2 = Journal(path)
     with pytest.raises(JournalError, match="in use by another planner"):
         j2.open()
-    j._lock.close()  # noqa: SLF001 - the crashed process's lock dies with it
-    j._lock = None  # noqa: SLF001
+    j._lock.close()  # the crashed process's lock dies with it
+    j._lock = None
     (task,) = j2.open()
     assert task.task_id == "a" and task.task["agent_id"] == "d1"
     assert [(s.text, s.started, s.done) for s in task.segments[:1]] == [("mu(40)", 100.0, 101.5)]

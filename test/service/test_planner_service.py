@@ -198,7 +198,7 @@ def test_feedback_needs_the_nonce_and_the_robots_sequence_and_a_dead_robot_ends_
     h.svc.desk.feedback(Feedback("a", "d1", 0, ev.STARTED, 0.0, 0.0, "", segs[0].nonce), t)
     h.svc.desk.feedback(Feedback("a", "d1", 0, ev.DONE, 0.0, 0.0, "", segs[0].nonce), t + 0.001)
     h.run()
-    rec = h.svc._records["a"]  # noqa: SLF001
+    rec = h.svc._records["a"]
     assert h.svc.stats["feedback_deferred"] == 1 and rec.segments[0].exec_end != rec.segments[0].exec_end
     h.engine.advance_to(t + rec.segments[0].min_exec)
     h.run()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-import import_graph as ig  # noqa: E402
+import import_graph as ig
 
 P = "timely_llm_ros."
 

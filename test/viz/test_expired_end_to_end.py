@@ -10,15 +10,15 @@ import pytest
 
 pytest.importorskip("rosbags", reason="rosbags is installed in the project venv (make)")
 
-from timely_llm_ros.cli import main  # noqa: E402
-from timely_llm_ros.core import events as ev  # noqa: E402
-from timely_llm_ros.core.options.planner_options import PlannerOptions  # noqa: E402
-from timely_llm_ros.core.tuf import TUF  # noqa: E402
-from timely_llm_ros.lrtrace.from_bag import load_run  # noqa: E402
-from timely_llm_ros.lrtrace.simbag import write_sim_bag  # noqa: E402
-from timely_llm_ros.sim.simulator import SimConfig, simulate  # noqa: E402
-from timely_llm_ros.viz import report  # noqa: E402
-from timely_llm_ros.workload import resolve_workload  # noqa: E402
+from timely_llm_ros.cli import main
+from timely_llm_ros.core import events as ev
+from timely_llm_ros.core.options.planner_options import PlannerOptions
+from timely_llm_ros.core.tuf import TUF
+from timely_llm_ros.lrtrace.from_bag import load_run
+from timely_llm_ros.lrtrace.simbag import write_sim_bag
+from timely_llm_ros.sim.simulator import SimConfig, simulate
+from timely_llm_ros.viz import report
+from timely_llm_ros.workload import resolve_workload
 
 COMMANDS = {
     "report": ("timely_llm_ros.viz.report", "report"),

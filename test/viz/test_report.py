@@ -9,14 +9,14 @@ import pytest
 
 pytest.importorskip("rosbags", reason="rosbags is installed in the project venv (make)")
 
-from viz_testlib import write_scenario_bag  # noqa: E402
+from viz_testlib import write_scenario_bag
 
-from timely_llm_ros.bench.runner import Bench, BenchOptions  # noqa: E402
-from timely_llm_ros.bench.tables import class_tables  # noqa: E402
-from timely_llm_ros.cli import main  # noqa: E402
-from timely_llm_ros.lrtrace.from_bag import load_run  # noqa: E402
-from timely_llm_ros.lrtrace.simbag import write_sim_bag  # noqa: E402
-from timely_llm_ros.viz import report  # noqa: E402
+from timely_llm_ros.bench.runner import Bench, BenchOptions
+from timely_llm_ros.bench.tables import class_tables
+from timely_llm_ros.cli import main
+from timely_llm_ros.lrtrace.from_bag import load_run
+from timely_llm_ros.lrtrace.simbag import write_sim_bag
+from timely_llm_ros.viz import report
 
 COMMANDS = {
     "report": ("timely_llm_ros.viz.report", "report"),

@@ -9,19 +9,19 @@ import pytest
 
 pytest.importorskip("rosbags", reason="rosbags is installed in the project venv (make)")
 
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.colors import to_hex  # noqa: E402
-from viz_testlib import write_scenario_bag  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.colors import to_hex
+from viz_testlib import write_scenario_bag
 
-from timely_llm_ros.cli import main  # noqa: E402
-from timely_llm_ros.lrtrace.bagio import TOPIC_TRACE, BagWriter, read_bag  # noqa: E402
-from timely_llm_ros.lrtrace.from_bag import load_run  # noqa: E402
-from timely_llm_ros.lrtrace.simbag import write_sim_bag  # noqa: E402
-from timely_llm_ros.sim.simulator import SimConfig, simulate  # noqa: E402
-from timely_llm_ros.viz import style  # noqa: E402
-from timely_llm_ros.viz.layout import make_layout  # noqa: E402
-from timely_llm_ros.viz.timeline import draw  # noqa: E402
-from timely_llm_ros.workload.fileformat import resolve_workload  # noqa: E402
+from timely_llm_ros.cli import main
+from timely_llm_ros.lrtrace.bagio import TOPIC_TRACE, BagWriter, read_bag
+from timely_llm_ros.lrtrace.from_bag import load_run
+from timely_llm_ros.lrtrace.simbag import write_sim_bag
+from timely_llm_ros.sim.simulator import SimConfig, simulate
+from timely_llm_ros.viz import style
+from timely_llm_ros.viz.layout import make_layout
+from timely_llm_ros.viz.timeline import draw
+from timely_llm_ros.workload.fileformat import resolve_workload
 
 COMMANDS = {"timeline": ("timely_llm_ros.viz.timeline", "timeline")}
 

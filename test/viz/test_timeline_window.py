@@ -23,7 +23,7 @@ os.environ["QT_QPA_PLATFORM"] = "offscreen"  # this process never opens windows;
 pytest.importorskip("PyQt5", reason="PyQt5 is not installed (pip install PyQt5 python_qt_binding)")
 pytest.importorskip("python_qt_binding", reason="python_qt_binding is not installed")
 
-from timely_llm_ros.viz import qt_platform  # noqa: E402
+from timely_llm_ros.viz import qt_platform
 
 CLI = (
     "import sys; from timely_llm_ros.cli import main; sys.exit(main(sys.argv[1:], "

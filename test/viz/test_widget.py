@@ -15,10 +15,10 @@ os.environ["QT_QPA_PLATFORM"] = "offscreen"  # never open windows from tests
 pytest.importorskip("PyQt5", reason="PyQt5 is not installed (pip install PyQt5 python_qt_binding)")
 pytest.importorskip("python_qt_binding", reason="python_qt_binding is not installed")
 
-from python_qt_binding.QtWidgets import QApplication  # noqa: E402
-from viz_testlib import SCENARIO, TUFS, stream  # noqa: E402
+from python_qt_binding.QtWidgets import QApplication
+from viz_testlib import SCENARIO, TUFS, stream
 
-from timely_llm_ros.viz.widget import TimelineWidget  # noqa: E402
+from timely_llm_ros.viz.widget import TimelineWidget
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,10 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
+import matplotlib.pyplot as plt
 
-from timely_llm_ros.bench.runner import task_intervals  # noqa: E402
-from timely_llm_ros.bench.tables import class_order  # noqa: E402
+from timely_llm_ros.bench.runner import task_intervals
+from timely_llm_ros.bench.tables import class_order
 
 _POLICY_COLORS = {
     "timely": "#d62728",

@@ -125,7 +125,7 @@ def realbench_has_replay() -> bool:
 
     parser = argparse.ArgumentParser()
     realbench.add_arguments(parser)
-    return "--plans" in parser._option_string_actions  # noqa: SLF001 - argparse has no public lookup
+    return "--plans" in parser._option_string_actions  # argparse has no public lookup
 
 
 def ensure_model(model: str | None, out: Path) -> str:

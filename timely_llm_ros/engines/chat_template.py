@@ -70,7 +70,7 @@ def _render(template: str, messages: list[dict[str, str]], bos: str, eos: str) -
         raise
     except jinja2.TemplateError as exc:
         raise ChatTemplateError(f"the chat template does not render: {exc}") from None
-    except Exception as exc:  # templates run arbitrary (sandboxed) logic: any failure is the template's
+    except Exception as exc:  # noqa: BLE001 - templates run arbitrary (sandboxed) logic: any failure is the template's
         raise ChatTemplateError(f"the chat template failed: {type(exc).__name__}: {exc}") from None
 
 

@@ -43,7 +43,7 @@ from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, Qo
 from rosbags.rosbag2.metadata import dump_qos_v8, dump_qos_v9
 from ruamel.yaml import YAML
 
-from timely_llm_ros.interfaces.topics import (  # noqa: F401 (API: bag topic names, re-exported)
+from timely_llm_ros.interfaces.topics import (
     SEGMENTS_SUFFIX,
     TOPIC_FEEDBACK,
     TOPIC_STATUS,
@@ -350,7 +350,7 @@ class BagWriter:
         err = BagWriteError(self.path, exc)
         self.failed = err
         if not self._mcap.closed:
-            self._mcap._rollback()  # noqa: SLF001 (the metadata failed after a good flush)
+            self._mcap._rollback()  # the metadata failed after a good flush
         counts = self._mcap.channel_counts
         for t in self._topics.values():
             t.count = counts.get(t.channel, 0)
@@ -551,7 +551,7 @@ class _Decoder:
                         f"{msgtype} in the bag differs from the installed definition "
                         "(type hash); decoded with the definition embedded in the bag"
                     )
-            except Exception as exc:  # a foreign definition rosbags cannot parse
+            except Exception as exc:  # noqa: BLE001 - a foreign definition rosbags cannot parse
                 self.problems.append(f"cannot use the embedded definition of {msgtype}: {exc}")
                 store = None
         elif msgtype in self.ours.fielddefs:
@@ -618,7 +618,7 @@ def _read_metadata(bagdir: Path, out: BagContents) -> dict[str, int]:
             t["topic_metadata"]["name"]: int(t["message_count"])
             for t in info.get("topics_with_message_count") or []
         }
-    except Exception as exc:  # unreadable metadata must not hide the messages in the storage file
+    except Exception as exc:  # noqa: BLE001 - unreadable metadata must not hide the messages in the storage file
         out.problems.append(f"metadata.yaml is unreadable ({exc}); reading the storage file directly")
         return {}
 
@@ -638,7 +638,7 @@ def _read_with_rosbags(path: Path, out: BagContents, decoder: _Decoder) -> bool:
                 )
             _report_failures(out, failures)
         return True
-    except Exception as exc:  # rosbags refuses the file: fall back to scanning it
+    except Exception as exc:  # noqa: BLE001 - rosbags refuses the file: fall back to scanning it
         out.topics.clear()
         out.problems.append(
             f"rosbags could not read the bag ({type(exc).__name__}: {exc}); "
@@ -682,7 +682,7 @@ def _decode_into(
         return
     try:
         msg = store.deserialize_cdr(raw, msgtype)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a message rosbags cannot decode is reported with its topic, the rest is read
         failures.setdefault(topic, []).append(f"{type(exc).__name__}: {exc}")
         return
     out.topics.setdefault(topic, TopicData(topic, msgtype)).messages.append((t_ns, msg))

@@ -153,7 +153,7 @@ def _coerce_overrides(node: Node, params: Sequence[Param]) -> None:
     The overrides dict is rclpy's own record of ``-p``/``--params-file`` values; fixing the type
     there, before declaration, is what lets ``timeout: 5`` in YAML mean 5.0.
     """
-    overrides = node._parameter_overrides  # noqa: SLF001 - no public API to inspect overrides
+    overrides = node._parameter_overrides  # no public API to inspect overrides
     for p in params:
         given = overrides.get(p.name)
         if given is None:
@@ -190,13 +190,12 @@ def declare_params(
     for p in params:
         try:
             declared = node.declare_parameter(p.name, p.default, p.descriptor())
-        except Exception as exc:  # rclpy raises several types; all mean "this value is unusable"
+        except Exception as exc:  # noqa: BLE001 - rclpy raises several types; all mean "this value is unusable"
             problem = (
                 p.validate(node._parameter_overrides[p.name].value)
-                # noqa: SLF001
                 if (p.name in node._parameter_overrides)
                 else None
-            )  # noqa: SLF001
+            )
             raise ParamError(problem or f"parameter {p.name!r}: {exc}") from None
         values[p.name] = p.normalize(declared.value)
         problem = p.validate(values[p.name])
@@ -275,7 +274,7 @@ def run_node(
     prog = Path(args[0]).stem if args else "node"  # "planner" for python -m timely_llm_ros.nodes.planner
     try:
         non_ros = remove_ros_args(args=args)[1:]
-    except Exception as exc:  # rcl refused the --ros-args (e.g. a -p value it cannot parse as YAML)
+    except Exception as exc:  # noqa: BLE001 - rcl refused the --ros-args (e.g. a -p value it cannot parse as YAML)
         print(_ros_args_error(prog, exc), file=sys.stderr)
         return 2
     parser = argparse.ArgumentParser(
@@ -290,7 +289,7 @@ def run_node(
     stop = threading.Event()
     try:
         rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - rcl refuses the arguments with several exception types
         print(_ros_args_error(parser.prog, exc), file=sys.stderr)
         return 2
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -313,7 +312,7 @@ def run_node(
             except (KeyboardInterrupt, ExternalShutdownException):
                 break
         stop.set()
-    except Exception as exc:  # last resort: say what broke instead of a bare traceback-less exit
+    except Exception as exc:  # noqa: BLE001 - last resort: say what broke instead of a bare traceback-less exit
         node_name = node.get_name() if node is not None else parser.prog
         print(f"{node_name}: fatal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         import traceback
@@ -327,7 +326,7 @@ def run_node(
             if callable(close):
                 try:
                     close()
-                except Exception as exc:  # cleanup must not hide the exit status
+                except Exception as exc:  # noqa: BLE001 - cleanup must not hide the exit status
                     print(f"{node.get_name()}: error during shutdown: {exc}", file=sys.stderr)
                     status = status or 1
             node.destroy_node()

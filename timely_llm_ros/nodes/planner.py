@@ -372,7 +372,7 @@ class PlannerNode(LifecycleNode):
                 pub = self.create_publisher(
                     Segment, topic, qos.segment_qos(lifespan if lifespan > 0 else None)
                 )
-            except Exception as exc:  # invalid name, RMW refused the topic ...: this task only
+            except Exception as exc:  # noqa: BLE001 - invalid name, RMW refused the topic ...: this task only
                 raise TaskRejected(
                     f"cannot publish segments for agent {agent!r}: {limits.clip(str(exc), 200)}"
                 ) from None
@@ -445,7 +445,7 @@ class PlannerNode(LifecycleNode):
                 return
             try:
                 self._publish(item)
-            except Exception as exc:  # a value the message cannot hold: say so, never crash the executor
+            except Exception as exc:  # noqa: BLE001 - a value the message cannot hold: say so, never crash the executor
                 self.get_logger().error(f"cannot publish {type(item).__name__}: {type(exc).__name__}: {exc}")
 
     def _publish(self, item: ho.Outbound) -> None:
@@ -487,7 +487,7 @@ class PlannerNode(LifecycleNode):
         for pub in (self._status_pub, self._event_pub):
             try:
                 pub.wait_for_all_acked(Duration(seconds=2.0))
-            except Exception as exc:  # an RMW without the call must not break shutdown
+            except Exception as exc:  # noqa: BLE001 - an RMW without the call must not break shutdown
                 self.get_logger().debug(f"wait_for_all_acked: {exc}")
         info = json.dumps(dict(self.svc.stats))
         self.get_logger().info(f"planner stopped ({reason}): {info}")

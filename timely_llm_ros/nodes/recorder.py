@@ -341,7 +341,7 @@ class RecorderNode(Node):
         (:meth:`_status_of`)."""
         try:
             agent = deserialize_message(data, Task).agent_id
-        except Exception:  # a malformed task is the planner's to reject; it is recorded as received
+        except Exception:  # noqa: BLE001 - a malformed task is the planner's to reject; it is recorded as received
             return
         if topics.valid_agent_id(agent):
             self._record_segments(topics.segment_topic(agent))
@@ -351,7 +351,7 @@ class RecorderNode(Node):
         agent's segment topic that recorded nothing and has no robot node is unsubscribed."""
         try:
             msg = deserialize_message(data, TaskStatus)
-        except Exception:  # recorded as received; nothing to learn from it
+        except Exception:  # noqa: BLE001 - recorded as received; nothing to learn from it
             return
         agent = msg.agent_id
         if agent in self._confirmed or not topics.valid_agent_id(agent):

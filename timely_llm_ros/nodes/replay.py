@@ -156,7 +156,7 @@ def read_raw(path: Path) -> tuple[dict[str, str], list[Record], str]:
             for conn, t_ns, raw in reader.messages():
                 records.append(Record(t_ns, conn.topic, bytes(raw)))
         problem = ""
-    except Exception as exc:  # rosbags refuses it: scan the MCAP records that are intact
+    except Exception as exc:  # noqa: BLE001 - rosbags refuses it: scan the MCAP records that are intact
         from timely_llm_ros.lrtrace.mcap import scan_records
 
         files = [path] if path.is_file() else sorted(path.glob("*.mcap"))

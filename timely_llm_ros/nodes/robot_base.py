@@ -377,7 +377,7 @@ class RobotNode(Node):
             beat = Header(frame_id=self.agent_id, stamp=self.get_clock().now().to_msg())
             try:
                 self.beat_pub.publish(beat)
-            except Exception as exc:  # shutting down: the context is gone
+            except Exception as exc:  # noqa: BLE001 - shutting down: the context is gone
                 self.get_logger().debug(f"heartbeat: {exc}")
             if self._closing.wait(period):
                 return
@@ -425,7 +425,7 @@ class RobotNode(Node):
             if handout is None:
                 try:
                     self.backend.idle()
-                except Exception as exc:  # a failed keep-alive is logged; the next segment will tell
+                except Exception as exc:  # noqa: BLE001 - a failed keep-alive is logged; the next segment will tell
                     self._warning("idle", f"{self.backend.kind} backend idle check failed: {exc}")
                 continue
             if handout.kind != tq.RUN:
@@ -476,7 +476,7 @@ class RobotNode(Node):
         self.backend.close()
         try:  # the last FAILED feedback must reach the planner before the process (and DDS) goes
             self.feedback_pub.wait_for_all_acked(Duration(seconds=2.0))
-        except Exception as exc:  # an RMW without the call must not break shutdown
+        except Exception as exc:  # noqa: BLE001 - an RMW without the call must not break shutdown
             self.get_logger().debug(f"wait_for_all_acked: {exc}")
         self.get_logger().info(
             f"{self.agent_id} stopped ({self.counters}; backend {self.backend.status()}; "

@@ -113,7 +113,7 @@ def load_target(target: str, what: str) -> Any:
         obj: Any = importlib.import_module(module)
         for part in attr.split("."):
             obj = getattr(obj, part)
-    except Exception as exc:  # ImportError, AttributeError, or the plugin's own import-time error
+    except Exception as exc:  # noqa: BLE001 - ImportError, AttributeError, or the plugin's own import-time error
         raise PluginError(f"{what}: cannot load {target!r}: {type(exc).__name__}: {exc}") from None
     return obj
 

@@ -134,7 +134,7 @@ class SegmentRunner:
             notes = self.backend.take_notes()
             reason = exc.reason + (f" (robot notes: {'; '.join(notes)})" if notes else "")
             return SegmentOutcome(False, time.monotonic() - t0, clip(reason))
-        except Exception as exc:  # a backend bug must not kill the node; report it as the failure
+        except Exception as exc:  # noqa: BLE001 - a backend bug must not kill the node; report it as the failure
             reason = f"internal error in the {self.backend.kind} backend: {type(exc).__name__}: {exc}"
             self.fail_task(item.task_id, reason)
             return SegmentOutcome(False, time.monotonic() - t0, clip(reason))

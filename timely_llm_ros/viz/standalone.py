@@ -250,7 +250,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         try:
             ros = _start_ros(widget, args.trace_topic, use_sim_time=args.use_sim_time)
-        except Exception as exc:  # rclpy missing or the interfaces not built
+        except Exception as exc:  # noqa: BLE001 - rclpy missing or the interfaces not built
             print(
                 f"timely-llm rqt-timeline: error: cannot subscribe to ROS ({type(exc).__name__}: {exc}); "
                 "use --bag to replay a recording",

@@ -20,14 +20,14 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (backend first)
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.transforms import blended_transform_factory  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.transforms import blended_transform_factory
 
-from timely_llm_ros.lrtrace.timeline_model import SPAN_KINDS  # noqa: E402
-from timely_llm_ros.viz import style  # noqa: E402
-from timely_llm_ros.viz.layout import GROUPS, Layout, make_layout, parse_window  # noqa: E402
+from timely_llm_ros.lrtrace.timeline_model import SPAN_KINDS
+from timely_llm_ros.viz import style
+from timely_llm_ros.viz.layout import GROUPS, Layout, make_layout, parse_window
 
 LANE_H = 0.34  # height of one half-lane bar (lane pitch is 1)
 
