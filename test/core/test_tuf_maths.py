@@ -8,20 +8,27 @@ import random
 import numpy as np
 import pytest
 
+from timely_llm_ros.core import events as ev
+from timely_llm_ros.core.generation import Segment, TaskRecord
+from timely_llm_ros.core.metrics import summarize_group
 from timely_llm_ros.core.task import TaskSpec, task_class
 from timely_llm_ros.core.tuf import (
     NORMAL_TUF,
+    ON_TIME_TOLERANCE_S,
     TUF,
     URGENT_ERT_S,
     URGENT_TUF,
     is_urgent,
+    on_time,
     segment_deadline,
     tuf_class,
     utilities,
     utility,
     utility_span,
+    waiting_time,
     zero_utility_time,
 )
+from timely_llm_ros.lrtrace.timeline_model import TaskLane
 
 
 def test_utility_hand_computed():
@@ -104,3 +111,57 @@ def test_bit_identical_to_the_formulas_it_replaces():
                 ref + ert - net + beta / -alpha
             )
             assert _bits(TUF(ert=ert, alpha=alpha, beta=beta).zero_time) == _bits(ert + beta / -alpha)
+
+
+def test_waiting_time_hand_computed():
+    # starts generating at t = 10 with G = 90 ms, net 8 ms: the action starts at 10.098
+    assert waiting_time(10.0 + 0.09, 0.008, 9.5) == pytest.approx(0.598)  # first segment, arrival 9.5
+    assert waiting_time(10.0 + 0.09, 0.008, 10.5) == pytest.approx(
+        -0.402
+    )  # early: previous action ends later
+
+
+def test_waiting_time_is_bit_identical_to_the_inlined_forms():
+    # W = t + g + net - ref as PUDPriority.scores_py / pud_priority / slack / ua_index.Entry.utility
+    # wrote it, and ((t + g) + net) - ref over arrays as PUDPriority.scores_np did
+    rng = random.Random(11)
+    rows = [
+        (
+            rng.uniform(0, 1e4),
+            rng.uniform(1e-4, 2),
+            rng.choice([0.0, 0.008, rng.uniform(0, 0.1)]),
+            rng.uniform(0, 1e4),
+        )
+        for _ in range(4000)
+    ]
+    for t, g, net, ref in rows:
+        assert _bits(waiting_time(t + g, net, ref)) == _bits(t + g + net - ref)
+    t = 1234.5678
+    g, net, ref = (np.array([r[i] for r in rows]) for i in (1, 2, 3))
+    assert waiting_time(t + g, net, ref).tobytes() == (((t + g) + net) - ref).tobytes()
+    assert waiting_time(t + g, net, ref).tolist() == [t + gi + ni - ri for gi, ni, ri in zip(g, net, ref)]
+
+
+def test_on_time_rule_and_its_tolerance():
+    assert ON_TIME_TOLERANCE_S == 1e-9
+    assert on_time(0.2, 0.2) and on_time(0.1, 0.2) and on_time(-1.0, 0.0)
+    assert on_time(0.2 + 0.5e-9, 0.2)  # a stamp rounded to whole nanoseconds is not lateness
+    assert not on_time(0.2 + 2e-9, 0.2) and not on_time(0.3, 0.2)
+    assert not on_time(math.nan, 0.2)  # never started
+
+
+def _served(first_exec: float, arrival: float = 10.0, tuf: TUF = URGENT_TUF) -> tuple[TaskRecord, TaskLane]:
+    rec = TaskRecord(task_id="u", agent_id="d", task_class="", tuf=tuf, arrival=arrival, state=ev.COMPLETED)
+    rec.segments.append(Segment(0, exec_start=first_exec, exec_end=first_exec + 1.0))
+    lane = TaskLane("u", tuf=tuf, arrival=arrival, state=ev.COMPLETED, first_exec=first_exec)
+    return rec, lane
+
+
+@pytest.mark.parametrize("late_by", [0.0, 0.4e-9, 0.9e-9, 1.5e-9, 5e-9, 1e-3])
+def test_metrics_and_timeline_judge_a_response_at_the_ert_alike(late_by):
+    # the metrics counted r <= ERT, the timeline first_exec > arrival + ERT + 1e-9 as missed: a response
+    # a fraction of a nanosecond past the ERT was late in the report and on time in the figure
+    rec, lane = _served(10.0 + URGENT_TUF.ert + late_by)
+    met = summarize_group([rec]).on_time_pct == 100.0
+    assert met == (not lane.missed_ert()) == on_time(rec.response_time, URGENT_TUF.ert)
+    assert met == (late_by < 1e-9)

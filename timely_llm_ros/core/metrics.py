@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.generation import TaskRecord
+from timely_llm_ros.core.tuf import on_time
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -78,7 +79,7 @@ def summarize_group(records: Iterable[TaskRecord]) -> ClassMetrics:
     resp: list[float] = []
     wait: list[float] = []
     comp: list[float] = []
-    on_time = 0
+    n_on_time = 0
     for rec in records:
         m.n += 1
         if rec.state == ev.REJECTED:
@@ -98,7 +99,7 @@ def summarize_group(records: Iterable[TaskRecord]) -> ClassMetrics:
         if not math.isnan(r):
             m.n_served += 1
             resp.append(r)
-            on_time += r <= rec.tuf.ert
+            n_on_time += on_time(r, rec.tuf.ert)
             w = rec.waiting_time
             if not math.isnan(w):
                 wait.append(w)
@@ -122,7 +123,7 @@ def summarize_group(records: Iterable[TaskRecord]) -> ClassMetrics:
     if comp:
         m.completion_mean = math.fsum(comp) / len(comp)
     if m.n - m.n_rejected - m.n_cancelled > 0:
-        m.on_time_pct = 100.0 * on_time / (m.n - m.n_rejected - m.n_cancelled)
+        m.on_time_pct = 100.0 * n_on_time / (m.n - m.n_rejected - m.n_cancelled)
     return m
 
 

@@ -24,6 +24,11 @@ are the ones the callers used to inline, so results stay bit-identical):
   action may still start on time (``ref``: arrival for k = 0, previous action's end after);
 * :func:`utility_span` / :func:`zero_utility_time` — ``β/|α|`` and ``D + β/|α|``: where utility
   reaches 0 (``inf`` for a flat TUF);
+* :func:`waiting_time` — ``W(s_k) = F + net − ref`` of a segment whose generation ends at ``F``
+  (``F = t + G`` when it starts at ``t``): the argument of Eq. 1 the priorities, the ``timely``
+  index and its admission evaluate (floats or numpy arrays alike);
+* :func:`on_time` — whether a response (or segment waiting) time met its ERT, the one rule of the
+  metrics, the timeline and the demo's progress line;
 * :func:`is_urgent` / :func:`tuf_class` — the urgent/normal class of a TUF (ERT < 1 s).
 """
 
@@ -31,7 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:  # numpy only for the array form: the TUF itself imports with the standard library alone
     import numpy as np
@@ -39,6 +44,13 @@ if TYPE_CHECKING:  # numpy only for the array form: the TUF itself imports with 
 # A task whose ERT is below this is "urgent", else "normal" (the paper's two classes, §7.1: urgent
 # requests need ~200 ms, normal ones tolerate ~1 s).
 URGENT_ERT_S = 1.0
+
+# How far past its ERT a response still counts as on time: one nanosecond, the resolution of a ROS
+# time stamp (see :func:`on_time`).
+ON_TIME_TOLERANCE_S = 1e-9
+
+# A float, or a numpy array of them (the long-queue path of the PUD priority).
+Times = TypeVar("Times", float, "np.ndarray")
 
 
 def utility(w: float, ert: float, alpha: float, beta: float) -> float:
@@ -56,6 +68,30 @@ def utilities(w: np.ndarray, ert: np.ndarray, alpha: np.ndarray, beta: np.ndarra
     import numpy as np  # only the array path needs numpy (see the module imports)
 
     return np.minimum(alpha * (np.maximum(w, 0.0) - ert) + beta, beta)
+
+
+def waiting_time(gen_end: Times, net: Times, ref: Times) -> Times:
+    """``W(s_k) = F + net − ref``: how long after ``ref`` the action of a segment whose generation
+    ends at ``F`` (``gen_end``) starts, ``net`` (planner→robot latency) later. For k = 0 (``ref`` =
+    arrival) the response time; for k > 0 (``ref`` = the previous action's estimated end) the robot's
+    wait, negative when the segment is early. A candidate that starts generating at ``t`` with
+    estimate G ends at ``F = t + G``: callers pass ``t + g``, so the sum is ``((t + G) + net) − ref``
+    in this order (the priorities' scalar and numpy paths rely on the same IEEE operations)."""
+    return gen_end + net - ref
+
+
+def on_time(w: float, ert: float) -> bool:
+    """Whether a response time (or a segment's waiting time, against ``ERT_k``) met its ERT: the
+    action started no later than the ERT, where Eq. 1 still gives β.
+
+    Tolerance :data:`ON_TIME_TOLERANCE_S` (1 ns), the one rule for the metrics, the timeline
+    (``missed_ert``) and the demo's progress line, which once used 0, 1 ns and 0. Why 1 ns and not
+    0: times read back from a bag or a ROS message are whole nanoseconds, each stamp rounded by up
+    to ½ ns, so a response the simulator measured exactly at the ERT can read 1 ns late from its own
+    bag; and a segment timed to end exactly at its deadline (``ref + ERT − net``, then ``+ net −
+    ref``) can land one float ulp past the ERT. Neither is lateness; anything above 1 ns is
+    (DDS latency alone is ~1e5 times larger). A nan ``w`` (the action never started) is not on time."""
+    return w <= ert + ON_TIME_TOLERANCE_S
 
 
 def segment_deadline(ref: float, ert_k: float, net: float) -> float:

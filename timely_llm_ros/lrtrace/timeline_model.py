@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from timely_llm_ros.core import events as ev
-from timely_llm_ros.core.tuf import TUF, tuf_class
+from timely_llm_ros.core.tuf import TUF, on_time, tuf_class
 
 QUEUED = "queued"
 ROBOT_WAIT = "robot"
@@ -127,13 +127,13 @@ class TaskLane:
         """The first action started after the ERT, or has not started and ``now`` is past the ERT
         (a task that ended without any action counts as missed once its ERT has passed)."""
         dl = self.deadline
-        if math.isnan(dl):
+        if math.isnan(dl) or self.tuf is None:
             return False
         if not math.isnan(self.first_exec):
-            return self.first_exec > dl + 1e-9
+            return not on_time(self.response_time, self.tuf.ert)
         if self.done:
             return self.state != ev.REJECTED  # it will never act: the ERT is missed for good
-        return not math.isnan(now) and now > dl
+        return not math.isnan(now) and not on_time(now - self.arrival, self.tuf.ert)
 
     def end_time(self, now: float) -> float:
         return self.terminal if not math.isnan(self.terminal) else now

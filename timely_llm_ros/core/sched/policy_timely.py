@@ -109,7 +109,7 @@ from timely_llm_ros.core.generation import Generation
 from timely_llm_ros.core.sched.admission import DEFAULT_MAX_BATCH, Admission, LatencyGuidedAdmission
 from timely_llm_ros.core.sched.priority import PriorityStrategy, Ranking, check_estimate
 from timely_llm_ros.core.sched.ua_index import INF, LATE, ONTIME, PROMOTED, Entry, PhaseIndex
-from timely_llm_ros.core.tuf import utility
+from timely_llm_ros.core.tuf import utility, waiting_time
 
 # Prior of the measured step model before any measurement (paper Table 1 profile: 21.5 ms
 # per decode step + 0.8 ms per extra running sequence, i.e. ≈ 3.7 % of a step per sequence) and of
@@ -444,7 +444,7 @@ class StepModel:
 
 def _gen_utility(end: float, gen: Generation) -> float:
     """Clamped utility of ``gen``'s segment if its generation ends at ``end`` (action ``net`` later)."""
-    u = utility(end + gen.net - gen.ref, gen.ert_k, gen.alpha, gen.beta)
+    u = utility(waiting_time(end, gen.net, gen.ref), gen.ert_k, gen.alpha, gen.beta)
     return u if u > 0.0 else 0.0
 
 

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from timely_llm_ros.core.tuf import utilities, utility
+from timely_llm_ros.core.tuf import utilities, utility, waiting_time
 
 if TYPE_CHECKING:
     from timely_llm_ros.core.generation import Generation
@@ -53,12 +53,12 @@ NUMPY_THRESHOLD = 48  # queues at least this long are scored with numpy (PUDPrio
 
 def waiting_estimate(t: float, ref: float, g: float, net: float) -> float:
     """W(s_k; t) = t + G + net − ref."""
-    return t + g + net - ref
+    return waiting_time(t + g, net, ref)
 
 
 def slack(t: float, ref: float, ert_k: float, g: float, net: float) -> float:
     """L = ERT_k − W(s_k; t) (unguarded)."""
-    return ert_k - (t + g + net - ref)
+    return ert_k - waiting_time(t + g, net, ref)
 
 
 def pud_priority(
@@ -66,7 +66,7 @@ def pud_priority(
 ) -> float:
     """Eq. 4 for one generation (reference implementation; :class:`PUDPriority` scores the queue with
     the same operations)."""
-    w = t + g + net - ref
+    w = waiting_time(t + g, net, ref)
     return utility(w, ert_k, alpha, beta) / (g * max(ert_k - w, l_min))
 
 
@@ -368,14 +368,14 @@ class PUDPriority(ColumnStrategy):
         for ref, e, al, be, g, net in zip(
             c["ref"], c["ert_k"], c["alpha"], c["beta"], c["g"], c["net"], strict=True
         ):
-            w = t + g + net - ref
+            w = waiting_time(t + g, net, ref)
             sl = e - w
             out.append(utility(w, e, al, be) / (g * (sl if sl > lm else lm)))
         return out
 
     def scores_np(self, t: float, a: dict[str, np.ndarray], n: int) -> np.ndarray:
         g = a["g"][:n]
-        w = ((t + g) + a["net"][:n]) - a["ref"][:n]
+        w = waiting_time(t + g, a["net"][:n], a["ref"][:n])
         u = utilities(w, a["ert_k"][:n], a["alpha"][:n], a["beta"][:n])
         sl = np.maximum(a["ert_k"][:n] - w, self.l_min)
         return u / (g * sl)

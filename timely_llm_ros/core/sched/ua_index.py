@@ -42,7 +42,7 @@ import math
 from bisect import bisect_left, insort
 
 from timely_llm_ros.core.generation import Generation
-from timely_llm_ros.core.tuf import segment_deadline, utility, utility_span
+from timely_llm_ros.core.tuf import segment_deadline, utility, utility_span, waiting_time
 
 ONTIME, TARDY, LATE, PROMOTED = range(4)
 BLOCK = 512  # SortedTuples block load (split at twice that)
@@ -196,7 +196,7 @@ class Entry:
 
     def utility(self, t: float) -> float:
         """Eq. 4's numerator: the utility if its generation starts at ``t`` (unclamped below)."""
-        return utility(t + self.g + self.net - self.ref, self.e, self.al, self.be)
+        return utility(waiting_time(t + self.g, self.net, self.ref), self.e, self.al, self.be)
 
 
 class PhaseIndex:
