@@ -97,3 +97,24 @@ def test_a_refusal_keeps_the_reason_and_names_its_kind_and_id():
             ids.claim("x", "d1")
             ids.claim("x", "d1")
     assert (err.value.kind, err.value.report_as) == ("duplicate", "x#dup1")
+
+
+@pytest.mark.parametrize("name", ["agent_id", "robot_type", "skill_set", "instruction"])
+def test_one_list_of_required_fields_for_the_core_and_the_ros_boundary(name):
+    # the ROS adapter required robot_type, TaskSpec.validate did not: a workload task or a direct
+    # core caller with a blank robot type was planned, the same task over ROS was rejected
+    from timely_llm_ros.core.task import REQUIRED_FIELDS
+
+    assert REQUIRED_FIELDS == ("agent_id", "robot_type", "skill_set", "instruction")
+    bad = spec()
+    setattr(bad, name, "  ")
+    with pytest.raises(TaskRejected, match=f"^{name} is empty$"):
+        bad.validate()
+
+
+def test_the_field_check_returns_the_tuf_it_validated():
+    f = limits.TaskFields("t1", "d1", "drone", "s", "i", "", "", 0, 1.0, -2.0, 1.0)
+    assert limits.check_task_fields(f) == NORMAL_TUF
+    assert (
+        limits.check_task_fields(limits.TaskFields("t1", "d1", "drone", "s", "i", "", "", 0, 0, 0, 0)) is None
+    )

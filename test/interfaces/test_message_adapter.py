@@ -105,6 +105,21 @@ def test_task_fields_out_of_range_are_clamped_and_rejected_alike(sides) -> None:
             adapter.task_from_msg(msg, arrival=1.0)
 
 
+def test_a_ros_task_tuf_is_validated_once(sides, monkeypatch) -> None:
+    # the field limits built and checked the TUF, then the conversion built and checked it again
+    from timely_llm_ros.core import limits
+
+    calls = []
+    real = limits.tuf_or_reject
+    monkeypatch.setattr(limits, "tuf_or_reject", lambda *a: calls.append(a) or real(*a))
+    ros, bag, _ = sides
+    spec = _spec()
+    for adapter in (ros, bag):
+        calls.clear()
+        assert adapter.task_from_msg(adapter.task_to_msg(spec, spec.arrival), arrival=spec.arrival) == spec
+        assert calls == [(1.5, -0.25, 2.0)]
+
+
 def test_segment_maps_the_same_on_both_back_ends(sides) -> None:
     from timely_llm_ros.core.generation import Dispatch, Segment
     from timely_llm_ros.core.skills import SkillCall

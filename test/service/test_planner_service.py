@@ -13,7 +13,7 @@ from timely_llm_ros.core import limits
 from timely_llm_ros.core.intake import NOT_ACTIVE
 from timely_llm_ros.core.options.planner_options import PlannerOptions
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
-from timely_llm_ros.core.tuf import NORMAL_TUF
+from timely_llm_ros.core.tuf import NORMAL_TUF, TUF
 from timely_llm_ros.engines.sim import SimEngine
 from timely_llm_ros.interfaces.mapping import Feedback
 from timely_llm_ros.service import handoff as ho
@@ -69,8 +69,8 @@ class Host:
         self.opened.append(agent)
 
     def send(self, task_id: str, agent: str = "d1", instruction: str = "[A] look") -> str:
-        def to_spec(tid: str, now: float) -> TaskSpec:
-            return TaskSpec(tid, agent, "drone", "tello_minispec", instruction, NORMAL_TUF, arrival=now)
+        def to_spec(tid: str, now: float, tuf: TUF | None) -> TaskSpec:
+            return TaskSpec(tid, agent, "drone", "tello_minispec", instruction, tuf, arrival=now)
 
         fields = limits.TaskFields(
             task_id, agent, "drone", "tello_minispec", instruction, "", "", 0, 1.0, -2.0, 1.0

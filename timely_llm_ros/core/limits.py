@@ -63,8 +63,10 @@ def _length(name: str, value: str, limit: int) -> None:
         raise TaskRejected(f"{name} is {len(value)} characters long; the limit is {limit}")
 
 
-def check_task_fields(f: TaskFields) -> None:
-    """Raise :class:`TaskRejected` for a field beyond its limit (empty fields are checked later)."""
+def check_task_fields(f: TaskFields) -> TUF | None:
+    """Raise :class:`TaskRejected` for a field beyond its limit (empty fields are checked later).
+
+    Returns the task's TUF, checked here once for the whole ROS intake (None: all zeros, ``auto``)."""
     _length("task_id", f.task_id, MAX_TASK_ID)
     _length("agent_id", f.agent_id, MAX_AGENT_ID)
     for name in ("robot_type", "skill_set", "task_class"):
@@ -78,8 +80,9 @@ def check_task_fields(f: TaskFields) -> None:
         raise TaskRejected(
             f"max_tokens {f.max_tokens} is out of range (0 = default, at most {MAX_MAX_TOKENS})"
         )
-    if (f.ert, f.alpha, f.beta) != (0.0, 0.0, 0.0):  # all zeros: no TUF (``auto``, derived by the planner)
-        check_tuf_range(f.ert, f.alpha, f.beta)
+    if (f.ert, f.alpha, f.beta) == (0.0, 0.0, 0.0):  # all zeros: no TUF (``auto``, derived by the planner)
+        return None
+    return check_tuf_range(f.ert, f.alpha, f.beta)
 
 
 def tuf_or_reject(ert: float, alpha: float, beta: float) -> TUF:
@@ -91,7 +94,7 @@ def tuf_or_reject(ert: float, alpha: float, beta: float) -> TUF:
         raise TaskRejected(f"invalid TUF: {exc}") from None
 
 
-def check_tuf_range(ert: float, alpha: float, beta: float) -> None:
+def check_tuf_range(ert: float, alpha: float, beta: float) -> TUF:
     """TUF numbers a planner can compute with: valid (Eq. 1) and every derived time finite."""
     tuf = tuf_or_reject(ert, alpha, beta)  # not a TUF at all (finite, alpha <= 0, beta > 0)
     if not 0.0 <= ert <= MAX_ERT_S:
@@ -110,6 +113,7 @@ def check_tuf_range(ert: float, alpha: float, beta: float) -> None:
                 f"invalid TUF: utility horizon ERT + beta/-alpha = {horizon:.3g} s exceeds "
                 f"{MAX_HORIZON_S:g} s (use alpha = 0 for a utility that never decays)"
             )
+    return tuf
 
 
 def clip(text: str, limit: int = MAX_DETAIL) -> str:

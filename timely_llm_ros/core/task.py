@@ -15,6 +15,10 @@ from timely_llm_ros.core.tuf import TUF, tuf_class
 
 # Overrun strategies a task may ask for ("" = the planner's default); see core/options/overrun.py.
 OVERRUNS = ("", "continue", "kill", "skip-next")
+# Text fields a task cannot be planned without, in the order they are checked (the planner routes by
+# agent, checks the robot type against the skill set's, and prompts with the set and the instruction);
+# the one list for :meth:`TaskSpec.validate`, the ROS adapter and the workload files.
+REQUIRED_FIELDS = ("agent_id", "robot_type", "skill_set", "instruction")
 
 
 class TaskRejected(ValueError):
@@ -62,12 +66,10 @@ class TaskSpec:
 
     def validate(self) -> None:
         """Reject malformed tasks with a reason (never a crash later in the scheduler)."""
-        if not isinstance(self.agent_id, str) or not self.agent_id.strip():
-            raise TaskRejected("agent_id is empty")
-        if not isinstance(self.skill_set, str) or not self.skill_set.strip():
-            raise TaskRejected("skill_set is empty")
-        if not isinstance(self.instruction, str) or not self.instruction.strip():
-            raise TaskRejected("instruction is empty")
+        for name in REQUIRED_FIELDS:
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise TaskRejected(f"{name} is empty")
         if not isinstance(self.tuf, TUF):
             raise TaskRejected(
                 "tuf is missing (send a TUF, or run the planner with an urgency classifier "

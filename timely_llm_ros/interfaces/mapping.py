@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core import limits
-from timely_llm_ros.core.task import TaskRejected, TaskSpec
+from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.core.tuf import NORMAL_TUF, TUF
 
 DEFAULT_MAX_TOKENS = 256  # Task.max_tokens == 0 means "the planner's default"
@@ -45,8 +45,6 @@ TASK_TEXT_FIELDS = (
     "task_class",
     "overrun",
 )
-# Task fields that must not be blank on the way in (the planner cannot route or plan without them).
-TASK_REQUIRED_FIELDS = ("agent_id", "robot_type", "skill_set", "instruction")
 
 
 class MessageTypes(Protocol):
@@ -122,22 +120,21 @@ def task_from_msg(msg: Any, arrival: float, default_max_tokens: int = DEFAULT_MA
     """A received ``Task`` as a :class:`TaskSpec` arriving at ``arrival`` (planner clock).
 
     Checks what the message alone can tell (limits of every field, TUF numbers, non-empty required
-    fields); the planner's intake checks the rest (skill set known, prompt fits). Raises
-    :class:`TaskRejected`.
+    fields, ``TaskSpec.validate``); the planner's intake checks the rest (skill set known, prompt
+    fits). Raises :class:`TaskRejected`.
     """
-    limits.check_task_fields(task_fields(msg))
-    return task_from_checked_msg(msg, arrival, default_max_tokens)
+    tuf = limits.check_task_fields(task_fields(msg))
+    return task_from_checked_msg(msg, arrival, tuf, default_max_tokens)
 
 
-def task_from_checked_msg(msg: Any, arrival: float, default_max_tokens: int = DEFAULT_MAX_TOKENS) -> TaskSpec:
+def task_from_checked_msg(
+    msg: Any, arrival: float, tuf: TUF | None, default_max_tokens: int = DEFAULT_MAX_TOKENS
+) -> TaskSpec:
     """:func:`task_from_msg` for a caller that already ran :func:`limits.check_task_fields` on
-    ``task_fields(msg)`` (the planner does, first, so that a rejection can name the task)."""
-    # an unset Tuf (all zeros) asks for ``auto``: the planner's urgency classifier derives it from the
-    # instruction (or rejects the task when it runs without one); any other TUF is checked as given
-    tuf = None if is_auto_tuf(msg.tuf) else tuf_from_msg(msg.tuf)
-    for name in TASK_REQUIRED_FIELDS:
-        if not getattr(msg, name).strip():
-            raise TaskRejected(f"{name} is empty")
+    ``task_fields(msg)`` (the planner does, first, so that a rejection can name the task): ``tuf`` is
+    what that check returned, so the message's TUF is validated once. None: an unset Tuf (all zeros)
+    asks for ``auto``, the planner's urgency classifier derives it from the instruction (or rejects
+    the task when it runs without one)."""
     text = {name: getattr(msg, name) for name in TASK_TEXT_FIELDS}
     text["task_class"] = text["task_class"].strip()
     text["overrun"] = text["overrun"].strip()[:32]  # validate() rejects unknown ones; no name is longer

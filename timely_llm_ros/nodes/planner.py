@@ -58,6 +58,7 @@ from timely_llm_ros.core import limits
 from timely_llm_ros.core.feedback import FeedbackRules
 from timely_llm_ros.core.options.replay import REFERENCE
 from timely_llm_ros.core.task import TaskRejected
+from timely_llm_ros.core.tuf import TUF
 from timely_llm_ros.engines.base import EngineError
 from timely_llm_ros.msg import Segment, SegmentFeedback, Task, TaskStatus, TraceEvent
 from timely_llm_ros.nodes.common import ParamError, declare_params, run_node
@@ -325,9 +326,9 @@ class PlannerNode(LifecycleNode):
     def _intake(self, msg: Task) -> str:
         """One task from the ``tasks`` topic or the ``plan_task`` action (see the front desk)."""
 
-        def to_spec(task_id: str, now: float) -> Any:
+        def to_spec(task_id: str, now: float, tuf: TUF | None) -> Any:
             msg.task_id = task_id
-            return convert.task_from_checked_msg(msg, now, self.p["default_max_tokens"])
+            return convert.task_from_checked_msg(msg, now, tuf, self.p["default_max_tokens"])
 
         return self.svc.desk.intake(msg.task_id, msg.agent_id, lambda: convert.task_fields(msg), to_spec)
 

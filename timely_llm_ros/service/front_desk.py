@@ -35,6 +35,7 @@ from timely_llm_ros.core.intake import (
     refusal,
 )
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
+from timely_llm_ros.core.tuf import TUF
 from timely_llm_ros.interfaces.mapping import Feedback
 from timely_llm_ros.interfaces.topics import valid_agent_id
 from timely_llm_ros.service import handoff as ho
@@ -77,11 +78,16 @@ class FrontDesk:
 
     # ------------------------------------------------------------------ intake
     def intake(
-        self, raw_id: str, agent_id: str, fields: Callable[[], Any], to_spec: Callable[[str, float], TaskSpec]
+        self,
+        raw_id: str,
+        agent_id: str,
+        fields: Callable[[], Any],
+        to_spec: Callable[[str, float, TUF | None], TaskSpec],
     ) -> str:
         """Intake of one task; returns the id its statuses carry (assigned when empty,
         ``<id>#dup<n>`` for a duplicate's rejection). ``fields()``: the received task's fields for the
-        limit checks; ``to_spec(task_id, now)``: the task converted under the id it was given."""
+        limit checks; ``to_spec(task_id, now, tuf)``: the task converted under the id it was given, with
+        the TUF the limit checks validated (None: ``auto``)."""
         svc = self.svc
         now = svc.clock_fn()
         svc.stats["received"] += 1
@@ -104,12 +110,12 @@ class FrontDesk:
         agent: str,
         now: float,
         fields: Callable[[], Any],
-        to_spec: Callable[[str, float], TaskSpec],
+        to_spec: Callable[[str, float, TUF | None], TaskSpec],
     ) -> TaskSpec:
         """The front door's checks in order (raises :class:`Refused`)."""
         # ids and sizes first: the rejection must be able to name the task
         with refusal("limits", limits.clip(task_id, limits.MAX_TASK_ID)):
-            limits.check_task_fields(fields())
+            tuf = limits.check_task_fields(fields())
         task_id = self.ids.claim(task_id, agent if valid_agent_id(agent) else "task")
         if not self.svc.active:  # a managed planner that is not (or no longer) active: say so
             raise Refused(NOT_ACTIVE, "inactive", task_id)
@@ -122,8 +128,8 @@ class FrontDesk:
         if overload:
             raise Refused(overload, "overloaded", task_id)
         with refusal("invalid", task_id):
-            # the field limits ran first (so a rejection names the task); not again here
-            spec = to_spec(task_id, now)
+            # the field limits and the TUF were checked first (so a rejection names the task); not again
+            spec = to_spec(task_id, now, tuf)
             if self.svc.liveness.is_down(spec.agent_id):  # read only; the planner thread decides
                 raise TaskRejected(self.svc.liveness.reason(spec.agent_id, now))
             check_robot_type(spec, load_task_skill_set(spec.skill_set), self.agent_types)
