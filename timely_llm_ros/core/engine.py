@@ -39,6 +39,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from timely_llm_ros.core.profile import EngineProfile
 
 __all__ = [
     "Context",
@@ -166,7 +170,7 @@ class EngineInfo:
     name: str
     context_limit: int
     eos_id: int
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Engine(ABC):
@@ -233,7 +237,7 @@ class Engine(ABC):
         chooses it before every step (:mod:`timely_llm_ros.core.options.token_budget`). Engines with chunked
         prefill (simulated with ``chunked_prefill``, llama.cpp) use it; others ignore it."""
 
-    def cost_profile(self):
+    def cost_profile(self) -> EngineProfile | None:
         """The :class:`~timely_llm_ros.core.profile.EngineProfile` that prices this engine's work
         (prefill, decode, KV transfers), or None if unknown. The simulator returns its timing model;
         real engines return the profile they were given or one fitted for their model."""

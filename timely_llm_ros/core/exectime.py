@@ -101,7 +101,7 @@ class SkillTimeModel:
 
     skill: str
     kind: str
-    params: dict
+    params: dict[str, Any]
 
     def _value_arg(self, call: SkillCall) -> float | Var:
         for a in call.args:
@@ -117,7 +117,8 @@ class SkillTimeModel:
             for c in self.params["coef"]:
                 out = out * v + c
             return out
-        return v * self.params.get("scale", 1.0)
+        scale: float = self.params.get("scale", 1.0)
+        return v * scale
 
     def estimate(self, call: SkillCall) -> ExecEstimate:
         k = self.kind
@@ -156,20 +157,24 @@ class SkillTimeModel:
                 return self._f(rng.uniform(lo, hi))
             return self._f(float(v))
         if k == "constant":
-            return p["value"]
+            value: float = p["value"]
+            return value
         if k == "iterations":
             lo, hi = p["iterations"]
-            return rng.randint(lo, hi) * p["per_iteration"]
+            per_iteration: float = p["per_iteration"]
+            return rng.randint(lo, hi) * per_iteration
         if k == "uniform":
             lo, hi = p["range"]
             return rng.uniform(lo, hi)
         if k == "samples":
-            return rng.choice(p["samples"])
+            sample: float = rng.choice(p["samples"])
+            return sample
         return self._reading(call)
 
     def _reading(self, call: SkillCall) -> float:
         text = " ".join(a for a in call.args if isinstance(a, str))
-        return len(text.split()) * 60.0 / self.params["words_per_minute"]
+        wpm: float = self.params["words_per_minute"]
+        return len(text.split()) * 60.0 / wpm
 
 
 class ExecTimeModel:
@@ -267,6 +272,7 @@ def _walk(skill_set: SkillSet, text: str, stack: list[_Block]) -> list[SkillCall
     out: list[SkillCall] = []
     for step in skill_set.steps(text):
         if step.kind == "call":
+            assert step.call is not None  # a "call" step carries its call
             once = dataclasses.replace(step.call, repeat=1)
             out.append(once)
             if stack:
@@ -288,8 +294,8 @@ def _num(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def _pair(raw: dict, key: str, where: str, integer: bool = False) -> tuple:
-    val = raw.get(key)
+def _pair(raw: dict[str, Any], key: str, where: str, integer: bool = False) -> tuple[Any, ...]:
+    val: Any = raw.get(key)
     ok = isinstance(val, list) and len(val) == 2 and all(_num(v) for v in val) and val[0] <= val[1]
     if ok and integer:
         ok = all(isinstance(v, int) and v >= 1 for v in val)
@@ -310,7 +316,7 @@ def _load_skill_model(skill: str, raw: Any, where: str) -> SkillTimeModel:
     params: dict[str, Any] = {}
 
     def positive(key: str, allow_zero: bool = False) -> float:
-        val = raw.get(key)
+        val: Any = raw.get(key)
         if not _num(val) or val < 0 or (val == 0 and not allow_zero):
             raise ExecTimeError(f"{where}: field {key!r} must be a positive number, got {val!r}")
         return float(val)

@@ -114,7 +114,7 @@ class Measurements:
         """The model file content for ``robot_type`` with measured skills refitted (the configured
         ``config/exec_time/<robot_type>.yaml`` for the rest)."""
         path = config_path("exec_time", f"{robot_type}.yaml")
-        data = (
+        data: dict[str, Any] = (
             yaml.safe_load(path.read_text(encoding="utf-8"))
             if path.is_file()
             else {"robot_type": robot_type, "skills": {}}

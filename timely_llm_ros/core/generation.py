@@ -18,9 +18,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from timely_llm_ros.core.task import TaskSpec, task_class
 from timely_llm_ros.core.tuf import TUF, segment_deadline
+
+if TYPE_CHECKING:
+    from timely_llm_ros.core.engine import Context
+    from timely_llm_ros.core.segmenter import SegmentChecker
+    from timely_llm_ros.core.skills import SkillCall, SkillSet
 
 NAN = math.nan
 
@@ -41,7 +47,9 @@ class Segment:
     min_exec: float = NAN  # estimated minimum execution time (priority, paper §4.3)
     expected_exec: float = NAN
     final: bool = False
-    calls: tuple = ()  # SkillCall objects (not compared in determinism checks: they are values)
+    calls: tuple[
+        SkillCall, ...
+    ] = ()  # SkillCall objects (not compared in determinism checks: they are values)
 
     @property
     def generation_time(self) -> float:
@@ -159,7 +167,7 @@ class Dispatch:
     robot_type: str
     seg: int
     text: str
-    calls: tuple
+    calls: tuple[SkillCall, ...]
     t: float
     min_exec: float
     expected_exec: float
@@ -243,14 +251,17 @@ class Generation:
         "parked",
     )
 
-    def __init__(self, gen_id: int, spec: TaskSpec, record: TaskRecord, skill_set, net: float) -> None:
+    def __init__(
+        self, gen_id: int, spec: TaskSpec, record: TaskRecord, skill_set: SkillSet, net: float
+    ) -> None:
         self.gen_id = gen_id
         self.seq = gen_id  # FCFS order = submission order
         self.spec = spec
         self.record = record
         self.skill_set = skill_set
-        self.checker = None
+        self.checker: SegmentChecker | None = None
         tuf = spec.tuf
+        assert tuf is not None, "a generation is made of a validated task (Intake.prepare)"
         self.alpha = float(tuf.alpha)
         self.beta = float(tuf.beta)
         self.ert = float(tuf.ert)
@@ -262,7 +273,7 @@ class Generation:
         self.ert_k = self.ert
         self.fixed_key = 0.0
         self.state = "QUEUED"
-        self.context = None
+        self.context: Context | None = None
         self.prompt_ids: list[int] = []
         self.prefix_len = 0
         self.script: list[int] | None = None

@@ -34,6 +34,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
+from typing import cast
 
 from timely_llm_ros.core.skills import ArgSpec, SkillSet
 
@@ -333,10 +334,10 @@ class Gbnf:
             if n.kind == "ref":
                 out.add(str(n.value))
             elif n.kind in ("seq", "alt"):
-                for c in n.value:  # type: ignore[union-attr]
+                for c in cast("tuple[_Node, ...]", n.value):
                     walk(c)
             elif n.kind == "rep":
-                walk(n.value)  # type: ignore[arg-type]
+                walk(cast(_Node, n.value))
 
         for node in self.rules.values():
             walk(node)
@@ -358,7 +359,7 @@ class Gbnf:
                 s = str(n.value)
                 res = frozenset([pos + len(s)]) if text.startswith(s, pos) else frozenset()
             elif k == "cls":
-                neg, ranges = n.value  # type: ignore[misc]
+                neg, ranges = cast("tuple[bool, list[tuple[str, str]]]", n.value)
                 if pos < len(text):
                     inside = any(a <= text[pos] <= b for a, b in ranges)
                     res = frozenset([pos + 1]) if inside != neg else frozenset()
@@ -367,21 +368,21 @@ class Gbnf:
             elif k == "ref":
                 res = ends(self.rules[str(n.value)], pos)
             elif k == "alt":
-                res = frozenset().union(*(ends(c, pos) for c in n.value))  # type: ignore[union-attr]
+                res = frozenset().union(*(ends(c, pos) for c in cast("tuple[_Node, ...]", n.value)))
             elif k == "seq":
                 cur = frozenset([pos])
-                for c in n.value:  # type: ignore[union-attr]
+                for c in cast("tuple[_Node, ...]", n.value):
                     cur = frozenset().union(*(ends(c, p) for p in cur)) if cur else cur
                 res = cur
             else:  # rep
-                child: _Node = n.value  # type: ignore[assignment]
+                child = cast(_Node, n.value)
                 res_set = {pos} if n.lo == 0 else set()
                 frontier = {pos}
                 count = 0
                 seen = {pos}
                 while frontier and (n.hi < 0 or count < n.hi):
                     count += 1
-                    nxt = set()
+                    nxt: set[int] = set()
                     for p in frontier:
                         nxt |= ends(child, p)
                     if count >= n.lo:

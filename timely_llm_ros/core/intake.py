@@ -74,6 +74,7 @@ class Intake:
         module docstring)."""
         spec.validate()
         tuf = spec.tuf
+        assert tuf is not None  # validate() rejects a task without one
         tuf_or_reject(tuf.ert, tuf.alpha, tuf.beta)
         sset = load_task_skill_set(spec.skill_set)
         try:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.generation import TaskRecord
@@ -38,11 +39,13 @@ def task_utility(rec: TaskRecord) -> float:
     """Utility used in the means (module docstring); nan for REJECTED tasks."""
     if rec.state == ev.REJECTED:
         return math.nan
+    tuf = rec.tuf
+    assert tuf is not None  # only a REJECTED task may come without a TUF
     r = rec.response_time
     if not math.isnan(r):
-        return rec.tuf(r)
+        return tuf(r)
     if not math.isnan(rec.terminal_time):
-        return rec.tuf(rec.terminal_time - rec.arrival)
+        return tuf(rec.terminal_time - rec.arrival)
     return math.nan
 
 
@@ -69,7 +72,7 @@ class ClassMetrics:
     completion_mean: float = math.nan
     on_time_pct: float = math.nan
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -91,6 +94,7 @@ def summarize_group(records: Iterable[TaskRecord]) -> ClassMetrics:
         m.n_failed += rec.state in (ev.FAILED, ev.EXPIRED)
         m.n_expired += rec.state == ev.EXPIRED
         m.n_completed += rec.state == ev.COMPLETED
+        assert rec.tuf is not None  # only a REJECTED task may come without a TUF
         m.sum_beta += rec.tuf.beta
         u = task_utility(rec)
         if not math.isnan(u):

@@ -76,7 +76,7 @@ from timely_llm_ros.core.options.planner_options import PlannerExtras, PlannerOp
 from timely_llm_ros.core.options.replay import REFERENCE
 from timely_llm_ros.core.sched.agent_queue import AHEAD, WAITING, AgentQueueFull, AgentQueues
 from timely_llm_ros.core.sched.scheduler import Policy, Scheduler
-from timely_llm_ros.core.skills import SkillParseError, load_skill_set
+from timely_llm_ros.core.skills import SkillCall, SkillParseError, load_skill_set
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
 
 # The simulator and benchmarks queue every task of a robot (their workloads decide the load); the ROS
@@ -532,7 +532,7 @@ class PlannerCore:
             gen.seg_start = t
 
     def _dispatch_segment(
-        self, gen: Generation, text: str, calls: list, t: float, final: bool = False
+        self, gen: Generation, text: str, calls: list[SkillCall], t: float, final: bool = False
     ) -> bool:
         rec = gen.record
         idx = len(rec.segments)
@@ -610,7 +610,7 @@ class PlannerCore:
             self._emit(t, ev.GEN_STOP, rec, len(rec.segments), out.reason, gen.seg_tokens)
             return
         tail = "".join(gen.text) if gen.checker is None else gen.checker.finish()
-        calls: list = []
+        calls: list[SkillCall] = []
         stop_detail = out.reason
         # statement separators and whitespace execute nothing: such a tail ends with the closing marker
         send_tail = bool(tail.replace(";", "").strip())

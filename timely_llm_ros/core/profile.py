@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
@@ -154,14 +155,14 @@ class EngineProfile:
         )
 
     # -- persistence ----------------------------------------------------------------------------
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
     @classmethod
-    def from_dict(cls, data: dict, source: str = "<dict>") -> EngineProfile:
+    def from_dict(cls, data: dict[str, Any], source: str = "<dict>") -> EngineProfile:
         if not isinstance(data, dict):
             raise ProfileError(f"{source}: a profile must be a mapping, got {type(data).__name__}")
         try:  # structure first (config/schema/profile.schema.json): file, field path, reason

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from timely_llm_ros.core.paths import ConfigPathError, config_path, shipped_config_dir
@@ -26,7 +27,7 @@ class SchemaError(ValueError):
     """A document that does not have the structure its format requires (file, path, reason)."""
 
 
-def schema_path(name: str):
+def schema_path(name: str) -> Path:
     """Path of the shipped schema ``name`` (``config/schema/<name>.schema.json``)."""
     if name not in SCHEMAS:
         raise KeyError(f"no schema {name!r}; known: {', '.join(SCHEMAS)}")
@@ -54,7 +55,7 @@ def format_path(parts: Any) -> str:
     return out or "<top level>"
 
 
-def _reason(err: Any) -> tuple[list, str]:
+def _reason(err: Any) -> tuple[list[Any], str]:
     """(path, reason) of one jsonschema error, worded like the loaders' own messages."""
     path = list(err.absolute_path)
     v, inst, arg = err.validator, err.instance, err.validator_value
@@ -90,7 +91,7 @@ def _reason(err: Any) -> tuple[list, str]:
             "array": "list",
             "null": "null",
         }
-        return path, f"must be {' or '.join(names.get(k, k) for k in kinds)}, got {inst!r}"
+        return path, f"must be {' or '.join(names.get(k, str(k)) for k in kinds)}, got {inst!r}"
     if v in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
         op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[v]
         return path, f"must be {op} {arg}, got {inst!r}"

@@ -98,4 +98,5 @@ def task_class(spec: TaskSpec) -> str:
     if spec.task_class:
         return spec.task_class
     tuf = spec.reference_tuf or spec.tuf
+    assert tuf is not None, "only a validated task (or one with a reference TUF) has a class"
     return tuf_class(tuf)

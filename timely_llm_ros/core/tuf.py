@@ -67,7 +67,8 @@ def utilities(w: np.ndarray, ert: np.ndarray, alpha: np.ndarray, beta: np.ndarra
     """:func:`utility` over arrays (the long-queue path of the PUD priority; equal for finite ``w``)."""
     import numpy as np  # only the array path needs numpy (see the module imports)
 
-    return np.minimum(alpha * (np.maximum(w, 0.0) - ert) + beta, beta)
+    out: np.ndarray = np.minimum(alpha * (np.maximum(w, 0.0) - ert) + beta, beta)
+    return out
 
 
 def waiting_time(gen_end: Times, net: Times, ref: Times) -> Times:
@@ -77,7 +78,8 @@ def waiting_time(gen_end: Times, net: Times, ref: Times) -> Times:
     wait, negative when the segment is early. A candidate that starts generating at ``t`` with
     estimate G ends at ``F = t + G``: callers pass ``t + g``, so the sum is ``((t + G) + net) − ref``
     in this order (the priorities' scalar and numpy paths rely on the same IEEE operations)."""
-    return gen_end + net - ref
+    w: Times = gen_end + net - ref
+    return w
 
 
 def on_time(w: float, ert: float) -> bool:

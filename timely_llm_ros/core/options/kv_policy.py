@@ -121,7 +121,7 @@ def evict_destination(n: int, host_room: bool, opts: KVOptions, costs: EnginePro
 
 def victim_key(
     opts: KVOptions, hint: float | None, suspended_at: float, order: int, importance: float
-) -> tuple:
+) -> tuple[bool | float | int, ...]:
     """Sort key of an eviction candidate: the first one is evicted first (module docstring)."""
     if opts.eviction == "lru":
         return (suspended_at, order)

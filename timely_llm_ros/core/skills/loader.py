@@ -31,7 +31,7 @@ from timely_llm_ros.core.skills.skillset import SkillSet
 _SKILL_PLACEHOLDER = "<<SKILLS>>"
 
 
-def _field(data: dict, key: str, path: str, kind: type | tuple, where: str = "") -> Any:
+def _field(data: dict[str, Any], key: str, path: str, kind: type | tuple[type, ...], where: str = "") -> Any:
     if key not in data:
         raise SkillSetError(f"{path}: missing field {where}{key!r}")
     value = data[key]
@@ -42,7 +42,7 @@ def _field(data: dict, key: str, path: str, kind: type | tuple, where: str = "")
     return value
 
 
-def _kind_name(kind: type | tuple) -> str:
+def _kind_name(kind: type | tuple[type, ...]) -> str:
     if isinstance(kind, tuple):
         return " or ".join(k.__name__ for k in kind)
     return kind.__name__
@@ -104,7 +104,7 @@ def skill_list_text(skills: dict[str, SkillSpec]) -> str:
     return "\n".join(lines)
 
 
-def _read_yaml(path: Path) -> dict:
+def _read_yaml(path: Path) -> dict[str, Any]:
     """The file's top-level mapping, checked against config/schema/skill_set.schema.json."""
     p = str(path)
     try:
@@ -122,7 +122,7 @@ def _read_yaml(path: Path) -> dict:
     return data
 
 
-def _load_skills(data: dict, p: str, language: str) -> dict[str, SkillSpec]:
+def _load_skills(data: dict[str, Any], p: str, language: str) -> dict[str, SkillSpec]:
     raw_skills = _field(data, "skills", p, list)
     skills: dict[str, SkillSpec] = {}
     for i, raw in enumerate(raw_skills):
@@ -137,7 +137,7 @@ def _load_skills(data: dict, p: str, language: str) -> dict[str, SkillSpec]:
     return skills
 
 
-def _segment_rule(data: dict, p: str, language: str, skills: dict[str, SkillSpec]) -> SegmentRule:
+def _segment_rule(data: dict[str, Any], p: str, language: str, skills: dict[str, SkillSpec]) -> SegmentRule:
     seg = data.get("segment", {})
     if not isinstance(seg, dict):
         raise SkillSetError(f"{p}: field 'segment' must be a mapping")
@@ -154,7 +154,7 @@ def _segment_rule(data: dict, p: str, language: str, skills: dict[str, SkillSpec
     return SegmentRule(mode, frozenset(skills), bare_calls=language == "minispec", min_chars=min_chars)
 
 
-def _request_template(data: dict, p: str) -> str:
+def _request_template(data: dict[str, Any], p: str) -> str:
     template = data.get("request_template", "{request}\nResponse: ")
     if not isinstance(template, str) or "{request}" not in template:
         raise SkillSetError(f"{p}: field 'request_template' must be a string containing '{{request}}'")
@@ -165,7 +165,7 @@ def _request_template(data: dict, p: str) -> str:
     return template
 
 
-def _loop_limit_and_examples(data: dict, p: str) -> tuple[int, list[dict[str, str]]]:
+def _loop_limit_and_examples(data: dict[str, Any], p: str) -> tuple[int, list[dict[str, str]]]:
     max_loop = data.get("max_loop_count", 100)
     if isinstance(max_loop, bool) or not isinstance(max_loop, int) or max_loop < 1:
         raise SkillSetError(f"{p}: field 'max_loop_count' must be a positive int, got {max_loop!r}")

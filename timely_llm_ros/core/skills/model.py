@@ -7,6 +7,7 @@ loader, so that none of them needs another to describe what it produces.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 LANGUAGES = ("minispec", "call", "chatbot")
 ARG_TYPES = ("int", "float", "str", "bool")
@@ -63,7 +64,7 @@ class SkillCall:
     """
 
     name: str
-    args: tuple
+    args: tuple[Any, ...]
     source: str
     repeat: int = 1
     guarded: bool = False

@@ -324,7 +324,7 @@ def check_arg(spec: SkillSpec, a: ArgSpec, v: Any) -> str:
 
 def parse_text(
     sset: ParseRules, text: str, stack: list[tuple[str, int, str]] | None
-) -> tuple[list[SkillCall], list]:
+) -> tuple[list[SkillCall], list[Any]]:
     """The validated calls of ``text`` and the blocks still open after it (``stack``: the blocks
     open before it, None when unknown: a lone segment)."""
     if not isinstance(text, str):
