@@ -61,14 +61,6 @@ class Progress:
     reasons: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-
-def status_name(code: int) -> str:
-    """A TaskStatus state code as its name, from the message adapter's one table (the demo kept its
-    own list once, without EXECUTING, and printed an executing task as ``8``)."""
-    from timely_llm_ros.ros.convert import TASK_STATE_NAME  # rclpy: only where statuses are read
-
-    return TASK_STATE_NAME.get(code, str(code))
-
     def line(self, urgent_ert: dict[str, float]) -> str:
         """One progress line (without the clock, so that unchanged progress is printed once)."""
         with self.lock:
@@ -82,6 +74,14 @@ def status_name(code: int) -> str:
             f"tasks seen {n:2d}  finished {done:2d} (completed {ok})  urgent answered {len(urgent)}, "
             f"on time {n_on_time}  planning now: {', '.join(busy) or '-'}"
         )
+
+
+def status_name(code: int) -> str:
+    """A TaskStatus state code as its name, from the message adapter's one table (the demo kept its
+    own list once, without EXECUTING, and printed an executing task as ``8``)."""
+    from timely_llm_ros.ros.convert import TASK_STATE_NAME  # rclpy: only where statuses are read
+
+    return TASK_STATE_NAME.get(code, str(code))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

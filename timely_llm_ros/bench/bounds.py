@@ -82,8 +82,8 @@ class TaskFacts:
     exec_total: float  # robot time of the whole plan (0 when not deterministic: exec_mode sampled)
 
 
-def _shape(spec: TaskSpec, exec_mode: str) -> tuple:
-    key = (spec.skill_set, spec.robot_type, spec.prompt_text, spec.reference_plan, spec.max_tokens)
+def _shape(spec: TaskSpec, exec_mode: str) -> tuple[Any, ...]:
+    key: tuple[Any, ...] = (spec.skill_set, spec.robot_type, spec.prompt_text, spec.reference_plan, spec.max_tokens)
     if exec_mode == "recorded":  # the robot time of the plan depends on the recorded times
         key += (tuple(tuple(e) for e in (spec.exec_times or ())),)
     return key
@@ -211,6 +211,7 @@ def _class_bound(
     for i in idx:
         spec, f = tasks[i], facts[i]
         tuf = spec.reference_tuf or spec.tuf  # the TUF the metrics judge it by (TaskRecord.from_spec)
+        assert tuf is not None  # a workload task has one (or a reference TUF)
         sums["sum_beta"] += tuf.beta
         if math.isnan(f.alone):
             continue

@@ -102,7 +102,8 @@ def overheads(profile: EngineProfile, taps: Iterable[PhaseTap]) -> dict[str, flo
 
 def calibrated(profile: EngineProfile, taps: Iterable[PhaseTap]) -> EngineProfile:
     """``profile`` with the three terms measured on ``taps`` (:func:`overheads`)."""
-    return dataclasses.replace(profile, **overheads(profile, taps))
+    terms: dict[str, Any] = overheads(profile, taps)
+    return dataclasses.replace(profile, **terms)
 
 
 def joint_fit(meas: Any, taps: Iterable[PhaseTap]) -> dict[str, float]:
@@ -128,23 +129,25 @@ def joint_fit(meas: Any, taps: Iterable[PhaseTap]) -> dict[str, float]:
     groups_p: dict[tuple, list[tuple[float, float, float, float]]] = {}
     groups_d: dict[tuple, list[tuple[float, float, float]]] = {}
     for tap in taps:
-        for s in tap.steps:
-            if math.isnan(s.sample_s):
+        for st in tap.steps:
+            if math.isnan(st.sample_s):
                 continue
-            t = s.duration - s.sample_s
-            if s.chunks and not s.decode_rows:
-                feat_a = sum((o + n) ** 2 - o * o for o, n, _f in s.chunks)
-                nf = sum(f for _o, _n, f in s.chunks)
-                key = (s.prompt_rows, round(nf, -2))
-                groups_p.setdefault(key, []).append((feat_a, s.prompt_rows, nf, t))
-            elif s.decode_rows and not s.prompt_rows:
-                groups_d.setdefault((s.decode_rows, round(s.decode_kv, -2)), []).append(
-                    (s.decode_kv, s.decode_rows, t)
+            t = st.duration - st.sample_s
+            if st.chunks and not st.decode_rows:
+                feat_a = sum((o + n) ** 2 - o * o for o, n, _f in st.chunks)
+                nf = sum(f for _o, _n, f in st.chunks)
+                key = (st.prompt_rows, round(nf, -2))
+                groups_p.setdefault(key, []).append((feat_a, st.prompt_rows, nf, t))
+            elif st.decode_rows and not st.prompt_rows:
+                groups_d.setdefault((st.decode_rows, round(st.decode_kv, -2)), []).append(
+                    (st.decode_kv, st.decode_rows, t)
                 )
-    for g in groups_p.values():
-        pre.append(tuple(statistics.median(c) for c in zip(*g, strict=True)))  # type: ignore[arg-type]
-    for g in groups_d.values():
-        dec.append(tuple(statistics.median(c) for c in zip(*g, strict=True)))  # type: ignore[arg-type]
+    for gp in groups_p.values():
+        a, n, f, t = (statistics.median(c) for c in zip(*gp, strict=True))
+        pre.append((a, n, f, t))
+    for gd in groups_d.values():
+        kv, b, t = (statistics.median(c) for c in zip(*gd, strict=True))
+        dec.append((kv, b, t))
     out: dict[str, float] = {}
     tp = np.array([p[3] for p in pre])
     cols = [np.array([p[0] for p in pre]), np.array([p[1] for p in pre]), np.ones(len(pre))]

@@ -268,9 +268,9 @@ def fit_now(
     coef = pc.fit(meas)
     prof = pc.build_profile(engine, coef, f"{Path(engine.info.name).name}-now", pc.machine_description())
     taps = [probe_tap(engine, t, options=options) for t in probes]
-    joint = joint_fit(meas, taps) if taps else {}
+    joint: dict[str, Any] = joint_fit(meas, taps) if taps else {}
     prof = dataclasses.replace(prof, **joint)
-    terms = {
+    terms: dict[str, Any] = {
         **overheads(prof, taps),
         **({"prefill_kv": joint["prefill_kv"]} if "prefill_kv" in joint else {}),
     }
@@ -498,7 +498,7 @@ def ordering(results: list[dict[str, Any]], key: str, cls: str = "all") -> dict[
         side: {r["policy"]: sign * r[side].get(cls, {}).get(key, math.nan) for r in results}
         for side in ("real", "sim")
     }
-    order = {side: sorted(vals[side], key=lambda p, v=vals[side]: -v[p]) for side in vals}
+    order = {side: sorted(vals[side], key=lambda p: -vals[side][p]) for side in vals}
     discordant = 0
     pols = [r["policy"] for r in results]
     for i, a in enumerate(pols):

@@ -157,7 +157,7 @@ def hide_tuf(tasks: list[TaskSpec]) -> list[TaskSpec]:
             t,
             tuf=None,
             reference_tuf=t.tuf,
-            task_class=t.task_class or tuf_class(t.tuf),
+            task_class=t.task_class or (tuf_class(t.tuf) if t.tuf is not None else ""),
         )
         for t in tasks
     ]
@@ -239,7 +239,7 @@ def decide(name: str, d: dict[str, dict[str, float | None]]) -> tuple[bool, str]
         if worst_any < -TOLERANCE:
             return False, f"costs {-worst_any:.1f} points against the given TUF"
         return True, f"as good as the given TUF (worst {worst_any:+.2f})"
-    gains = [d[spec]["all"] for spec in d if d[spec].get("all") is not None]
+    gains: list[float] = [d[spec]["all"] for spec in d if d[spec].get("all") is not None]
     mean = sum(gains) / len(gains) if gains else 0.0
     if worst < -TOLERANCE:
         return False, f"costs {-worst:.1f} points on a preset/sample"
@@ -310,8 +310,8 @@ def figure(runs: dict[tuple[str, str], dict[str, Any]], path: Path) -> Path:
                     d.get(n, {}).get(s, {}).get(cls if cls in d.get(n, {}).get(s, {}) else "arm")
                     for s in specs
                 ]
-                xs = [x for x in xs if x is not None]
-                vals.append(sum(xs) / len(xs) if xs else 0.0)
+                present: list[float] = [x for x in xs if x is not None]
+                vals.append(sum(present) / len(present) if present else 0.0)
             ax.barh([i + 0.4 * j for i in range(len(names))], vals, height=0.4, label=f"Δ {cls} %Σβ")
         ax.set_xscale("symlog", linthresh=1.0)  # a few points and thousands (kv=keep's stall) on one axis
         ax.axvline(0, color="k", lw=0.8)

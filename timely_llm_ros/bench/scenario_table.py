@@ -54,7 +54,7 @@ def summary_rows(
         if mine is None:
             continue
         base = {b: classes_of(spec, policy_for(b, cap)) for b in BASELINES}
-        base = {b: c for b, c in base.items() if c is not None}
+        served = {b: c for b, c in base.items() if c is not None}
         bound = bound_of(spec, cap)
         for cls in CLASSES:
             if cls not in mine:
@@ -69,11 +69,11 @@ def summary_rows(
                 "timely_clamped": _pct(mine, cls, "pct_beta_clamped"),
                 "skipped": skipped_of(spec),
             }
-            scored = [(_pct(c, cls, "pct_beta"), b) for b, c in base.items() if cls in c]
+            scored = [(_pct(c, cls, "pct_beta"), b) for b, c in served.items() if cls in c]
             if scored:
                 best, name = max(scored, key=lambda x: (x[0], x[1]))
                 row["best"], row["best_policy"] = best, name
-                row["best_clamped"] = max(_pct(c, cls, "pct_beta_clamped") for c in base.values() if cls in c)
+                row["best_clamped"] = max(_pct(c, cls, "pct_beta_clamped") for c in served.values() if cls in c)
                 row["delta"] = row["timely"] - best
                 row["delta_clamped"] = row["timely_clamped"] - row["best_clamped"]
             edf = _pct(base.get("edf-seg") or {}, cls, "pct_beta_clamped")

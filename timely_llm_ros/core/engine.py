@@ -292,7 +292,7 @@ def check_admission(admitted: bool, gen_id: int, prompt_ids: list[int], max_toke
         raise EngineError(f"max_tokens must be a positive integer, got {max_tokens!r}")
 
 
-def script_kwargs(engine: Engine, script: list[int] | None) -> dict[str, list[int] | None]:
+def script_kwargs(engine: Engine, script: list[int] | None) -> dict[str, Any]:
     """``{"script": script}`` for an engine that emits a scripted output (``needs_script``), else ``{}``.
 
     Why: the simulated engine's reference plan is no argument of the port's ``admit`` (an engine

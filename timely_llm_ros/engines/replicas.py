@@ -40,6 +40,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from timely_llm_ros.core.engine import (
     Context,
@@ -51,6 +52,11 @@ from timely_llm_ros.core.engine import (
     plan_kwargs,
     script_kwargs,
 )
+
+if TYPE_CHECKING:
+    from timely_llm_ros.core.profile import EngineProfile
+    from timely_llm_ros.engines.sim import SimEngine
+    from timely_llm_ros.engines.sim_tokenizer import SimTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -643,7 +649,9 @@ class ReplicaSetEngine(Engine):
         return wait + uncached / prefill + n_tok / per_seq
 
 
-def simulated_replicas(profile: object, n: int, tokenizer: object = None, **sim_options: object) -> Engine:
+def simulated_replicas(
+    profile: EngineProfile | str, n: int, tokenizer: SimTokenizer | None = None, **sim_options: Any
+) -> SimEngine | ReplicaSetEngine:
     """``n`` simulated engines with ``profile`` (one engine when ``n == 1``) on one virtual clock;
     ``tokenizer``: shared by all (default: a new :class:`~timely_llm_ros.engines.sim_tokenizer.SimTokenizer`);
     ``sim_options``: passed to each :class:`~timely_llm_ros.engines.sim.SimEngine` (KV policy, chunked prefill)."""
@@ -654,10 +662,6 @@ def simulated_replicas(profile: object, n: int, tokenizer: object = None, **sim_
         raise EngineError(f"replicas must be a positive integer, got {n!r}")
     tok = tokenizer or SimTokenizer()  # one vocabulary: ids tokenized on one replica, emitted by another
     if n == 1:
-        return SimEngine(profile, tokenizer=tok, **sim_options)  # type: ignore[arg-type]
-    return ReplicaSetEngine(
-        [
-            SimEngine(profile, tokenizer=tok, **sim_options)  # type: ignore[arg-type]
-            for _ in range(n)
-        ]
-    )  # type: ignore[arg-type]
+        return SimEngine(profile, tokenizer=tok, **sim_options)
+    members: list[Engine] = [SimEngine(profile, tokenizer=tok, **sim_options) for _ in range(n)]
+    return ReplicaSetEngine(members)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.exectime import load_exec_time_model
@@ -69,7 +70,7 @@ class SimResult:
 
     records: list[TaskRecord]
     events: list[ev.TraceEvent]
-    stats: dict = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
 
 
 def simulate(
@@ -142,7 +143,7 @@ def simulate(
             if kind == _ARRIVAL:
                 _submit(planner, robot, payload)
             else:
-                task_id, seg, state = payload
+                task_id, seg, state = cast("tuple[str, int, str]", payload)
                 planner.on_feedback(task_id, seg, state, t)
         if planner.has_work() and planner.step():
             continue
@@ -167,6 +168,7 @@ def simulate(
         **{f"engine_{k}": v for k, v in engine.stats.items()},
         **_extras_stats(planner),
     }
+    assert isinstance(planner.records, list)  # retain_records is None: every record is kept
     return SimResult(records=planner.records, events=trace, stats=stats)
 
 
