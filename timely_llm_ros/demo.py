@@ -156,7 +156,11 @@ def _urgent_erts(workload: str, scale: float) -> dict[str, float]:
 
     wl = resolve_workload(workload)
     ids = published_ids(wl.name, [t.task_id for t in wl.tasks])
-    return {ids[t.task_id]: t.tuf.ert * scale for t in wl.tasks if task_class(t) == "urgent"}
+    return {
+        ids[t.task_id]: t.tuf.ert * scale
+        for t in wl.tasks
+        if t.tuf is not None and task_class(t) == "urgent"  # a ``tuf: auto`` task has no ERT yet
+    }
 
 
 def _start_monitor(progress: Progress):

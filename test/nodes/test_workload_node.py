@@ -152,3 +152,35 @@ def test_task_ids_of_a_composed_workload_are_readable():
     width = len(str(max(int(t.task_id) for t in wl.tasks)))
     assert all(i.startswith("wid1-") and len(i) == len("wid1-") + width for i in ids), ids
     assert len(set(ids)) == len(ids)
+
+
+@pytest.mark.ros
+def test_a_tuf_scale_leaves_an_auto_tuf_task_to_the_planner():
+    # tuf_scale (the demo's slower engines) scaled every task's TUF: a ``tuf: auto`` task (no TUF)
+    # raised AttributeError while the node planned its messages
+    import dataclasses
+
+    from timely_llm_ros.nodes.workload import parse_agents, plan_tasks
+    from timely_llm_ros.workload import resolve_workload
+
+    wl = resolve_workload(str(SMALL))
+    tasks = [dataclasses.replace(wl.tasks[0], tuf=None), *wl.tasks[1:]]
+    planned, _ = plan_tasks(
+        tasks,
+        name=wl.name,
+        agents=parse_agents(["wl_d1:drone", "wl_d2:drone", "wl_a1:arm"]),
+        agent_prefix="agent_",
+        skip_unmapped=False,
+        id_prefix="{name}-",
+        time_scale=1.0,
+        max_tasks=0,
+        tuf_scale=8.0,
+    )
+    by_id = {f"{wl.name}-{t.task_id}": t for t in tasks}
+    assert len(planned) == len(tasks)
+    for p in planned:
+        spec, tuf = by_id[p.msg.task_id], p.msg.tuf
+        if spec.tuf is None:
+            assert (tuf.ert, tuf.alpha, tuf.beta) == (0.0, 0.0, 0.0)  # sent as "auto"
+        else:
+            assert tuf.ert == pytest.approx(8.0 * spec.tuf.ert) and tuf.beta == spec.tuf.beta

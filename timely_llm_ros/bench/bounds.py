@@ -83,7 +83,13 @@ class TaskFacts:
 
 
 def _shape(spec: TaskSpec, exec_mode: str) -> tuple[Any, ...]:
-    key: tuple[Any, ...] = (spec.skill_set, spec.robot_type, spec.prompt_text, spec.reference_plan, spec.max_tokens)
+    key: tuple[Any, ...] = (
+        spec.skill_set,
+        spec.robot_type,
+        spec.prompt_text,
+        spec.reference_plan,
+        spec.max_tokens,
+    )
     if exec_mode == "recorded":  # the robot time of the plan depends on the recorded times
         key += (tuple(tuple(e) for e in (spec.exec_times or ())),)
     return key

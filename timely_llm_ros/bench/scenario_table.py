@@ -73,7 +73,9 @@ def summary_rows(
             if scored:
                 best, name = max(scored, key=lambda x: (x[0], x[1]))
                 row["best"], row["best_policy"] = best, name
-                row["best_clamped"] = max(_pct(c, cls, "pct_beta_clamped") for c in served.values() if cls in c)
+                row["best_clamped"] = max(
+                    _pct(c, cls, "pct_beta_clamped") for c in served.values() if cls in c
+                )
                 row["delta"] = row["timely"] - best
                 row["delta_clamped"] = row["timely_clamped"] - row["best_clamped"]
             edf = _pct(base.get("edf-seg") or {}, cls, "pct_beta_clamped")

@@ -258,8 +258,9 @@ class LlamaCppEngine(KVMemory, Batching, Engine):
         if getattr(self, "_table", None) is not None:
             self._table.seqs.clear()
             self._table.active.clear()
-        if getattr(self, "_batch", None) is not None:
-            self._batch.free()
+        batch = getattr(self, "_batch", None)
+        if batch is not None:
+            batch.free()
             self._batch = None
         nat.close()
         self.native = None
@@ -340,7 +341,7 @@ class LlamaCppEngine(KVMemory, Batching, Engine):
                 f"generations in the batch, {len(self._prefixes)} prefixes)"
             )
         if plan is not None:  # replay: this generation's own grammar, the literal (compiled in ~ms)
-            constraint = GrammarConstraint(nat, gbnf_literal(plan))
+            constraint: GrammarConstraint | None = GrammarConstraint(nat, gbnf_literal(plan))
         else:
             grammar = self._grammars.get(nat, prefix_key)
             constraint = grammar.clone(nat) if grammar else None

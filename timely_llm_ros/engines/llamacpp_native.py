@@ -28,6 +28,7 @@ import os
 from collections import deque
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -171,9 +172,9 @@ class NativeModel:
             raise EngineError(f"n_gpu_layers must be an integer >= -1 (-1: all layers), got {n_gpu_layers!r}")
         if flash_attn not in FLASH_ATTN:
             raise EngineError(f"flash_attn must be one of {', '.join(FLASH_ATTN)}, got {flash_attn!r}")
-        for name, v in (("cache_type_k", cache_type_k), ("cache_type_v", cache_type_v)):
-            if v not in KV_CACHE_TYPES:
-                raise EngineError(f"{name} must be one of {', '.join(KV_CACHE_TYPES)}, got {v!r}")
+        for name, kind in (("cache_type_k", cache_type_k), ("cache_type_v", cache_type_v)):
+            if kind not in KV_CACHE_TYPES:
+                raise EngineError(f"{name} must be one of {', '.join(KV_CACHE_TYPES)}, got {kind!r}")
         self.path = path
         self.model = None
         self.ctx = None
@@ -400,6 +401,7 @@ class GrammarConstraint:
     ) -> None:
         self.lib = model.lib
         self.n_vocab = model.n_vocab
+        self.smpl: Any
         if _template is not None:
             self.smpl = self.lib.llama_sampler_clone(_template.smpl)
         else:

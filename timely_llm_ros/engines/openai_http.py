@@ -246,10 +246,10 @@ class Stream:
                 self._put(failure=HttpFailure(f"{what}: {type(exc).__name__}: {exc}", transport=True))
         finally:
             with self._lock:
-                conn = self._conn
+                held = self._conn
                 self._conn = None
-            if conn is not None:
-                conn.close()
+            if held is not None:
+                held.close()
 
 
 def wait_ready(ep: Endpoint, timeout: float, path: str = "/v1/models", interval: float = 0.2) -> object:

@@ -224,7 +224,9 @@ def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]
 
 
 def _split_labels(body: str) -> list[str]:
-    items, cur, quoted = [], [], False
+    items: list[str] = []
+    cur: list[str] = []
+    quoted = False
     for c in body:
         if c == '"':
             quoted = not quoted

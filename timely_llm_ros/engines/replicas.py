@@ -38,7 +38,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -116,7 +116,7 @@ class ReplicaSetEngine(Engine):
 
     def __init__(
         self,
-        replicas: list[Engine],
+        replicas: Sequence[Engine],
         *,
         names: list[str] | None = None,
         step_wait: float = 0.1,
@@ -228,8 +228,8 @@ class ReplicaSetEngine(Engine):
         return sum(r.engine.running() for r in self.replicas) + len(self._orphans)
 
     def speed(self) -> float | None:
-        busy = [r.engine.speed() for r in self._healthy() if r.engine.running()]
-        busy = [s for s in busy if s]
+        speeds = [r.engine.speed() for r in self._healthy() if r.engine.running()]
+        busy = [s for s in speeds if s]
         if busy:
             return min(busy)
         known = [s for s in (r.engine.speed() for r in self.replicas) if s]
@@ -663,5 +663,4 @@ def simulated_replicas(
     tok = tokenizer or SimTokenizer()  # one vocabulary: ids tokenized on one replica, emitted by another
     if n == 1:
         return SimEngine(profile, tokenizer=tok, **sim_options)
-    members: list[Engine] = [SimEngine(profile, tokenizer=tok, **sim_options) for _ in range(n)]
-    return ReplicaSetEngine(members)
+    return ReplicaSetEngine([SimEngine(profile, tokenizer=tok, **sim_options) for _ in range(n)])

@@ -392,27 +392,28 @@ class BagWriter:
         count = m.message_count
         start = m.start_time if count else 0
         duration = (m.end_time - m.start_time) if count else 0
+        topics: list[dict[str, Any]] = [
+            {
+                "topic_metadata": {
+                    "name": t.name,
+                    "type": t.msgtype,
+                    "serialization_format": "cdr",
+                    "offered_qos_profiles": dump_qos_v9(t.qos)
+                    if self.version >= 9
+                    else self._qos_text(t.qos),
+                    "type_description_hash": t.digest,
+                },
+                "message_count": t.count,
+            }
+            for t in self._topics.values()
+        ]
         info = {
             "version": self.version,
             "storage_identifier": "mcap",
             "duration": {"nanoseconds": duration},
             "starting_time": {"nanoseconds_since_epoch": start},
             "message_count": count,
-            "topics_with_message_count": [
-                {
-                    "topic_metadata": {
-                        "name": t.name,
-                        "type": t.msgtype,
-                        "serialization_format": "cdr",
-                        "offered_qos_profiles": dump_qos_v9(t.qos)
-                        if self.version >= 9
-                        else self._qos_text(t.qos),
-                        "type_description_hash": t.digest,
-                    },
-                    "message_count": t.count,
-                }
-                for t in self._topics.values()
-            ],
+            "topics_with_message_count": topics,
             "compression_format": "",
             "compression_mode": "",
             "relative_file_paths": [self.storage_file.name],
@@ -428,7 +429,7 @@ class BagWriter:
             "ros_distro": self.distro,
         }
         if self.version < 7:  # Humble: no type hashes (extra keys are ignored there, kept out anyway)
-            for entry in info["topics_with_message_count"]:
+            for entry in topics:
                 del entry["topic_metadata"]["type_description_hash"]
         return info
 
@@ -656,12 +657,14 @@ def _read_scanned(f: Path, out: BagContents, decoder: _Decoder) -> None:
     for ch in scan.channels.values():
         out.topics.setdefault(ch.topic, TopicData(ch.topic, ch.schema_name))
     for cid, t_ns, raw in scan.messages:
-        ch = scan.channels.get(cid)
-        if ch is None:
+        known = scan.channels.get(cid)
+        if known is None:
             failures.setdefault(f"channel {cid}", []).append("message before its channel definition")
             continue
-        digest = ch.metadata.get("topic_type_hash", "")
-        _decode_into(out, decoder, ch.topic, ch.schema_name, digest, ch.schema_data, t_ns, raw, failures)
+        digest = known.metadata.get("topic_type_hash", "")
+        _decode_into(
+            out, decoder, known.topic, known.schema_name, digest, known.schema_data, t_ns, raw, failures
+        )
     _report_failures(out, failures)
 
 

@@ -181,9 +181,9 @@ def events_from_topics(contents: BagContents) -> list[ev.TraceEvent]:
             tid, idx, state, t = cv.feedback_from_msg(msg)
         except ValueError:
             continue
-        kind = {ev.STARTED: ev.EXEC_START, ev.DONE: ev.EXEC_END}.get(state)
-        if kind is not None:
-            put(ev.TraceEvent(t, kind, tid, msg.agent_id, idx))
+        exec_kind = {ev.STARTED: ev.EXEC_START, ev.DONE: ev.EXEC_END}.get(state)
+        if exec_kind is not None:
+            put(ev.TraceEvent(t, exec_kind, tid, msg.agent_id, idx))
     out.sort(key=lambda x: (x[0], x[1], x[2]))
     return [x[3] for x in out]
 

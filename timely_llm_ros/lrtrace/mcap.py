@@ -374,7 +374,7 @@ def zstd_module():
         from compression import zstd  # type: ignore[import-not-found]  # Python >= 3.14
     except ImportError:
         try:
-            from backports import zstd  # type: ignore[no-redef]
+            from backports import zstd
         except ImportError:
             raise CodecMissing(
                 "zstd-compressed MCAP chunks need the zstd codec: pip install backports.zstd "

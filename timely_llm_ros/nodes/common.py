@@ -333,6 +333,7 @@ def run_node(
         rclpy.try_shutdown()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if node is not None and getattr(node, "exit_status", None):
-        return int(node.exit_status)
+    exit_status = getattr(node, "exit_status", None)  # a node may set one (the workload node does)
+    if node is not None and exit_status:
+        return int(exit_status)
     return status

@@ -39,6 +39,7 @@ no source has a plan keeps the skill grammar (the model writes its own).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -120,7 +121,7 @@ class PlannerNode(LifecycleNode):
         self._status_pub = self.create_publisher(TaskStatus, topics.TASK_STATUS, qos.status_qos())
         self._event_pub = self.create_publisher(TraceEvent, topics.TRACE_EVENTS, qos.event_qos())
         self._lost = {
-            kind: SubscriptionEventCallbacks(message_lost=lambda info, k=kind: self._dds_lost(k, info))
+            kind: SubscriptionEventCallbacks(message_lost=functools.partial(self._dds_lost, kind))
             for kind in ("tasks", "feedback")
         }
         self.create_subscription(
@@ -223,8 +224,10 @@ class PlannerNode(LifecycleNode):
     def _describe(self) -> str:
         svc = self.svc
         journal = svc.journal.path if svc.journal else "off"
-        replay = ", replaying reference plans" if svc.core.intake.replay else ""
-        return f"engine {svc.engine.info.name}, policy {svc.core.policy.name}, journal {journal}{replay}"
+        core, engine = svc.core, svc.engine
+        assert core is not None and engine is not None  # described once configured
+        replay = ", replaying reference plans" if core.intake.replay else ""
+        return f"engine {engine.info.name}, policy {core.policy.name}, journal {journal}{replay}"
 
     # ------------------------------------------------------------------ configure-time parameters
     def _declare_nested_options(self) -> None:
@@ -269,6 +272,7 @@ class PlannerNode(LifecycleNode):
         if not skill_sets:
             return
         try:
+            assert self.svc.core is not None  # warmed up once configured
             took = self.svc.core.warm_up(list(skill_sets))
         except KeyError as exc:
             raise ParamError(f"parameter 'warmup_skill_sets': {exc}") from None

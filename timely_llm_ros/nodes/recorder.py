@@ -53,6 +53,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.node import Node
 from rclpy.qos import QoSProfile
 from rclpy.serialization import deserialize_message
+from rclpy.timer import Timer
 
 from timely_llm_ros.lrtrace import bagio
 from timely_llm_ros.msg import Segment, SegmentFeedback, Task, TaskStatus, TraceEvent
@@ -188,7 +189,7 @@ class RecorderNode(Node):
             self._discover()
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_timer(1.0, self._diagnose)
-        self._retry_timer = None
+        self._retry_timer: Timer | None = None
         self.get_logger().info(f"recording to {path}")
 
     # ------------------------------------------------------------------ bag, write errors
@@ -242,8 +243,9 @@ class RecorderNode(Node):
             self.get_logger().debug(f"new bag {path} not possible yet: {exc}")
             return
         self.writer, self.path, self.error = writer, path, None
-        self._retry_timer.cancel()
-        self.destroy_timer(self._retry_timer)
+        if self._retry_timer is not None:  # the timer that called this
+            self._retry_timer.cancel()
+            self.destroy_timer(self._retry_timer)
         self._retry_timer = None
         self.get_logger().warning(f"recording again, into {path} ({self.lost} messages were lost meanwhile)")
         self._diagnose()

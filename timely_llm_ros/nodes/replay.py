@@ -39,6 +39,7 @@ from typing import Any
 
 from rclpy.duration import Duration
 from rclpy.node import Node
+from rclpy.publisher import Publisher
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 
@@ -245,11 +246,11 @@ class ReplayNode(Node):
             self.get_logger().info("the bag's own /clock is not replayed: this node publishes /clock")
         self.records = [r for r in records if r.topic in wanted]
         self.clock = BagClock(self.records[0].t_ns if self.records else 0)
-        self._clock_pub = None
+        self._clock_pub: Publisher | None = None
         if self.p["clock_frequency"] > 0:
             self._clock_pub = self.create_publisher(Clock, CLOCK_TOPIC, CLOCK_QOS)
             self.create_timer(1.0 / self.p["clock_frequency"], self._publish_clock)
-        self.pubs = {}
+        self.pubs: dict[str, Publisher] = {}
         for topic in sorted(wanted):
             profile = QoSProfile(
                 history=HistoryPolicy.KEEP_LAST,
@@ -323,6 +324,7 @@ class ReplayNode(Node):
         ns = self.clock.now_ns(time.monotonic())
         msg = Clock()
         msg.clock.sec, msg.clock.nanosec = divmod(ns, 1_000_000_000)
+        assert self._clock_pub is not None  # the clock timer runs only with a clock publisher
         self._clock_pub.publish(msg)
 
     def _check_done(self) -> None:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from rclpy.node import Node
+from rclpy.timer import Timer
 
 from timely_llm_ros.core.exectime import ExecTimeError, load_exec_time_model
 from timely_llm_ros.core.exectime_fit import Measurements, estimate_segment
@@ -120,7 +121,7 @@ class TimeModelNode(Node):
             SegmentFeedback, topics.SEGMENT_FEEDBACK, self._on_feedback, qos.feedback_qos()
         )
         self.create_timer(self.p["discovery_period"], self._discover)
-        self._refit_timer = None
+        self._refit_timer: Timer | None = None
         self._arm_refit_timer()
         self._discover()
         self.get_logger().info(f"time model ready for robot types {', '.join(self.model.robot_types())}")

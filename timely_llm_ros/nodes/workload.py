@@ -230,7 +230,7 @@ def plan_tasks(
                     f"workload agent {spec.agent_id!r} gives no valid ROS name even with prefix "
                     f"{agent_prefix!r}; set parameter 'agents'"
                 )
-        if tuf_scale != 1.0:
+        if tuf_scale != 1.0 and spec.tuf is not None:  # ``tuf: auto``: the planner derives one
             spec = dataclasses.replace(spec, tuf=spec.tuf.scaled(tuf_scale))
         msg = convert.task_to_msg(spec)
         msg.agent_id = agent

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from timely_llm_ros.core.motion_budget import BudgetExceeded, MotionBudget
 from timely_llm_ros.core.skills import TOKEN_RE, VAR_RE, SkillParseError, SkillSet, Var, check_arg
@@ -268,6 +268,15 @@ class Halt(Exception):
     """Internal: a ``->`` return ended the plan."""
 
 
+T = TypeVar("T")
+
+
+def _given(x: T | None) -> T:
+    """A field the parser always sets for this node kind (``cond`` of an if, ``call`` of a call...)."""
+    assert x is not None
+    return x
+
+
 class MiniSpecProgram:
     """One task's MiniSpec plan, executed incrementally (see the module docstring)."""
 
@@ -333,7 +342,7 @@ class MiniSpecProgram:
             active = self._active()
             if item.kind == "open_if":
                 node = Node("if", cond=item.cond, source=item.source)
-                runs = active and self._eval_condition(item.cond)
+                runs = active and self._eval_condition(_given(item.cond))
                 if active and not runs:
                     self.notes.append(f"{item.source} false")
             else:
@@ -357,7 +366,7 @@ class MiniSpecProgram:
     def _run_nodes(self, nodes: list[Node]) -> None:
         for node in nodes:
             if node.kind == "if":
-                if self._eval_condition(node.cond):
+                if self._eval_condition(_given(node.cond)):
                     self._run_nodes(node.body)
             elif node.kind == "loop":
                 for _ in range(node.count):
@@ -367,16 +376,17 @@ class MiniSpecProgram:
 
     def _run_stmt(self, node: Node) -> None:
         if node.kind == "call":
-            self._call(node.call)
-            if node.call.name == "rp":  # re_plan: this plan ends here; the planner is asked anew
+            call = _given(node.call)
+            self._call(call)
+            if call.name == "rp":  # re_plan: this plan ends here; the planner is asked anew
                 self.returned = True
                 self.result = "re_plan"
                 self.notes.append("re-plan requested: the rest of this plan is skipped")
                 raise Halt()
         elif node.kind == "assign":
-            self.vars[node.var] = self._call(node.call)
+            self.vars[node.var] = self._call(_given(node.call))
         elif node.kind == "return":
-            self.result = self._operand(node.operand)
+            self.result = self._operand(_given(node.operand))
             self.returned = True
             self.notes.append(f"->{fmt_value(self.result)}")
             raise Halt()

@@ -167,6 +167,12 @@ class TelloBackend(RobotBackend):
             self.counters["stops"] += 1
             self.link.send_nowait("stop")
 
+    @property
+    def _link(self) -> TelloLink:
+        """The UDP link of a started backend (every command path runs after :meth:`start`)."""
+        assert self.link is not None
+        return self.link
+
     def idle(self) -> None:
         if self.link is None or self.stop_event.is_set():
             return
@@ -176,7 +182,7 @@ class TelloBackend(RobotBackend):
     def keepalive(self) -> None:
         """One ``battery?`` query; a missing or non-numeric answer is counted, not fatal."""
         self.counters["keepalives"] += 1
-        reply = self.link.query("battery?", self.response_timeout_s)
+        reply = self._link.query("battery?", self.response_timeout_s)
         if reply is None or not is_number_reply(reply):
             self.counters["keepalive_failures"] += 1
 
@@ -237,7 +243,7 @@ class TelloBackend(RobotBackend):
             if left <= 0:
                 return
             self.wait(min(left, 0.25), what)
-            if time.monotonic() - self.link.last_io >= self.keepalive_s:
+            if time.monotonic() - self._link.last_io >= self.keepalive_s:
                 self.keepalive()
 
     # -- one control command with retries and verification
@@ -253,7 +259,7 @@ class TelloBackend(RobotBackend):
                 self.check_interrupt(f"{command!r}")
             sends += 1
             self.counters["commands"] += 1
-            reply = self.link.send(command, timeout)
+            reply = self._link.send(command, timeout)
             if kind not in ("land", "connect") and self.interrupted():
                 self._settle_after_stop(1 if reply is None else 0)
                 self.check_interrupt(f"{command!r} (the drone was told to stop and hover)")
@@ -296,18 +302,18 @@ class TelloBackend(RobotBackend):
         """After ``stop`` cut a command short, two replies were due (the command's and stop's) and
         one was read; wait briefly for the rest so neither can answer a later command."""
         for _ in range(1 + answered_none):
-            if self.link.wait_reply(1.0) is None:
+            if self._link.wait_reply(1.0) is None:
                 break
-            self.link.stale += 1
+            self._link.stale += 1
 
     def _late_reply(self) -> str | None:
         """Wait for a late reply; skip replies that cannot answer a control command (shifted)."""
         deadline = time.monotonic() + self.late_reply_s
         while True:
-            reply = self.link.wait_reply(max(deadline - time.monotonic(), 0.0))
+            reply = self._link.wait_reply(max(deadline - time.monotonic(), 0.0))
             if reply is None or is_status_reply(reply):
                 return reply
-            self.link.shifted += 1  # e.g. a number: the answer to an earlier query
+            self._link.shifted += 1  # e.g. a number: the answer to an earlier query
 
     def _height(self) -> int | None:
         h = self.link.state().get("h") if self.link is not None else None
@@ -316,7 +322,7 @@ class TelloBackend(RobotBackend):
     def _moved(self, kind: str, amount: int, before: dict) -> bool | None:
         """Did the timed-out command take effect, judging by the state stream? None: cannot tell."""
         time.sleep(0.3)  # let a fresh state packet arrive
-        after = self.link.state()
+        after = self._link.state()
         if kind in ("up", "down"):
             if "h" not in before or "h" not in after:
                 return None

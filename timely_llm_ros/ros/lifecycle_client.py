@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Any
 
 TRANSITIONS = ("configure", "activate", "deactivate", "cleanup", "shutdown")
 # the primary state each transition ends in (ROS 2 managed-node design)
@@ -53,14 +54,15 @@ def drive(node_name: str, transitions: list[str], timeout: float) -> str | None:
     executor.add_node(node)
     base = node_name.rstrip("/")
     try:
-        client = node.create_client(ChangeState, f"{base}/change_state")
-        getter = node.create_client(GetState, f"{base}/get_state")
+        client: Any = node.create_client(ChangeState, f"{base}/change_state")
+        getter: Any = node.create_client(GetState, f"{base}/get_state")
 
         def state() -> str | None:
             """The node's state label, or None when no answer came within POLL seconds."""
             fut = getter.call_async(GetState.Request())
             executor.spin_until_future_complete(fut, timeout_sec=POLL)
-            return fut.result().current_state.label if fut.done() and fut.result() is not None else None
+            answer = fut.result() if fut.done() else None
+            return answer.current_state.label if answer is not None else None
 
         for name in transitions:
             deadline = time.monotonic() + timeout
@@ -72,7 +74,8 @@ def drive(node_name: str, transitions: list[str], timeout: float) -> str | None:
             while True:
                 executor.spin_until_future_complete(future, timeout_sec=POLL)
                 if future.done():
-                    if future.result() is not None and future.result().success:
+                    answer = future.result()
+                    if answer is not None and answer.success:
                         break
                     if state() == TARGET[name]:  # refused as a repeat of a request already applied
                         break

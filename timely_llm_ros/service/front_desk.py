@@ -34,6 +34,7 @@ from timely_llm_ros.core.intake import (
     overload_reason,
     refusal,
 )
+from timely_llm_ros.core.robot_liveness import RobotLiveness
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
 from timely_llm_ros.core.tuf import TUF
 from timely_llm_ros.interfaces.mapping import Feedback
@@ -56,6 +57,7 @@ class DeskHost(Protocol):
     inbound: queue.Queue[ho.Inbound]
     open_tasks: OpenTasks
     journal: Journal | None
+    liveness: RobotLiveness
 
     def clock_fn(self) -> float: ...
     def planner_time(self, ros_t: float) -> float: ...

@@ -152,9 +152,11 @@ def simulate(
                 planner.abort_all("simulation stalled: queued work could not be admitted")
             break
         engine.advance_to(heap[0][0])
+    profile = engine.profile
+    assert profile is not None  # simulated engines are timed by a profile
     stats = {
         "policy": planner.policy.name,
-        "profile": engine.profile.name,
+        "profile": profile.name,
         "exec_mode": config.exec_mode,
         "end_time": engine.now(),
         "tasks": total,

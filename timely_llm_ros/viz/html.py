@@ -118,7 +118,7 @@ def render_html(layout: Layout, title: str, notes: list[str] | None = None) -> s
     height = TOP + max(len(layout.rows), 1) * PITCH + BOTTOM
     width = LEFT + PLOT_W + RIGHT
     legend = []
-    lx = LEFT
+    lx: float = LEFT
     for k in SPAN_KINDS:
         legend.append(
             f'<rect x="{lx}" y="8" width="12" height="10" fill="{style.SPAN_COLORS[k]}"/>'

@@ -179,6 +179,7 @@ def lane_items(lane: TaskLane, now: float, t0: float) -> tuple[list[Bar], list[M
     if not math.isnan(dl):
         missed = lane.missed_ert(now)
         resp = lane.response_time
+        assert lane.tuf is not None  # a deadline comes from the TUF
         resp_txt = (
             f"response W(s_0) = {fmt_s(resp)} s, utility {lane.utility:.3f} of {lane.tuf.beta:g}"
             if not math.isnan(resp)

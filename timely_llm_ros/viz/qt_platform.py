@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 # Every system library (soname -> Debian 12 package) that PyQt5 5.15's xcb platform plugin
@@ -64,7 +65,7 @@ def install_hint(sonames: list[str]) -> str:
     return "sudo apt-get install " + " ".join(packages)
 
 
-def platform_name(env: dict[str, str] | None = None) -> str:
+def platform_name(env: Mapping[str, str] | None = None) -> str:
     """The platform plugin Qt will load: ``QT_QPA_PLATFORM`` (its name before any ``:options``), else
     ``xcb`` on Linux (PyQt5's default there)."""
     env = os.environ if env is None else env
@@ -80,7 +81,7 @@ def _xcb_plugin() -> Path | None:
     return plugin if plugin.is_file() else None
 
 
-def problem(env: dict[str, str] | None = None) -> str:
+def problem(env: Mapping[str, str] | None = None) -> str:
     """Why Qt's platform plugin cannot start here, with the fix; '' when it can (or we cannot tell:
     only the ``xcb`` plugin on Linux is checked, and only where ``ldd`` exists)."""
     env = os.environ if env is None else env

@@ -181,7 +181,7 @@ def replay_controls(replay: Replayer, widget: Any) -> Any:
 
 def quit_on_signals(app: Any) -> list[tuple[int, Any]]:
     """SIGINT / SIGTERM quit the Qt loop cleanly (module doc); returns the handlers replaced."""
-    old = []
+    old: list[tuple[int, Any]] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         old.append((sig, signal.getsignal(sig)))
         signal.signal(sig, lambda *_: app.quit())

@@ -21,6 +21,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.artist import Artist
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.transforms import blended_transform_factory
@@ -139,7 +140,9 @@ def draw(layout: Layout, title: str, notes: list[str] | None = None):
         fontsize=8,
     )
     ax.grid(axis="x", alpha=0.25, zorder=0)
-    handles = [Patch(color=style.SPAN_COLORS[k], label=style.SPAN_LABELS[k]) for k in SPAN_KINDS]
+    handles: list[Artist] = [
+        Patch(color=style.SPAN_COLORS[k], label=style.SPAN_LABELS[k]) for k in SPAN_KINDS
+    ]
     handles += [
         Line2D([], [], marker=">", color=style.ARRIVAL_COLOR, linestyle="none", label="arrival"),
         Line2D([], [], color=style.ERT_COLOR, linewidth=1.4, label="ERT met / pending"),
