@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("rosbags")
-from rosbags.rosbag2 import StoragePlugin, Writer  # noqa: E402
-from rosbags.typesys import Stores, get_typestore  # noqa: E402
+from rosbags.rosbag2 import StoragePlugin, Writer
+from rosbags.typesys import Stores, get_typestore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-import compare_bags  # noqa: E402
+import compare_bags
 
 STORE = get_typestore(Stores.ROS2_JAZZY)
 String = STORE.types["std_msgs/msg/String"]
