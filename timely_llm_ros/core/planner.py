@@ -388,7 +388,7 @@ class PlannerCore:
             self._fail_probes(f"engine error: {exc}")
             return True
         for out in outs:
-            if probing and ex.probes.owns(out.gen_id):
+            if probing and ex.probes is not None and ex.probes.owns(out.gen_id):
                 self._probe_token(out)
             else:
                 self._token(out)
@@ -404,12 +404,14 @@ class PlannerCore:
         TUF and is queued (its response time still counts from its arrival) — or stays parked while
         its robot executes another task."""
         ex = self.extras
-        tid = ex.probes.task_of(out.gen_id)
-        res = ex.probes.on_token(out.gen_id, out.text, out.finished or out.reason == "error", out.t)
+        book = ex.probes
+        assert book is not None  # only probes' tokens come here
+        tid = book.task_of(out.gen_id)
+        res = book.on_token(out.gen_id, out.text, out.finished or out.reason == "error", out.t)
         if res is None:
             return
         self.engine.release(out.gen_id)
-        gen = ex.answered(res, tid)
+        gen = ex.answered(res, tid) if tid is not None else None
         if gen is None or gen.record.state in ev.TERMINAL_STATES:
             return
         why = f"urgency {res.label} ({res.source}, {1000 * res.latency_s:.0f} ms)"

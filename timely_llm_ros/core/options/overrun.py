@@ -26,8 +26,13 @@ from __future__ import annotations
 
 import heapq
 import math
+from typing import TYPE_CHECKING
 
 from timely_llm_ros.core.tuf import segment_deadline, zero_utility_time
+
+if TYPE_CHECKING:
+    from timely_llm_ros.core.generation import Generation
+    from timely_llm_ros.core.task import TaskSpec
 
 STRATEGIES = ("continue", "kill", "skip-next")
 
@@ -37,7 +42,7 @@ def horizon(ref: float, ert_k: float, alpha: float, beta: float, net: float) -> 
     return zero_utility_time(segment_deadline(ref, ert_k, net), alpha, beta)
 
 
-def gen_horizon(gen) -> float:
+def gen_horizon(gen: Generation) -> float:
     """The horizon of a generation's next segment (module docstring: none while its robot still
     executes the previous segment)."""
     segs = gen.record.segments
@@ -53,16 +58,16 @@ class OverrunTracker:
         if default not in STRATEGIES:
             raise ValueError(f"overrun must be one of {', '.join(STRATEGIES)}, got {default!r}")
         self.default = default
-        self._heap: list[tuple[float, int, int, object]] = []
+        self._heap: list[tuple[float, int, int, Generation]] = []
         self._version: dict[int, int] = {}
         self.overrunning: dict[str, str] = {}  # agent -> task id whose horizon passed (skip-next)
         self.expired = 0
         self.skipped = 0
 
-    def strategy(self, spec) -> str:
+    def strategy(self, spec: TaskSpec) -> str:
         return getattr(spec, "overrun", "") or self.default
 
-    def track(self, gen) -> None:
+    def track(self, gen: Generation) -> None:
         """(Re)enter a generation with its current horizon (after a push, feedback or re-queue)."""
         if self.strategy(gen.spec) == "continue" or gen.finished:
             return
@@ -72,14 +77,14 @@ class OverrunTracker:
         if h < math.inf:
             heapq.heappush(self._heap, (h, gen.gen_id, v, gen))
 
-    def forget(self, gen) -> None:
+    def forget(self, gen: Generation) -> None:
         self._version.pop(gen.gen_id, None)
         if self.overrunning.get(gen.record.agent_id) == gen.record.task_id:
             del self.overrunning[gen.record.agent_id]
 
-    def due(self, t: float) -> list:
+    def due(self, t: float) -> list[Generation]:
         """Generations whose horizon has passed at ``t`` (each returned once per horizon)."""
-        out = []
+        out: list[Generation] = []
         heap = self._heap
         while heap and heap[0][0] <= t:
             h, gid, v, gen = heapq.heappop(heap)

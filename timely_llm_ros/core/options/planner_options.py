@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from timely_llm_ros.core.engine import script_kwargs
 from timely_llm_ros.core.options.length_predictor import LengthPredictor, segment_time
@@ -47,6 +48,12 @@ from timely_llm_ros.core.options.urgency import (
     ProbeBook,
     load_urgency_config,
 )
+
+if TYPE_CHECKING:
+    from timely_llm_ros.core.engine import Engine
+    from timely_llm_ros.core.generation import Generation
+    from timely_llm_ros.core.profile import EngineProfile
+    from timely_llm_ros.core.task import TaskSpec
 
 
 @dataclass(frozen=True)
@@ -121,12 +128,12 @@ class PlannerOptions:
 class _Wait:
     """A task whose generation waits for the LLM classifier's answer."""
 
-    gen: object
+    gen: Generation
     explicit_class: str  # the class the task named itself ("" = none)
     probe: int | None = None  # the probe generation's id once admitted
 
 
-def planning_class(gen) -> str:
+def planning_class(gen: Generation) -> str:
     """The key the length predictor learns under: the TUF the planner schedules the task with
     (given or derived; never a benchmark's hidden reference class)."""
     return f"ert={gen.ert:g},alpha={gen.alpha:g},beta={gen.beta:g}"
@@ -149,7 +156,7 @@ class PlannerExtras:
         self.classified: dict[str, int] = {}  # classifier source -> tasks
 
     # -- submission: derive a TUF --------------------------------------------------------------
-    def derive_tuf(self, spec):
+    def derive_tuf(self, spec: TaskSpec) -> TaskSpec:
         """``spec`` when it has a TUF, else a copy with the lexical classifier's TUF (and class, when
         it named none and no benchmark judges it by a reference TUF). With the LLM classifier the
         task then waits for the LLM's answer (:meth:`wait`), which replaces the lexical one."""
@@ -160,14 +167,14 @@ class PlannerExtras:
             self._count(res.source)
         return _with_class(spec, res, spec.task_class)
 
-    def wants_llm(self, spec) -> bool:
+    def wants_llm(self, spec: TaskSpec) -> bool:
         """Whether the task (as sent: without a TUF) waits for the LLM classifier."""
         return self.probes is not None and spec.tuf is None
 
-    def wait(self, gen, explicit_class: str) -> None:
+    def wait(self, gen: Generation, explicit_class: str) -> None:
         self.waiting[gen.record.task_id] = _Wait(gen, explicit_class)
 
-    def answered(self, res: Classification, task_id: str):
+    def answered(self, res: Classification, task_id: str) -> Generation | None:
         """The LLM's class for a waiting task: its generation, updated (None if it is gone)."""
         w = self.waiting.pop(task_id, None)
         if w is None:
@@ -176,6 +183,7 @@ class PlannerExtras:
         spec = _with_class(gen.spec, res, w.explicit_class)
         gen.spec = spec
         tuf = spec.tuf
+        assert tuf is not None  # _with_class gave it the classifier's TUF
         gen.alpha, gen.beta, gen.ert = float(tuf.alpha), float(tuf.beta), float(tuf.ert)
         if gen.k == 0:
             gen.ert_k = gen.ert
@@ -189,11 +197,13 @@ class PlannerExtras:
     def _count(self, key: str) -> None:
         self.classified[key] = self.classified.get(key, 0) + 1
 
-    def admit_probes(self, engine, new_id, t: float) -> list[tuple[object, Exception]]:
+    def admit_probes(
+        self, engine: Engine, new_id: Callable[[], int], t: float
+    ) -> list[tuple[Generation, Exception]]:
         """Admit a probe for every waiting task that has none; returns (generation, error) of the
         tasks whose probe the engine refused (the planner fails them with the reason)."""
         book = self.probes
-        failed = []
+        failed: list[tuple[Generation, Exception]] = []
         if book is None or not self.waiting:
             return failed
         book.prepare_engine(engine)
@@ -219,12 +229,13 @@ class PlannerExtras:
             book.start(tid, gid, t)
         return failed
 
-    def _probe_script(self, engine, spec) -> list[int] | None:
+    def _probe_script(self, engine: Engine, spec: TaskSpec) -> list[int] | None:
         """Simulated engine only: the answer it emits — the labelled class when a benchmark knows it
         (the simulator prices the probe's work; the real model's accuracy is measured on llama.cpp by
         ``bench.urgency_bench``), else the lexical model's answer."""
         if not engine.needs_script:
             return None
+        assert self.lexical is not None  # the LLM classifier runs with the lexical one
         cfg = self.lexical.config
         ref = spec.reference_tuf
         if ref is not None:
@@ -238,11 +249,12 @@ class PlannerExtras:
         w = self.waiting.pop(task_id, None)
         if w is None or w.probe is None:
             return None
-        self.probes.drop(w.probe)
+        if self.probes is not None:  # a waiting task has a probe book
+            self.probes.drop(w.probe)
         return w.probe
 
     # -- G(·) ------------------------------------------------------------------------------------
-    def estimate(self, gen, speed: float | None, costs) -> None:
+    def estimate(self, gen: Generation, speed: float | None, costs: EngineProfile | None) -> None:
         """Set ``gen.g`` for its next segment from the length predictor (else keep the prior)."""
         p = self.predictor
         if p is None or gen.skill_set is None:
@@ -258,7 +270,7 @@ class PlannerExtras:
         g = segment_time(n, speed, pre)
         gen.g = g if g is not None and g > 0 else prior
 
-    def learned(self, gen, seg_index: int, n_tokens: int) -> None:
+    def learned(self, gen: Generation, seg_index: int, n_tokens: int) -> None:
         if self.predictor is not None and gen.skill_set is not None:
             self.predictor.observe(gen.skill_set.name, planning_class(gen), seg_index, n_tokens)
 
@@ -270,16 +282,19 @@ class PlannerExtras:
     def token(self, gen_id: int) -> None:
         self._prefilling.discard(gen_id)
 
-    def budget(self, t: float, running, speed: float | None, costs) -> int | None:
+    def budget(
+        self, t: float, running: Iterable[Generation], speed: float | None, costs: EngineProfile | None
+    ) -> int | None:
         """Prompt tokens for the next step (:func:`~.token_budget.choose_budget`)."""
         if self._budget.mode == "whole":
             return None
         step = 1.0 / speed if speed else None
         cost = None
         if costs is not None:
+            profile = costs
 
             def cost(c: int) -> float:  # marginal cost of c prompt tokens fused into a decode pass
-                return costs.prefill_time(c) - costs.prefill_c
+                return profile.prefill_time(c) - profile.prefill_c
 
         runs = [
             Running(
@@ -292,8 +307,8 @@ class PlannerExtras:
         ]
         return choose_budget(self._budget, t, runs, step, cost)
 
-    def _tokens_left(self, g, speed: float | None) -> int:
-        n = None
+    def _tokens_left(self, g: Generation, speed: float | None) -> int:
+        n: float | None = None
         if self.predictor is not None and g.skill_set is not None:
             n = self.predictor.pessimistic(
                 g.skill_set.name, planning_class(g), g.k, g.skill_set.max_segment_tokens
@@ -303,7 +318,7 @@ class PlannerExtras:
         return max(1, int(math.ceil(n)) - g.seg_tokens)
 
 
-def _with_class(spec, res: Classification, explicit_class: str):
+def _with_class(spec: TaskSpec, res: Classification, explicit_class: str) -> TaskSpec:
     """``spec`` with the classifier's TUF; its class: the one it named, else none when a benchmark
     judges it by a reference TUF (the record derives it from that), else the derived one."""
     if explicit_class:

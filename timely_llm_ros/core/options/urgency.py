@@ -27,14 +27,19 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from timely_llm_ros.core.paths import config_path
 from timely_llm_ros.core.tuf import TUF, InvalidTUF
+
+if TYPE_CHECKING:
+    from timely_llm_ros.core.engine import Engine
 
 CLASSIFIERS = ("off", "lexical", "llm")
 PROBE_KEY = "urgency-classifier"  # prefix key (and grammar key) of the LLM classifier's prompt
@@ -179,7 +184,7 @@ class LLMClassifier:
     def request_text(self, text: str) -> str:
         return self.config.llm_request.format(text=" ".join(text.split()))
 
-    def max_tokens(self, tokenize) -> int:
+    def max_tokens(self, tokenize: Callable[[str], list[int]]) -> int:
         """Tokens needed to tell the classes apart in the worst case (longest class name)."""
         return max(len(tokenize(label)) for label in self.labels)
 
@@ -218,7 +223,7 @@ class ProbeBook:
     def __len__(self) -> int:
         return len(self._by_gen)
 
-    def prepare_engine(self, engine) -> None:
+    def prepare_engine(self, engine: Engine) -> None:
         """Install the one-word grammar on engines that take one (llama.cpp), once per engine."""
         if id(engine) in self._grammar_engines:
             return
@@ -227,7 +232,7 @@ class ProbeBook:
             setter(PROBE_KEY, grammar_gbnf(self.clf.labels))
         self._grammar_engines.add(id(engine))
 
-    def probe_prompt(self, engine, text: str) -> tuple[list[int], int]:
+    def probe_prompt(self, engine: Engine, text: str) -> tuple[list[int], int]:
         """(prompt ids, shared-prefix length) of the classification request for ``text``."""
         prefix = engine.tokenize(self.clf.config.llm_prompt)
         return prefix + engine.tokenize("\n" + self.clf.request_text(text)), len(prefix)

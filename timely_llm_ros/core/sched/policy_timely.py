@@ -101,7 +101,7 @@ from __future__ import annotations
 
 import math
 from bisect import insort
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 
@@ -203,6 +203,7 @@ class TimelyRanking(Ranking):
         e = self._ix.entries.get(gen.slot)
         if e is None or e.gen is not gen or e.phase != PROMOTED:
             return False
+        assert e.item is not None  # a PROMOTED entry sits in the promoted tier
         return self._q >= len(self._ix.promoted) or e.item < self._ix.promoted[self._q]
 
 
@@ -280,7 +281,8 @@ class UtilityAccrualPriority(PriorityStrategy):
             s0 += f - t
         last = slots[-1]
         k = len(live)
-        crit = [e.item[0] for e in live]
+        # live entries are indexed (item set); no per-item check on this per-decision path
+        crit = [e.item[0] for e in live]  # type: ignore[index]
         g = [e.g for e in live]
         rank = [k] * k  # removal rank of each live item (k: never removed)
         if self.unclamped:  # only on-time work can still be saved; tardy work only takes its slot
@@ -315,14 +317,14 @@ class UtilityAccrualPriority(PriorityStrategy):
             pud = [e.cost_density() for e in live]
         else:
             pud = [e.utility(t) / e.g for e in live]
-        removal = sorted(range(k), key=lambda i: (pud[i], -live[i].item[0], -live[i].seq))
+        removal = sorted(range(k), key=lambda i: (pud[i], -live[i].item[0], -live[i].seq))  # type: ignore[index]  # live: indexed
         for pos, i in enumerate(removal):
             rank[i] = pos
         r = self._hint = _least_removals(feasible, k, self._hint)
         return {live[i].slot: pud[i] for i in removal[:r]}
 
 
-def _least_removals(feasible, k: int, hint: int) -> int:
+def _least_removals(feasible: Callable[[int], bool], k: int, hint: int) -> int:
     """Least ``r`` in ``[0, k]`` with ``feasible(r)``, given that ``feasible`` is monotone and
     ``feasible(k)`` holds. Gallops from ``hint`` (the previous decision's answer: consecutive decisions
     see nearly the same queue, so two tests usually suffice), then bisects. The answer does not
@@ -507,7 +509,7 @@ class UtilityGuidedAdmission(Admission):
         pre = 0.0
         if cand.context is None and self._pass_at != t:
             pre = self.model.prefill_pass(b) or 0.0
-        losers = []  # (F_r, its loss if the group is admitted now, r)
+        losers: list[tuple[float, float, Generation]] = []  # (F_r, its loss if admitted now, r)
         for r in running:
             f = t + _tokens_left(r, t1) * tb
             loss = _gen_utility(f, r) - _gen_utility(f + pre + _tokens_left(r, t1) * dstep, r)
@@ -542,7 +544,7 @@ class UtilityGuidedAdmission(Admission):
         t: float,
         cand: Generation,
         group: list[Generation],
-        losers: list,
+        losers: list[tuple[float, float, Generation]],
         pre: float,
         tb: float,
         dstep: float,
@@ -582,7 +584,12 @@ class UtilityGuidedAdmission(Admission):
         return best, until
 
     def _bare_g_gain(
-        self, t: float, group: list[Generation], losers: list, pre: float, behind: float
+        self,
+        t: float,
+        group: list[Generation],
+        losers: list[tuple[float, float, Generation]],
+        pre: float,
+        behind: float,
     ) -> tuple[float, float]:
         """The earlier rule (ablation ``timely-adm-g``): the candidates' ends by their bare
         estimate G, and waiting until the first loser ends credited with every loser's loss."""

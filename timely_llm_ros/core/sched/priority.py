@@ -144,7 +144,7 @@ class PriorityStrategy:
 
 
 class _SortedRanking(Ranking):
-    def __init__(self, t: float, entries: list[tuple], gens: dict[int, Generation]) -> None:
+    def __init__(self, t: float, entries: list[tuple[float, int, int]], gens: dict[int, Generation]) -> None:
         super().__init__(t)
         self._entries = entries
         self._gens = gens
@@ -272,7 +272,9 @@ class _ScoredRanking(Ranking):
     """Order by a score array (larger first, ties: earlier submission); the best one by a linear
     scan, the full order sorted only if more than one is asked for."""
 
-    def __init__(self, t: float, scores, seq, gens: list[Generation]) -> None:
+    def __init__(
+        self, t: float, scores: list[float] | np.ndarray, seq: list[float], gens: list[Generation]
+    ) -> None:
         super().__init__(t)
         self._s = scores
         self._seq = seq
@@ -378,4 +380,5 @@ class PUDPriority(ColumnStrategy):
         w = waiting_time(t + g, a["net"][:n], a["ref"][:n])
         u = utilities(w, a["ert_k"][:n], a["alpha"][:n], a["beta"][:n])
         sl = np.maximum(a["ert_k"][:n] - w, self.l_min)
-        return u / (g * sl)
+        out: np.ndarray = u / (g * sl)
+        return out

@@ -122,11 +122,11 @@ class Scheduler:
         self._prio.discard(gen)
         gen.slot = -1
 
-    def ranking(self, t: float, running: list[Generation] | tuple = ()) -> Ranking:
+    def ranking(self, t: float, running: list[Generation] | tuple[Generation, ...] = ()) -> Ranking:
         """The service order at ``t`` (what :meth:`select` would take first, second, ...)."""
         return self._prio.rank(t, list(running), self.policy.max_batch)
 
-    def order(self, t: float, running: list[Generation] | tuple = ()) -> list[Generation]:
+    def order(self, t: float, running: list[Generation] | tuple[Generation, ...] = ()) -> list[Generation]:
         """The whole queue in service order at ``t`` (diagnostics and tests; ``O(n log n)``)."""
         return list(self.ranking(t, running))
 

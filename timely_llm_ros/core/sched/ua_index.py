@@ -40,6 +40,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, insort
+from collections.abc import Iterator
 
 from timely_llm_ros.core.generation import Generation
 from timely_llm_ros.core.tuf import segment_deadline, utility, utility_span, waiting_time
@@ -70,7 +71,7 @@ class SortedTuples:
     def __len__(self) -> int:
         return self._n
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Item]:
         for b in self._blocks:
             yield from b
 
@@ -112,7 +113,7 @@ class SortedTuples:
             out.extend(b[: k - len(out)])
         return out
 
-    def iter_from(self, k: int):
+    def iter_from(self, k: int) -> Iterator[Item]:
         """The items from position ``k`` on."""
         for b in self._blocks:
             if k >= len(b):
