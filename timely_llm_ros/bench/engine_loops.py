@@ -125,7 +125,7 @@ def generate(
     gid: int,
     task: str,
     segmented: bool,
-    submitted: Callable[[], int] | None = None,
+    submitted: Callable[[], float] | None = None,
     max_tokens: int = 48,
 ) -> dict:
     """One request from admission to EOS or ``max_tokens`` (greedy, under the skill grammar),
@@ -168,7 +168,7 @@ def interleaved_runs(
     task: str,
     repeats: int,
     first_gid: int,
-    submitted: Callable[[], int] | None = None,
+    submitted: Callable[[], float] | None = None,
     max_tokens: int = 48,
 ) -> dict[bool, list[dict]]:
     """``repeats`` unsegmented and segmented generations of ``task`` (key: segmented), alternating

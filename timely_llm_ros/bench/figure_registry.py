@@ -50,7 +50,7 @@ def load_keys(series: dict[str, list[tuple[Any, rn.RunResult]]]) -> tuple[tuple[
     """Panels of a sweep figure: % of Σβ per class, unclamped (Eq. 1: the headline) and clamped at 0
     (readable when a few late tasks make the unclamped mean plunge)."""
     classes = {c for points in series.values() for _, run in points for c in run.classes}
-    present = [c for c in ("urgent", "normal", "arm") if c in classes] or ["all"]
+    present: list[str] = [c for c in ("urgent", "normal", "arm") if c in classes] or ["all"]
     return tuple((c, key) for key in ("pct_beta", "pct_beta_clamped") for c in present)
 
 

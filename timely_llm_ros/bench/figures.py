@@ -8,7 +8,7 @@ workload and policies the numbers come from, so a figure is readable without the
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +122,7 @@ def fig_policies(
 
 
 def fig_sweep(
-    series: dict[str, list[tuple[float, Any]]],
+    series: Mapping[str, Sequence[tuple[Any, Any]]],
     path: Path,
     *,
     xlabel: str,

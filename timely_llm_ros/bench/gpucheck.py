@@ -435,7 +435,7 @@ def run(args: argparse.Namespace) -> int:
     )
     wall = time.monotonic() - t0
     vals = measured(bench, real, wall)
-    report = {
+    report: dict[str, Any] = {
         "size": size.name,
         "device": bench.data.get("device_name") or ("CUDA GPU" if gpu else "CPU"),
         "vllm_version": bench.data.get("engine", {}).get("vllm_version") or vllm_version(),

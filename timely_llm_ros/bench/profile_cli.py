@@ -162,7 +162,7 @@ def measure(engine: Engine, plan: SweepPlan, progress: Callable[[str], None] | N
             engine.step()
             ctx = engine.suspend(g)
             t0 = time.perf_counter()
-            nbytes = engine.spill(g)  # type: ignore[attr-defined]
+            nbytes = engine.spill(g)
             meas.swap_out.append((n, nbytes, time.perf_counter() - t0))
             engine.resume(g, ctx, max_tokens=4)
             engine.step()

@@ -213,7 +213,8 @@ def drive(
                 if gen is not None:
                     gens[rec.task_id] = gen.gen_id
             else:
-                planner.on_feedback(*payload[:3], t)
+                task_id, seg, state = payload[:3]
+                planner.on_feedback(task_id, seg, state, t)
         if planner.has_work() and planner.step():
             continue
         if not heap:
@@ -236,7 +237,7 @@ def drive(
     tokens = {tid: counts.get(gid, 0) for tid, gid in gens.items()}
     own = {tid: len(engine.tokenize(text)) if text else 0 for tid, text in plans.items()}
     pieces = {tid: list(texts.get(gid, [])) for tid, gid in gens.items()}
-    return Run(policy, planner.records, plans, wall, tokens, own, pieces, tap)
+    return Run(policy, list(planner.records), plans, wall, tokens, own, pieces, tap)
 
 
 def fit_now(
@@ -301,7 +302,7 @@ def prompt_tokens(engine: Engine, task: TaskSpec) -> int:
 def engine_rule(engine: Engine) -> PromptRule | None:
     """The real engine's prompt schedule, for the simulator (llama.cpp; None: whole prompts)."""
     if hasattr(engine, "prefill_chunk") and hasattr(engine, "prefill_fast_batch"):
-        return PromptRule(engine.prefill_chunk, engine.prefill_fast_batch)  # type: ignore[attr-defined]
+        return PromptRule(engine.prefill_chunk, engine.prefill_fast_batch)
     return None
 
 
@@ -365,7 +366,10 @@ def load_tasks(workload: str, limit: int | None, scale: float) -> list[TaskSpec]
     wl = resolve_workload(workload)
     tasks = sorted(wl.tasks, key=lambda t: t.arrival)[:limit]
     base = tasks[0].arrival if tasks else 0.0
-    return [dataclasses.replace(t, arrival=t.arrival - base, tuf=t.tuf.scaled(scale)) for t in tasks]
+    return [
+        dataclasses.replace(t, arrival=t.arrival - base, tuf=t.tuf.scaled(scale) if t.tuf else None)
+        for t in tasks
+    ]
 
 
 def _response(rec: Any) -> float:

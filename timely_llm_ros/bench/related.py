@@ -44,7 +44,7 @@ from typing import Any
 from timely_llm_ros.core.metrics import summarize
 from timely_llm_ros.core.options.kv_policy import KVOptions
 from timely_llm_ros.core.options.planner_options import PlannerOptions
-from timely_llm_ros.core.profile import load_profile
+from timely_llm_ros.core.profile import EngineProfile, load_profile
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.core.tuf import tuf_class
 from timely_llm_ros.sim.simulator import SimConfig, simulate
@@ -170,7 +170,8 @@ def run_one(spec: str, name: str) -> dict[str, Any]:
     tasks = workload_tasks(spec)
     if v.hidden_tuf:
         tasks = hide_tuf(tasks)
-    profile = load_profile(SimConfig().profile)
+    default = SimConfig().profile
+    profile = default if isinstance(default, EngineProfile) else load_profile(default)
     if v.tight:
         profile = dataclasses.replace(
             profile, name=f"{profile.name}-kv{TIGHT_KV_TOKENS}", kv_capacity_tokens=TIGHT_KV_TOKENS
@@ -239,7 +240,7 @@ def decide(name: str, d: dict[str, dict[str, float | None]]) -> tuple[bool, str]
         if worst_any < -TOLERANCE:
             return False, f"costs {-worst_any:.1f} points against the given TUF"
         return True, f"as good as the given TUF (worst {worst_any:+.2f})"
-    gains: list[float] = [d[spec]["all"] for spec in d if d[spec].get("all") is not None]
+    gains = [g for g in (d[spec].get("all") for spec in d) if g is not None]
     mean = sum(gains) / len(gains) if gains else 0.0
     if worst < -TOLERANCE:
         return False, f"costs {-worst:.1f} points on a preset/sample"

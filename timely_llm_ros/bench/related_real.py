@@ -51,7 +51,7 @@ def workload(rounds: int, scale: float) -> list[TaskSpec]:
             out.append(
                 dataclasses.replace(t, task_id=f"d{r}.{k}", agent_id=f"drone{r}.{k}", arrival=t0 + off)
             )
-    return [dataclasses.replace(t, tuf=t.tuf.scaled(scale)) for t in out]
+    return [dataclasses.replace(t, tuf=t.tuf.scaled(scale) if t.tuf else None) for t in out]
 
 
 def one_run(engine: Any, tasks: list[TaskSpec], mode: str) -> dict[str, Any]:

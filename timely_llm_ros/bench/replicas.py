@@ -136,7 +136,7 @@ def run_realtime(
     Arrivals are relative to the start. ``hook(elapsed, planner)`` runs before every scheduling point
     (fault injection). Stops when every task is terminal, or fails what is left after ``timeout``.
     """
-    heap: list[tuple[float, int, int, object]] = []
+    heap: list[tuple[float, int, int, Any]] = []  # payload: a TaskSpec (kind 0) or (task, seg, state)
     counter = 0
 
     def schedule(t: float, task_id: str, seg: int, state: str) -> None:
@@ -161,12 +161,12 @@ def run_realtime(
             _, _, kind, payload = heapq.heappop(heap)
             if kind == 0:
                 try:
-                    rec = planner.submit(payload)  # type: ignore[arg-type]
+                    rec = planner.submit(payload)
                 except TaskRejected:
                     continue
-                robot.register(rec.task_id, payload.exec_times or [])  # type: ignore[attr-defined]
+                robot.register(rec.task_id, payload.exec_times or [])
             else:
-                task_id, seg, state = payload  # type: ignore[misc]
+                task_id, seg, state = payload
                 planner.on_feedback(task_id, seg, state, now)
         if hook is not None:
             hook(now - t0, planner)
@@ -204,8 +204,8 @@ class ServerTokenizer:
             from timely_llm_ros.engines.openai_http import call
 
             ep = self.engine.replicas[0].engine.endpoint
-            ans = call(ep, "POST", "/detokenize", {"tokens": [int(token_id)]})
-            self._text[token_id] = str((ans or {}).get("content", ""))  # type: ignore[union-attr]
+            ans: Any = call(ep, "POST", "/detokenize", {"tokens": [int(token_id)]})
+            self._text[token_id] = str((ans or {}).get("content", ""))
         return self._text[token_id]
 
 
@@ -234,7 +234,7 @@ def real_vs_predicted(
     from timely_llm_ros.engines.openai import OpenAIEngine
 
     wl = sc.from_spec(workload)
-    tasks = [dataclasses.replace(t, tuf=t.tuf.scaled(tuf_scale)) for t in wl.tasks]
+    tasks = [dataclasses.replace(t, tuf=t.tuf.scaled(tuf_scale) if t.tuf else None) for t in wl.tasks]
     engine = OpenAIEngine(endpoints=endpoints, **(engine_options or {}))
     pol = f"{policy}@b{BATCH_PER_REPLICA * len(endpoints)}"
     try:
@@ -251,11 +251,10 @@ def real_vs_predicted(
             dataclasses.replace(t, reference_plan=plans.get(t.task_id) or t.reference_plan) for t in tasks
         ]
         prof = load_profile(profile)
-        slots = engine.replicas[0].engine.max_running or BATCH_PER_REPLICA
+        first: Any = engine.replicas[0].engine  # an OpenAIEndpointEngine
+        slots = first.max_running or BATCH_PER_REPLICA
         cap = min(BATCH_PER_REPLICA, slots)
-        prof = dataclasses.replace(
-            prof, kv_capacity_tokens=max(prof.kv_capacity_tokens, engine.replicas[0].engine.capacity)
-        )
+        prof = dataclasses.replace(prof, kv_capacity_tokens=max(prof.kv_capacity_tokens, first.capacity))
         tokenizer = ServerTokenizer(engine)
 
         def predict(profile_: Any) -> Any:
@@ -280,7 +279,7 @@ def real_vs_predicted(
             "endpoints": endpoints,
             "wall_s": wall,
             "warm_up_s": warm,
-            "real": _classes(real),
+            "real": _classes(list(real)),
             "predicted": _classes(pred.records),
             "replica_status": engine.status(),
             "engine_stats": engine.stats,
@@ -291,7 +290,7 @@ def real_vs_predicted(
                 **{
                     r.name: {
                         "decode_tok_s_per_seq": r.engine.speed(),
-                        "prefill_tok_s": r.engine.prefill_speed(),
+                        "prefill_tok_s": r.engine.prefill_speed(),  # type: ignore[attr-defined]  # an OpenAIEndpointEngine
                     }
                     for r in engine.replicas
                 },
@@ -402,7 +401,7 @@ def plot(rows: list[dict[str, Any]], real: dict[str, Any] | None, path: Path) ->
     if real:
         for i, key in enumerate(("pct_beta_clamped", "response_mean")):
             ax = axes[i][sim_cols]
-            xs = range(len(CLASSES))
+            xs = list(range(len(CLASSES)))
             series = [
                 ("real", f"real ({len(real['endpoints'])} servers)"),
                 ("predicted", "simulated prediction"),

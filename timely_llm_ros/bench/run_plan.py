@@ -28,7 +28,7 @@ def parse_batches(text: str | None) -> list[int | None]:
     """``--max-batch 4,8`` → [4, 8]; absent → [None] (no cap)."""
     if text is None:
         return [None]
-    out = []
+    out: list[int | None] = []
     for part in csv(text):
         if not part.isdigit() or int(part) < 1:
             raise ValueError(f"--max-batch: {part!r} is not a positive integer")

@@ -288,7 +288,11 @@ def scenario_jobs(policies: Sequence[str], groups: Sequence[str] | None = None) 
     every policy."""
     from timely_llm_ros.bench import scenarios as sc
 
-    return [Job(spec, sc.policy_for(p, cap)) for _, spec, cap in sc.suite(groups) for p in policies]
+    return [
+        Job(spec, sc.policy_for(p, cap))
+        for _, spec, cap in sc.suite(list(groups) if groups is not None else None)
+        for p in policies
+    ]
 
 
 def stress_jobs(policies: Sequence[str], seeds: Sequence[int] | None = None) -> list[Job]:

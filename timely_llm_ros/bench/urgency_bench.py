@@ -56,11 +56,11 @@ def lrtrace_items() -> list[Item]:
     for task in load_catalog():
         for v in task.all_variants():
             spec = task.to_spec(task_id="0", agent_id="0", arrival=0.0, variant=v)
-            lab = urgent if is_urgent(spec.tuf) else normal
+            lab = urgent if spec.tuf is not None and is_urgent(spec.tuf) else normal
             out.setdefault(spec.instruction, Item(spec.instruction, lab, "lrtrace"))
     for name in PUBLIC_SAMPLES:
         for spec in resolve_workload(name).tasks:
-            lab = urgent if is_urgent(spec.tuf) else normal
+            lab = urgent if spec.tuf is not None and is_urgent(spec.tuf) else normal
             out.setdefault(spec.instruction, Item(spec.instruction, lab, "lrtrace-public"))
     return list(out.values())
 

@@ -47,6 +47,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from timely_llm_ros.bench import vllm_steps
 from timely_llm_ros.bench import weight_floor as wf
@@ -252,7 +253,7 @@ def loaded_parameters(eng: VllmEngine) -> int | None:
     """Parameters of the model vLLM loaded (in-process executor), None where not reachable."""
     ex = getattr(getattr(getattr(eng.llm, "engine_core", None), "engine_core", None), "model_executor", None)
     worker = getattr(getattr(ex, "driver_worker", None), "worker", None)
-    runner = getattr(worker, "model_runner", None)
+    runner: Any = getattr(worker, "model_runner", None)
     model = getattr(runner, "model", None)
     if model is None and callable(getattr(runner, "get_model", None)):
         try:

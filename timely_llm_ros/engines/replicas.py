@@ -56,7 +56,6 @@ from timely_llm_ros.core.engine import (
 if TYPE_CHECKING:
     from timely_llm_ros.core.profile import EngineProfile
     from timely_llm_ros.engines.sim import SimEngine
-    from timely_llm_ros.engines.sim_tokenizer import SimTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -650,7 +649,7 @@ class ReplicaSetEngine(Engine):
 
 
 def simulated_replicas(
-    profile: EngineProfile | str, n: int, tokenizer: SimTokenizer | None = None, **sim_options: Any
+    profile: EngineProfile | str, n: int, tokenizer: Any = None, **sim_options: Any
 ) -> SimEngine | ReplicaSetEngine:
     """``n`` simulated engines with ``profile`` (one engine when ``n == 1``) on one virtual clock;
     ``tokenizer``: shared by all (default: a new :class:`~timely_llm_ros.engines.sim_tokenizer.SimTokenizer`);
