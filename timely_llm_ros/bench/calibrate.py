@@ -48,12 +48,12 @@ def probe_tap(
     consume = planner._token
 
     def token(out: object) -> None:
-        gen = planner._running.get(out.gen_id)  # type: ignore[attr-defined]
+        gen = planner._running.get(out.gen_id)  # type: ignore[attr-defined]  # a TokenOut; the planner's private table of running generations
         if gen is not None:
-            tap.token(gen.record.task_id, out.t)  # type: ignore[attr-defined]
-        consume(out)  # type: ignore[arg-type]
+            tap.token(gen.record.task_id, out.t)  # type: ignore[attr-defined]  # a TokenOut
+        consume(out)  # type: ignore[arg-type]  # a TokenOut
 
-    planner._token = token  # type: ignore[method-assign]
+    planner._token = token  # type: ignore[method-assign]  # observes the planner's token path for the calibration tap
     tap.attach(engine)
     t0 = engine.now()
     try:

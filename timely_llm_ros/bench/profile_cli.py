@@ -166,7 +166,7 @@ def measure(engine: Engine, plan: SweepPlan, progress: Callable[[str], None] | N
             meas.swap_out.append((n, nbytes, time.perf_counter() - t0))
             engine.resume(g, ctx, max_tokens=4)
             engine.step()
-            meas.swap_in.append((n, nbytes, engine.last_step.restore_s))  # type: ignore[attr-defined]
+            meas.swap_in.append((n, nbytes, engine.last_step.restore_s))  # type: ignore[attr-defined]  # llama.cpp engine's step record
             engine.release(g)
             say(
                 f"swap N={n}: {nbytes} B out {meas.swap_out[-1][2] * 1000:.2f} ms, "

@@ -109,10 +109,10 @@ class ModelPieces(SimTokenizer):
         if callable(detok):
             self._decode_one = lambda i: detok([i])
         else:
-            tok = engine.tokenizer  # type: ignore[attr-defined]
+            tok = engine.tokenizer  # type: ignore[attr-defined]  # engines without detokenize have a tokenizer
             self._decode_one = lambda i: tok.decode([i])
 
-    def pieces(self, text: str) -> list[str]:  # type: ignore[override]
+    def pieces(self, text: str) -> list[str]:  # type: ignore[override]  # a SimTokenizer stand-in that only needs pieces()
         known = self.known.get(text)
         if known is not None:  # a plan the real run generated: exactly its tokens
             return list(known)
@@ -193,7 +193,7 @@ def drive(
             tap.token(gen.record.task_id, out.t)
         consume(out)
 
-    planner._token = token  # type: ignore[method-assign]
+    planner._token = token  # type: ignore[method-assign]  # observes the planner's token path for the benchmark tap
     gens: dict[str, int] = {}
     if tap is not None:
         tap.attach(engine)
@@ -225,7 +225,7 @@ def drive(
         if realtime:
             time.sleep(min(max(heap[0][0] - engine.now(), 0.0), 0.05))
         else:
-            engine.advance_to(heap[0][0])  # type: ignore[attr-defined]
+            engine.advance_to(heap[0][0])  # type: ignore[attr-defined]  # virtual-clock engines only (realtime=False)
         if tap is not None:
             tap.wait(engine.now() - t_wait)
     if tap is not None:

@@ -90,7 +90,7 @@ class Batching:
             self._prefixes[pids] = Prefix(pids, pseq)
             tag = (pseq, *(u.seq_id for u in users))
             for p, tok in enumerate(pids):
-                rows.add(tok, p, tag, False, None)  # type: ignore[arg-type]
+                rows.add(tok, p, tag, False, None)  # type: ignore[arg-type]  # a prefix row has no owning sequence
             for u in users:
                 u.kv_len = u.shared
             info.prefix_tokens += len(pids)
@@ -112,7 +112,7 @@ class Batching:
             if n < len(seq.ids):
                 partial.append((seq, n))
             for p in range(seq.kv_len, n):
-                rows.add(seq.ids[p], p, sid, p == len(seq.ids) - 1, seq)  # type: ignore[arg-type]
+                rows.add(seq.ids[p], p, sid, p == len(seq.ids) - 1, seq)  # type: ignore[arg-type]  # the owning sequence of a token row
         return partial
 
     def _decode(self, nat: NativeModel, rows: _Rows, info: StepInfo) -> list[tuple[LlamaSeq, np.ndarray]]:
@@ -137,7 +137,7 @@ class Batching:
             for i in range(start, end):
                 if rows.want[i]:
                     row = nat.logits(i - start)
-                    out.append((rows.owner[i], row if last else row.copy()))  # type: ignore[arg-type]
+                    out.append((rows.owner[i], row if last else row.copy()))  # type: ignore[arg-type]  # rows that want logits have an owner
             start = end
         return out
 

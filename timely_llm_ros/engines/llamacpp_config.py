@@ -107,7 +107,7 @@ class LlamaCppConfig:
         if unknown:
             accepted = ", ".join(["model_path", "config", "clock", *known])
             raise EngineError(f"engine 'llamacpp' has no parameter(s) {unknown}; accepted: {accepted}")
-        return dataclasses.replace(base or cls(), **options)  # type: ignore[arg-type]
+        return dataclasses.replace(base or cls(), **options)  # type: ignore[arg-type]  # options were checked against the field names above
 
     def validate(self, model_path: str | Path | None) -> tuple[KVOptions, EngineProfile | None]:
         """Check the options that need no model; return the KV options and the cost profile."""

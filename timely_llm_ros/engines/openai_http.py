@@ -177,7 +177,7 @@ class Stream:
     def _put(self, **kw: object) -> None:
         if self.closed:
             return
-        self._out.put(StreamEvent(self.key, self._clock(), **kw))  # type: ignore[arg-type]
+        self._out.put(StreamEvent(self.key, self._clock(), **kw))  # type: ignore[arg-type]  # keyword fields of StreamEvent, given by the callers in this module
         if self._wake is not None:
             self._wake()
 

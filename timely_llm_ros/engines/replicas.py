@@ -220,7 +220,7 @@ class ReplicaSetEngine(Engine):
         """Virtual time only: move idle replicas' clocks forward (the simulator calls this)."""
         for r in self.replicas:
             if not r.engine.running():
-                r.engine.advance_to(t)  # type: ignore[attr-defined]
+                r.engine.advance_to(t)  # type: ignore[attr-defined]  # virtual-clock replicas (simulated engines) only
         self._t = max(self._t, t)
 
     def running(self) -> int:
@@ -285,7 +285,7 @@ class ReplicaSetEngine(Engine):
 
         def warm(r: _Replica) -> None:
             try:
-                took[r.name] = r.engine.warm_prefix(prefix_ids, len(prefix_ids))  # type: ignore[attr-defined]
+                took[r.name] = r.engine.warm_prefix(prefix_ids, len(prefix_ids))  # type: ignore[attr-defined]  # replicas that keep prefixes (checked by the caller)
                 r.prefixes.add(prefix_key)
             except EngineError as exc:
                 errors[r.name] = str(exc)
@@ -475,15 +475,15 @@ class ReplicaSetEngine(Engine):
 
     def _on_fault(self, idx: int, fault: object) -> None:
         r = self.replicas[idx]
-        gen_id = fault.gen_id  # type: ignore[attr-defined]
-        message = fault.message  # type: ignore[attr-defined]
-        det = r.engine.detach(gen_id)  # type: ignore[attr-defined]
+        gen_id = fault.gen_id  # type: ignore[attr-defined]  # an EndpointFault of a network replica
+        message = fault.message  # type: ignore[attr-defined]  # an EndpointFault of a network replica
+        det = r.engine.detach(gen_id)  # type: ignore[attr-defined]  # network replicas (OpenAIEndpointEngine) detach
         self._where.pop(gen_id, None)
         meta = self._meta.get(gen_id)
         if meta is None:
             return
         meta.max_tokens = det.max_tokens
-        if not fault.transport:  # type: ignore[attr-defined]
+        if not fault.transport:  # type: ignore[attr-defined]  # an EndpointFault of a network replica
             self._fail(gen_id, f"replica {r.name}: {message}")
             return
         self._mark_down(r, message)
@@ -556,7 +556,7 @@ class ReplicaSetEngine(Engine):
             health = getattr(r.engine, "health", None)
             ok = bool(health()) if health is not None else True
             if ok and not getattr(r.engine, "connected", True):
-                r.engine.connect()  # type: ignore[attr-defined]
+                r.engine.connect()  # type: ignore[attr-defined]  # a replica that reports `connected` has connect()
         except Exception as exc:  # noqa: BLE001 - any failure keeps the replica down
             r.error = f"probe: {type(exc).__name__}: {exc}"
             ok = False
@@ -588,7 +588,7 @@ class ReplicaSetEngine(Engine):
 
     def _sync(self, r: _Replica) -> None:
         if self.virtual and not r.engine.running():
-            r.engine.advance_to(self.now())  # type: ignore[attr-defined]
+            r.engine.advance_to(self.now())  # type: ignore[attr-defined]  # virtual-clock replicas (simulated engines) only
 
     def _placed(self, gen_id: int, idx: int, kind: str, est: float, count: bool = True) -> None:
         r = self.replicas[idx]

@@ -301,7 +301,7 @@ def run_node(
         except (ParamError, ValueError, KeyError) as exc:
             print(f"{parser.prog}: error: {exc}", file=sys.stderr)
             return 2
-        node.stop_requested = stop  # type: ignore[attr-defined]
+        node.stop_requested = stop  # type: ignore[attr-defined]  # node classes read it; rclpy Node has no such attribute
         executor = executor_factory()
         executor.add_node(node)
         while not stop.is_set():

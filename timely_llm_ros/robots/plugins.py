@@ -259,4 +259,4 @@ def ros_backend(node: Any) -> Any:
 
 
 # the mapping check needs only the interface packages, not rclpy (robots/ros_backend_map.py)
-ros_backend.check_skill_set = check_ros_skill_set  # type: ignore[attr-defined]
+ros_backend.check_skill_set = check_ros_skill_set  # type: ignore[attr-defined]  # attached to the factory for the fleet check (a function attribute)

@@ -198,7 +198,7 @@ def _arrival(spec: object) -> float:
 
 def _submit(planner: PlannerCore, robot: RobotSim, spec: object) -> None:
     try:
-        rec = planner.submit(spec)  # type: ignore[arg-type]
+        rec = planner.submit(spec)  # type: ignore[arg-type]  # any object: submit() rejects a malformed one
     except TaskRejected:
         return
     robot.register(rec.task_id, getattr(spec, "exec_times", []) or [])

@@ -281,8 +281,7 @@ class UtilityAccrualPriority(PriorityStrategy):
             s0 += f - t
         last = slots[-1]
         k = len(live)
-        # live entries are indexed (item set); no per-item check on this per-decision path
-        crit = [e.item[0] for e in live]  # type: ignore[index]
+        crit = [e.item[0] for e in live]  # type: ignore[index]  # live: indexed (no check per decision)
         g = [e.g for e in live]
         rank = [k] * k  # removal rank of each live item (k: never removed)
         if self.unclamped:  # only on-time work can still be saved; tardy work only takes its slot
