@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from bench_testlib import parse_table
 
 from timely_llm_ros.bench import cli
-from timely_llm_ros.bench.tables import COLUMNS, format_value, parse_table
+from timely_llm_ros.bench.tables import COLUMNS, format_value
 
 TINY = str(Path(__file__).parent / "data" / "tiny.yaml")
 REPO = Path(__file__).resolve().parents[2]

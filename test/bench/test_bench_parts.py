@@ -5,8 +5,10 @@ from __future__ import annotations
 import io
 import math
 
+from bench_testlib import parse_table
+
 from timely_llm_ros.bench import runner as rn
-from timely_llm_ros.bench.tables import COLUMNS, parse_table, render_table
+from timely_llm_ros.bench.tables import COLUMNS, render_table
 
 
 def test_render_and_parse_roundtrip():

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from timely_llm_ros.bench import scenario_table as st
-from timely_llm_ros.bench.bounds import alone_response_times, class_bounds
+from timely_llm_ros.bench.bounds import class_bounds, task_facts
 from timely_llm_ros.bench.scenarios import policy_for
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.core.tuf import NORMAL_TUF, TUF, URGENT_TUF
@@ -77,10 +77,12 @@ def task(i, arrival, tuf, plan="mb(100);tc(90);"):
 def test_alone_bound_is_the_response_of_a_lone_task_and_bounds_every_policy():
     # a lone urgent request on a warm engine: the same response time as the alone bound reports
     lone = simulate([task(0, 0.0, URGENT_TUF), task(1, 100.0, URGENT_TUF)], SimConfig(policy="edf-seg"))
-    assert alone_response_times([task(5, 3.0, URGENT_TUF)]) == [pytest.approx(lone.records[1].response_time)]
+    assert [f.alone for f in task_facts([task(5, 3.0, URGENT_TUF)])] == [
+        pytest.approx(lone.records[1].response_time)
+    ]
     # a TUF whose ERT no engine can meet (20 ms): the bound is its utility at that response time
     tight = TUF(ert=0.02, alpha=-2.0, beta=1.0)
-    w = alone_response_times([task(0, 0.0, tight)])[0]
+    w = [f.alone for f in task_facts([task(0, 0.0, tight)])][0]
     b = class_bounds([task(0, 0.0, tight)])
     assert w > 0.02 and b["urgent"]["pct_beta"] == pytest.approx(100.0 * tight(w))
     # sixteen requests at once on two slots: every policy stays at or below the bound

@@ -3,6 +3,7 @@ only derive text that parse() accepts."""
 
 from __future__ import annotations
 
+import functools
 import random
 
 import pytest
@@ -12,9 +13,20 @@ from timely_llm_ros.core.grammar import (
     GrammarError,
     build_gbnf,
     int_range_alternatives,
-    plan_matches_grammar,
 )
-from timely_llm_ros.core.skills import load_skill_set
+from timely_llm_ros.core.skills import SkillSet, load_skill_set
+
+
+@functools.cache
+def _parsed(text: str) -> Gbnf:
+    return Gbnf(text)
+
+
+def plan_matches_grammar(sset: SkillSet, plan: str) -> bool:
+    """True when ``plan`` is derivable from ``sset``'s grammar (a test helper: the product only
+    hands the GBNF text to the engines)."""
+    return _parsed(build_gbnf(sset)).matches(plan)
+
 
 TELLO = load_skill_set("tello_minispec")
 ARM = load_skill_set("robot_arm")

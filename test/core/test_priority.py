@@ -13,9 +13,8 @@ from timely_llm_ros.core.sched.priority import (
     PUDPriority,
     QueueColumns,
     pud_priority,
-    slack,
-    waiting_estimate,
 )
+from timely_llm_ros.core.tuf import waiting_time
 
 NET = 0.008
 G = 0.09
@@ -23,8 +22,8 @@ G = 0.09
 
 def test_first_segment_normal():
     # arrival 9.5, now 10: W = 10 + 0.09 + 0.008 - 9.5 = 0.598 ; TUF_0(0.598) = 1 ; L = 1 - 0.598 = 0.402
-    assert waiting_estimate(10.0, 9.5, G, NET) == pytest.approx(0.598)
-    assert slack(10.0, 9.5, 1.0, G, NET) == pytest.approx(0.402)
+    assert waiting_time(10.0 + G, NET, 9.5) == pytest.approx(0.598)
+    assert 1.0 - waiting_time(10.0 + G, NET, 9.5) == pytest.approx(0.402)  # the slack L
     assert pud_priority(10.0, 9.5, 1.0, -2.0, 1.0, G, NET) == pytest.approx(1.0 / (0.09 * 0.402))
 
 

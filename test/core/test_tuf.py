@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from timely_llm_ros.core.tuf import NORMAL_TUF, TUF, URGENT_TUF, InvalidTUF
+from timely_llm_ros.core.tuf import NORMAL_TUF, TUF, URGENT_TUF, InvalidTUF, utility
 
 
 def test_eq1_normal_values():
@@ -26,12 +26,14 @@ def test_eq1_urgent_values():
 
 
 def test_tuf1_inherits_alpha_beta_with_zero_ert():
-    f1 = NORMAL_TUF.segment_tuf()
-    assert (f1.ert, f1.alpha, f1.beta) == (0.0, -2.0, 1.0)
-    assert NORMAL_TUF.segment_utility(-0.3) == 1.0  # early: full utility
-    assert NORMAL_TUF.segment_utility(0.0) == 1.0
-    assert NORMAL_TUF.segment_utility(0.2) == pytest.approx(0.6)
-    assert URGENT_TUF.segment_utility(0.15) == pytest.approx(1.0)
+    # TUF_1 (§4.2) is Eq. 1 with ERT_k = 0: core.tuf.utility(w, 0, alpha, beta), as the scheduler calls it
+    def tuf1(f: TUF, w: float) -> float:
+        return utility(w, 0.0, f.alpha, f.beta)
+
+    assert tuf1(NORMAL_TUF, -0.3) == 1.0  # early: full utility
+    assert tuf1(NORMAL_TUF, 0.0) == 1.0
+    assert tuf1(NORMAL_TUF, 0.2) == pytest.approx(0.6)
+    assert tuf1(URGENT_TUF, 0.15) == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize(

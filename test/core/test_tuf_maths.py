@@ -92,7 +92,7 @@ def _bits(x: float) -> bytes:
 
 def test_bit_identical_to_the_formulas_it_replaces():
     # the inlined forms of Eq. 1 before there was one home (priority.PUDPriority.scores_py,
-    # ua_index.Entry.utility, policy_timely._gen_utility; TUF.__call__ / segment_utility / pud_priority
+    # ua_index.Entry.utility, policy_timely._gen_utility; TUF.__call__ / TUF.segment_utility (gone) / pud_priority
     # used min/max, which agree wherever W is finite)
     for w, ert, alpha, beta in _cases():
         u = alpha * ((w if w > 0.0 else 0.0) - ert) + beta
@@ -102,7 +102,7 @@ def test_bit_identical_to_the_formulas_it_replaces():
             assert _bits(utility(w, ert, alpha, beta)) == _bits(min(beta, alpha * (max(w, 0.0) - ert) + beta))
             f = TUF(ert=ert, alpha=alpha, beta=beta)
             assert _bits(f(w)) == _bits(min(beta, alpha * (w - ert) + beta))
-            assert _bits(f.segment_utility(w)) == _bits(min(beta, alpha * max(w, 0.0) + beta))
+            assert _bits(utility(w, 0.0, alpha, beta)) == _bits(min(beta, alpha * max(w, 0.0) + beta))
         ref, net = w, 0.008
         assert _bits(segment_deadline(ref, ert, net)) == _bits(ref + ert - net)
         if alpha < 0:

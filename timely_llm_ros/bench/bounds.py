@@ -126,11 +126,6 @@ def task_facts(tasks: Sequence[TaskSpec], config: SimConfig | None = None) -> li
     return out
 
 
-def alone_response_times(tasks: list[TaskSpec], config: SimConfig | None = None) -> list[float]:
-    """Response time ``W(s_0)`` of each task served alone at its arrival (nan if it got none)."""
-    return [f.alone for f in task_facts(tasks, config)]
-
-
 def first_segment_work(facts: TaskFacts, prof: EngineProfile, max_batch: int, chunked: bool) -> float:
     """Engine time charged to one task's first segment (module docstring, bound 3)."""
     n, big_p, big_n = facts.first_tokens, facts.prompt, facts.suffix

@@ -206,11 +206,6 @@ def pct(run: dict[str, Any], cls: str, key: str = "pct_beta") -> float | None:
     return None if m is None else m.get(key)
 
 
-def judged_classes(run: dict[str, Any]) -> list[str]:
-    """The classes the tolerance applies to: urgent, normal and any other named class (arm)."""
-    return [c for c in run["classes"] if c != "all"]
-
-
 def deltas(runs: dict[tuple[str, str], dict[str, Any]]) -> dict[str, dict[str, dict[str, float | None]]]:
     """Δ %Σβ (variant − its off state) per variant, workload and class."""
     out: dict[str, dict[str, dict[str, float | None]]] = {}

@@ -175,11 +175,6 @@ def _group(name: str) -> Callable[[], list[Scenario]]:
 GROUPS: dict[str, Callable[[], list[Scenario]]] = {g: _group(g) for g in GROUP_NAMES}
 
 
-def low_load() -> list[Scenario]:
-    """The public samples and the presets as published (the low-load targets)."""
-    return GROUPS["low"]()
-
-
 def agents(factors: tuple[int, ...] = AGENT_FACTORS) -> list[Scenario]:
     return [from_spec(agents_spec(f)) for f in factors]
 
@@ -189,10 +184,6 @@ def batch_caps(caps: tuple[int, ...] = BATCH_CAPS, spec: str | None = None) -> l
     spec = spec or batch_spec()
     wl = resolve_workload(spec)
     return [Scenario(spec + _batch_suffix(c), list(wl.tasks), _batch_suffix(c)) for c in caps]
-
-
-def rate_sweep(rates: tuple[float, ...] = RATES, cap: int | None = None) -> list[Scenario]:
-    return [from_spec(rate_spec(r), cap) for r in rates]
 
 
 def bursts(cap: int | None = None) -> list[Scenario]:

@@ -52,10 +52,6 @@ class Segment:
     ] = ()  # SkillCall objects (not compared in determinism checks: they are values)
 
     @property
-    def generation_time(self) -> float:
-        return self.gen_end - self.gen_start
-
-    @property
     def exec_time(self) -> float:
         return self.exec_end - self.exec_start
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import cache
 from typing import cast
 
 from timely_llm_ros.core.skills import ArgSpec, SkillSet
@@ -394,13 +393,3 @@ class Gbnf:
             return res
 
         return len(text) in ends(self.rules[rule], 0)
-
-
-@cache
-def _cached(text: str) -> Gbnf:
-    return Gbnf(text)
-
-
-def plan_matches_grammar(sset: SkillSet, plan: str) -> bool:
-    """True when ``plan`` is derivable from ``sset``'s grammar (for tests and diagnostics)."""
-    return _cached(build_gbnf(sset)).matches(plan)

@@ -144,14 +144,6 @@ class TUF:
         """Utility of a response after ``t`` seconds (Eq. 1, unclamped below)."""
         return utility(t, self.ert, self.alpha, self.beta)
 
-    def segment_tuf(self) -> TUF:
-        """TUF_1 of §4.2: same alpha and beta, ERT = 0 (a waiting robot is already late)."""
-        return TUF(ert=0.0, alpha=self.alpha, beta=self.beta)
-
-    def segment_utility(self, t: float) -> float:
-        """TUF_1(t) = min(beta, alpha * max(t, 0) + beta)."""
-        return utility(t, 0.0, self.alpha, self.beta)
-
     def scaled(self, factor: float) -> TUF:
         """The same TUF on a time axis stretched by ``factor``: ERT and zero-utility time multiply by
         it, the slope divides by it, beta stays. Used to run the paper's GPU-calibrated TUFs on a

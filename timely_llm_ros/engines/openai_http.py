@@ -18,7 +18,6 @@ import os
 import queue
 import socket
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -250,16 +249,3 @@ class Stream:
                 self._conn = None
             if held is not None:
                 held.close()
-
-
-def wait_ready(ep: Endpoint, timeout: float, path: str = "/v1/models", interval: float = 0.2) -> object:
-    """Poll ``path`` until it answers 200 or ``timeout`` passes (servers start slowly)."""
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            return call(ep, "GET", path, timeout=min(5.0, max(0.5, deadline - time.monotonic())))
-        except HttpFailure as exc:
-            last = exc
-            time.sleep(interval)
-    raise HttpFailure(f"{ep.url} did not answer {path} within {timeout:g} s: {last}", transport=True)

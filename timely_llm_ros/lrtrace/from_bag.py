@@ -287,7 +287,3 @@ def _segment(rec: TaskRecord, idx: int) -> Segment:
     while len(rec.segments) <= idx:
         rec.segments.append(Segment(idx=len(rec.segments)))
     return rec.segments[idx]
-
-
-def describe_notes(run: Run) -> str:
-    return "\n".join(f"note: {n}" for n in run.notes)

@@ -98,10 +98,6 @@ class PlanTaskServer:
         self._server.destroy()
         self._node.destroy_service(self._service)
 
-    @property
-    def open_goals(self) -> int:
-        return len(self._goals)
-
     # ------------------------------------------------------------------ action callbacks
     def _on_goal(self, _request: Any) -> GoalResponse:
         # every goal is accepted: a refused task is answered with a REJECTED result that says why

@@ -51,16 +51,6 @@ L_MIN = 1e-3  # seconds; slack guard of Eq. 4 (see module docstring)
 NUMPY_THRESHOLD = 48  # queues at least this long are scored with numpy (PUDPriority)
 
 
-def waiting_estimate(t: float, ref: float, g: float, net: float) -> float:
-    """W(s_k; t) = t + G + net − ref."""
-    return waiting_time(t + g, net, ref)
-
-
-def slack(t: float, ref: float, ert_k: float, g: float, net: float) -> float:
-    """L = ERT_k − W(s_k; t) (unguarded)."""
-    return ert_k - waiting_time(t + g, net, ref)
-
-
 def pud_priority(
     t: float, ref: float, ert_k: float, alpha: float, beta: float, g: float, net: float, l_min: float = L_MIN
 ) -> float:
