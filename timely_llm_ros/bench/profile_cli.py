@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
@@ -413,7 +414,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--decode-steps", type=int, help="measured decode steps per (K, B)")
 
 
-def engine_params(args: argparse.Namespace) -> dict[str, object]:
+def engine_params(args: argparse.Namespace) -> dict[str, Any]:
     params: dict[str, object] = dict(PROFILE_PARAMS[args.engine])
     if args.engine == "llamacpp":
         params["n_ctx"] = args.n_ctx

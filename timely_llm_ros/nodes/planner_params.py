@@ -24,7 +24,7 @@ another engine or model; a change while it is configured is refused with that re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -93,7 +93,7 @@ def configure_time_param(name: str) -> bool:
     return name in CONFIGURE_TIME or any(name.startswith(m + ".") for m in MAPPING_PARAMS)
 
 
-def nested_options(overrides: dict[str, Any], name: str = "engine_options") -> dict[str, Any]:
+def nested_options(overrides: Mapping[str, Any], name: str = "engine_options") -> dict[str, Any]:
     """Parameters ``<name>.a.b`` (a mapping in a parameter file, flattened by rcl) as ``{a: {b: ...}}``."""
     out: dict[str, Any] = {}
     prefix = name + "."
@@ -109,12 +109,12 @@ def nested_options(overrides: dict[str, Any], name: str = "engine_options") -> d
     return out
 
 
-def engine_options(engine: str, text: str, overrides: dict[str, Any]) -> dict[str, Any]:
+def engine_options(engine: str, text: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The options passed to the engine: the planner's defaults, the string form, the nested form."""
     return {**ENGINE_DEFAULTS.get(engine, {}), **parse_mapping(text), **nested_options(overrides)}
 
 
-def planner_options(text: str, overrides: dict[str, Any]) -> PlannerOptions:
+def planner_options(text: str, overrides: Mapping[str, Any]) -> PlannerOptions:
     """The ``planner_options`` parameter (string or nested form) as validated :class:`PlannerOptions`."""
     return PlannerOptions.from_mapping(
         {**parse_mapping(text), **nested_options(overrides, "planner_options")}

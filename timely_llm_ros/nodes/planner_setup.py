@@ -46,7 +46,7 @@ def make_engine(p: Mapping[str, Any], overrides: Mapping[Any, Any], stop: thread
         options = {**options, "profile": p["profile"], "clock": time.monotonic, "stop": stop}
     try:
         return create_engine(name, wall_clock=True, **options)
-    except Exception as exc:  # model file missing, GPU library absent, bad option ...
+    except Exception as exc:  # noqa: BLE001 - model file missing, GPU library absent, bad option ...
         if sim and isinstance(exc, (KVPolicyError, EngineError)):  # an option it lacks, a bad value
             raise ParamError(f"parameter 'engine_options': {exc}") from None
         if sim and isinstance(exc, (KeyError, ValueError, OSError)):  # the profile did not load
@@ -72,7 +72,7 @@ def load_plans(engine: Engine, sources: list[str], log: Any, replay: bool = Fals
     for source in sources:
         try:
             n = plans.load(source)
-        except Exception as exc:  # WorkloadError, OSError, ...: name the source
+        except Exception as exc:  # noqa: BLE001 - WorkloadError, OSError, ...: name the source
             raise ParamError(f"parameter 'sim_plans': cannot load {source!r}: {exc}") from None
         log.info(f"{n} reference plans from {source!r}")
     return plans

@@ -216,7 +216,7 @@ class PlannerService:
         if engine is not None:
             try:
                 engine.close()
-            except Exception as exc:  # releasing must not fail the transition
+            except Exception as exc:  # noqa: BLE001 - releasing must not fail the transition
                 self.log.warning(f"engine close: {exc}")
 
     def find_plan(self, spec: TaskSpec) -> None:
@@ -248,11 +248,11 @@ class PlannerService:
             self._check_timeouts()
             if core.has_work() and not core.step() and block:
                 self._drain_inbound(block=True, timeout=0.01)  # nothing admissible: wait a little
-        except Exception as exc:  # never let the planner thread die with tasks in flight
+        except Exception as exc:  # noqa: BLE001 - never let the planner thread die with tasks in flight
             self.log.error(f"planner loop error: {type(exc).__name__}: {exc}")
             try:
                 core.abort_all(f"planner error: {type(exc).__name__}: {exc}")
-            except Exception as exc2:  # the core itself is broken: say so, keep serving intake
+            except Exception as exc2:  # noqa: BLE001 - the core itself is broken: say so, keep serving intake
                 self.log.error(f"abort after planner error failed: {exc2}")
             self._stop.wait(0.1)
 
