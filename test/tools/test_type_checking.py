@@ -8,8 +8,9 @@ and the habit from eroding without running it again.
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "timely_llm_ros"
@@ -28,6 +29,7 @@ def test_make_lint_and_make_test_run_mypy() -> None:
 
 
 def test_the_core_and_the_engine_port_are_checked_strictly() -> None:
+    tomllib = pytest.importorskip("tomllib", reason="tomllib: Python >= 3.11")
     cfg = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
     assert cfg["files"] == ["timely_llm_ros"]
     strict = [o for o in cfg["overrides"] if "timely_llm_ros.core.*" in o["module"]]
