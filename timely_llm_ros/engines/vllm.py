@@ -125,6 +125,15 @@ def _is_cpu(vllm: object) -> bool:
         return False
 
 
+def _structured_outputs(sp: Any) -> tuple[str, Callable[..., object] | None]:
+    """The ``SamplingParams`` field and class of a structured-output constraint in this vLLM: >= 0.11
+    ``structured_outputs=StructuredOutputsParams(grammar=...)``, before ``guided_decoding=
+    GuidedDecodingParams(grammar=...)``; None where it has neither."""
+    if hasattr(sp, "StructuredOutputsParams"):
+        return "structured_outputs", sp.StructuredOutputsParams
+    return "guided_decoding", getattr(sp, "GuidedDecodingParams", None)
+
+
 @dataclass
 class ResumeRecord:
     """Prefix-cache hit of one resumption (vLLM's ``num_cached_tokens`` of the re-submitted request)."""
@@ -198,34 +207,13 @@ class VllmEngine(Engine):
         self._SamplingParams = vllm.SamplingParams
         self._TokensPrompt = inputs.TokensPrompt
         self._DELTA = sp.RequestOutputKind.DELTA
-        # vLLM >= 0.11: SamplingParams(structured_outputs=StructuredOutputsParams(grammar=...));
-        # before: SamplingParams(guided_decoding=GuidedDecodingParams(grammar=...)).
-        if hasattr(sp, "StructuredOutputsParams"):
-            self._so_field, self._so_cls = "structured_outputs", sp.StructuredOutputsParams
-        else:
-            self._so_field, self._so_cls = "guided_decoding", getattr(sp, "GuidedDecodingParams", None)
+        self._so_field, self._so_cls = _structured_outputs(sp)
         self.llm = self._start(vllm, build_engine_args(model, cfg, on_cpu=_is_cpu(vllm)))
         get_tok = getattr(self.llm, "get_tokenizer", None)
         self.tokenizer = get_tok() if callable(get_tok) else self.llm.tokenizer
-        vcfg = self.llm.vllm_config
-        self.block_size = int(vcfg.cache_config.block_size)
-        self.capacity = int(vcfg.cache_config.num_gpu_blocks or 0) * self.block_size
-        eos = getattr(self.tokenizer, "eos_token_id", None)
-        self.info = EngineInfo(
-            name=f"vllm:{model}",
-            context_limit=int(vcfg.model_config.max_model_len),
-            eos_id=int(eos) if eos is not None else -1,
-            extra={
-                "vllm_version": getattr(vllm, "__version__", "?"),
-                "model": model,
-                "block_size": self.block_size,
-                "load_format": cfg.load_format,
-                "kv_offloading_size": cfg.kv_offloading_size,
-                "device": str(getattr(vcfg, "device_config", None) and vcfg.device_config.device_type),
-                "kv_bytes_per_token": _kv_bytes_per_token(vcfg),
-                "enforce_eager": bool(self._engine_args.get("enforce_eager")),
-            },
-        )
+        self.block_size = int(self.llm.vllm_config.cache_config.block_size)
+        self.info = self._engine_info(vllm, model)
+        self.capacity = int(self.llm.vllm_config.cache_config.num_gpu_blocks or 0) * self.block_size
         self.temperature = float(cfg.temperature)
         self.seed = int(cfg.seed)
         self.ignore_eos = bool(cfg.ignore_eos)
@@ -265,6 +253,25 @@ class VllmEngine(Engine):
             raise EngineError(
                 f"vLLM could not start with model {args.get('model')!r}: {type(exc).__name__}: {exc}"
             ) from exc
+
+    def _engine_info(self, vllm: object, model: str) -> EngineInfo:
+        vcfg = self.llm.vllm_config
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        return EngineInfo(
+            name=f"vllm:{model}",
+            context_limit=int(vcfg.model_config.max_model_len),
+            eos_id=int(eos) if eos is not None else -1,
+            extra={
+                "vllm_version": getattr(vllm, "__version__", "?"),
+                "model": model,
+                "block_size": self.block_size,
+                "load_format": self.config.load_format,
+                "kv_offloading_size": self.config.kv_offloading_size,
+                "device": str(getattr(vcfg, "device_config", None) and vcfg.device_config.device_type),
+                "kv_bytes_per_token": _kv_bytes_per_token(vcfg),
+                "enforce_eager": bool(self._engine_args.get("enforce_eager")),
+            },
+        )
 
     # -- prompt ---------------------------------------------------------------------------------
     def _split_template(self) -> tuple[list[int], list[int], list[int]] | None:
