@@ -94,3 +94,58 @@ def test_alone_bound_is_the_response_of_a_lone_task_and_bounds_every_policy():
             got = sum(r.utility for r in recs if r.task_class == name)
             assert got <= bound[name]["sum_utility"] + 1e-9
     assert not math.isnan(bound["all"]["pct_beta"])
+
+
+def test_missed_rows_get_their_reason_from_an_urgent_only_run():
+    # Eight urgent and eight normal requests at once on two slots. The urgent ones alone (the normal
+    # ones removed) get some share u of their Σβ; a row whose edf-seg got u/2 would be reachable by
+    # them alone (×2 ≥ 1.3): the normal work sharing the engine is what is missing (shared-engine);
+    # one whose edf-seg got u/1.1 is not reached even alone (within-class).
+    from timely_llm_ros.bench.missed import SHARED, WITHIN, pin_reasons, urgent_alone_pct
+
+    burst = [task(i, 0.001 * i, URGENT_TUF if i % 2 else NORMAL_TUF) for i in range(16)]
+    u = urgent_alone_pct(burst, SimConfig(policy="timely@b2"))
+    assert 0.0 < u <= 100.0
+    rows = [
+        {"workload": "b", "cap": 2, "class": "urgent", "goal": "missed", "edf_clamped": u / 2.0},
+        {"workload": "b", "cap": 2, "class": "urgent", "goal": "missed", "edf_clamped": u / 1.1},
+        {"workload": "b", "cap": 2, "class": "urgent", "goal": "met", "edf_clamped": u / 2.0},
+    ]
+    got = pin_reasons(rows, lambda spec: burst, SimConfig(), policy_for)
+    assert [r["missed_reason"] for r in got] == [SHARED, WITHIN] and "missed_reason" not in rows[2]
+    assert got[0]["alone_ratio"] == pytest.approx(2.0) and got[1]["urgent_alone"] == pytest.approx(u)
+    for r in rows:
+        r.update(timely_clamped=50.0, ratio_edf=1.0, bound_ratio=2.0, bound_clamped=100.0)
+    text = st.verdict(rows)
+    assert "b @b2: ×edf 1.00, reachable 2.00; timely 50.0 of bound 100.0; shared-engine: urgent alone ×edf 2.00" in text
+    assert "# missed rows by reason: shared-engine 1, within-class 1" in text
+
+
+def test_rows_carry_the_deferral_ledger_of_timely_s_run():
+    stats = {
+        ("w", "timely@b4"): {
+            "deferral_deferrals": 5,
+            "deferral_urgent_deferrals": 3,
+            "deferral_urgent_promises_kept": 2,
+            "deferral_urgent_promises_broken": 1,
+            "deferral_urgent_broken_cost": 0.25,
+            "deferral_urgent_wait_cost": 0.5,
+            "deferral_urgent_expected_cost": 0.75,
+        }
+    }
+    got = st.summary_rows(
+        [("overload", "w", 4)],
+        lambda s, p: RUNS.get((s, p)),
+        lambda s, cap: BOUNDS[s],
+        lambda s: 0,
+        policy_for,
+        stats_of=lambda s, p: stats.get((s, p)),
+    )
+    urgent, normal = got
+    assert (urgent["deferrals"], urgent["promises_broken"], urgent["broken_cost"]) == (3, 1, 0.25)
+    assert (normal["deferrals"], normal["promises_broken"]) == (0, 0)  # none of that class
+    text = st.render(got)
+    assert "broken" in text and "cost" in text
+    assert "deferrals beside a free slot: 3, promises kept 2, broken 1 costing 0.25 utility" in text
+    assert "the waits cost the deferred 0.50 (the trades expected 0.75)" in text
+    assert "admission deferrals" not in st.render(rows())  # no ledger (baseline-only runs): no line

@@ -367,6 +367,40 @@ def test_a_later_trade_never_pushes_a_promise_back():
     assert cand in s.select(0.063, later, None, 10**6)
 
 
+def test_a_newer_trade_ahead_breaks_a_due_promise_unless_keepdue():
+    # What the deferral ledger found on the stress rows: at the decision a promise falls due, a
+    # candidate ranked ahead of it is refused by a newer trade, and no overtaking keeps the promised
+    # one out beside a free slot. Urgent cand (arrived 0) refused at 0 and promised 0.063 (as above).
+    # At 0.064 a suspended urgent generation (1 token: G = 0.02, no prefill) due at 0.16 ranks ahead:
+    # it ends at 0.086 now or 0.149 after the first running one: on time either way, while admitting
+    # it now slows that late running one -> refused. cand would end at 0.199 > its deadline 0.192:
+    # another step costs it. `timely` breaks the promise (the ledger says: behind a refusal);
+    # the variant timely-adm-keepdue lets cand overtake the refused one.
+    for policy in ("timely@b3", "timely-adm-keepdue@b3"):
+        s = Scheduler(policy)
+        s._adm.model = model()
+        cand, other = gen(arrival=0.0, tuf=URGENT_TUF), gen(arrival=0.0)
+        s.push(cand)
+        s.push(other)
+        assert s.select(0.0, two_running(), None, 10**6) == []
+        head = gen(arrival=-5.0, tuf=URGENT_TUF, k=1, ref=0.168)
+        head.g, head.context = 0.02, object()
+        s.push(head)
+        later = [gen(arrival=-0.09, tuf=URGENT_TUF, seg_tokens=2), gen(arrival=-0.07, tuf=URGENT_TUF)]
+        assert s.order(0.064, later)[:2] == [head, cand]
+        got = s.select(0.064, later, None, 10**6)
+        assert head.gen_id in s._adm._promised  # the newer trade stands either way
+        led = s._adm.ledger
+        if policy.startswith("timely-adm-keepdue"):
+            assert got == [cand] and (led.kept, led.broken) == (1, 0)
+        else:
+            assert got == [] and cand.gen_id in led.open
+            s.select(0.2, [], None, 10**6)  # nothing running: admitted, 136 ms past its due decision
+            d = led.closed[-1] if led.closed[-1].record is cand.record else led.closed[0]
+            assert d.broken and d.free_at_due and d.behind_refusal
+            assert d.delay == pytest.approx(0.136)
+
+
 def test_cap_16_burst_keeps_up_with_edf_seg():
     # the stress suite's row that trailed (wid1 bursts, seed 11, one robot per task, cap 16): urgent
     # 92.9 vs edf-seg 94.2 %Σβ while promises were pushed back; measured 94.8 with the fix

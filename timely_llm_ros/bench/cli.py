@@ -428,6 +428,7 @@ def _scenario_summary(
     computed once per workload."""
     from timely_llm_ros.bench import scenarios as sc
     from timely_llm_ros.bench.bounds import class_bounds
+    from timely_llm_ros.bench.missed import pin_reasons
     from timely_llm_ros.bench.scenario_table import summary_rows
     from timely_llm_ros.core.sched.admission import DEFAULT_MAX_BATCH
     from timely_llm_ros.sim.simulator import SimConfig
@@ -449,14 +450,23 @@ def _scenario_summary(
         run_ = bench.runs.get((spec, policy))
         return None if run_ is None else run_.classes
 
-    return summary_rows(
+    def stats_of(spec: str, policy: str) -> dict[str, Any] | None:
+        run_ = bench.runs.get((spec, policy))
+        return None if run_ is None else run_.stats
+
+    timely = policies[0] if policies[0].startswith("timely") else "timely"
+    rows = summary_rows(
         entries,
         classes_of,
         bound_of,
         lambda spec: len(bench.workload(spec).skipped),
         sc.policy_for,
-        timely=policies[0] if policies[0].startswith("timely") else "timely",
+        timely=timely,
+        stats_of=stats_of,
     )
+    # why each "reachable but missed" urgent row misses (bench.missed: one urgent-only run per row)
+    pin_reasons(rows, lambda spec: bench.workload(spec).tasks, config, sc.policy_for, timely)
+    return rows
 
 
 def build_parser() -> argparse.ArgumentParser:

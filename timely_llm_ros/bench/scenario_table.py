@@ -14,7 +14,10 @@ One row per (scenario, max batch, task class). Columns (all % of the class's Σ�
 * ``bound/edf`` — the clamped bound over edf-seg's clamped utility: < 1.3 means the 1.3× goal is
   impossible on that row, computed;
 * ``goal`` (urgent rows) — ``met`` (×edf ≥ 1.3), ``impossible`` (bound/edf < 1.3) or ``missed``;
-* ``skip`` — tasks the composer skipped because every agent was busy (0 with ``unique_agents``).
+* ``skip`` — tasks the composer skipped because every agent was busy (0 with ``unique_agents``);
+* ``defer`` / ``broken`` / ``cost`` — timely's admission deferrals of that class's segments beside a
+  free slot, the promises among them that were broken (admitted after the decision their promise
+  fell due at) and the Eq. 1 utility those extra delays cost (:mod:`timely_llm_ros.core.sched.deferral_ledger`).
 
 The closing lines count the rows where timely trails the best baseline by more than
 :data:`TOLERANCE` points (unclamped, and clamped): the robustness criterion.
@@ -44,10 +47,12 @@ def summary_rows(
     skipped_of: Callable[[str], int],
     policy_for: Callable[[str, int | None], str],
     timely: str = "timely",
+    stats_of: Callable[[str, str], dict[str, Any] | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows for ``entries`` = (group, workload spec, cap); ``classes_of(spec, policy)`` gives a run's
     per-class metric dicts (None if not run), ``bound_of(spec, cap)`` the bounds per class
-    (:func:`.bounds.class_bounds`: ``pct_beta`` unclamped, ``pct_beta_clamped``)."""
+    (:func:`.bounds.class_bounds`: ``pct_beta`` unclamped, ``pct_beta_clamped``), ``stats_of(spec,
+    policy)`` a run's statistics (the deferral ledger's ``deferral_<class>_*``; None: no columns)."""
     rows = []
     for group, spec, cap in entries:
         mine = classes_of(spec, policy_for(timely, cap))
@@ -56,6 +61,7 @@ def summary_rows(
         base = {b: classes_of(spec, policy_for(b, cap)) for b in BASELINES}
         served = {b: c for b, c in base.items() if c is not None}
         bound = bound_of(spec, cap)
+        stats = (stats_of(spec, policy_for(timely, cap)) if stats_of else None) or {}
         for cls in CLASSES:
             if cls not in mine:
                 continue
@@ -95,8 +101,14 @@ def summary_rows(
                     if row["bound_ratio"] < GOAL
                     else "missed"
                 )
+            if any(k.startswith("deferral_") for k in stats):
+                for key in _LEDGER:
+                    row[key] = stats.get(f"deferral_{cls}_{key}", 0)
             rows.append(row)
     return rows
+
+
+_LEDGER = ("deferrals", "promises_kept", "promises_broken", "broken_cost", "wait_cost", "expected_cost")
 
 
 def _f(v: Any, digits: int = 1) -> str:
@@ -126,6 +138,9 @@ def render(rows: list[dict[str, Any]], title: str = "Scenario summary") -> str:
         "bound/edf",
         "goal",
         "skip",
+        "defer",
+        "broken",
+        "cost",
     ]
     body = []
     for r in rows:
@@ -149,6 +164,9 @@ def render(rows: list[dict[str, Any]], title: str = "Scenario summary") -> str:
                 _f(r["bound_ratio"], 2),
                 r.get("goal", ""),
                 str(r["skipped"]),
+                str(r.get("deferrals", "-")),
+                str(r.get("promises_broken", "-")),
+                _f(r.get("broken_cost"), 2),
             ]
         )
     widths = [max(len(x[i]) for x in [header, *body]) for i in range(len(header))]
@@ -190,13 +208,37 @@ def verdict(rows: list[dict[str, Any]]) -> str:
         f"# urgent ×edf-seg ≥ {GOAL:g}: met {goals.count('met')}, impossible (bound/edf < {GOAL:g}) "
         f"{goals.count('impossible')}, missed {goals.count('missed')} of {len(goals)} urgent rows"
     )
+    led = [r for r in rows if "deferrals" in r]
+    if led:
+        n, broken = sum(r["deferrals"] for r in led), sum(r["promises_broken"] for r in led)
+        cost = math.fsum(r["broken_cost"] for r in led)
+        lines.append(
+            f"# admission deferrals beside a free slot: {n}, promises kept {n - broken}, broken {broken} "
+            f"costing {cost:.2f} utility (Eq. 1); the waits cost the deferred "
+            f"{math.fsum(r['wait_cost'] for r in led):.2f} (the trades expected "
+            f"{math.fsum(r['expected_cost'] for r in led):.2f})"
+        )
     above = [r for r in rows if r["timely_clamped"] > r.get("bound_clamped", math.inf) + 1e-6]
     if above:  # the bound holds for every schedule: a row above it is a bug in the bound or the run
         lines.append(f"# BUG: timely above the capacity bound on {len(above)} row(s)")
-    for r in rows:
-        if r.get("goal") == "missed":
-            lines.append(
-                f"#   missed: {r['workload']} @b{r['cap']}: ×edf {r['ratio_edf']:.2f}, reachable "
-                f"{r['bound_ratio']:.2f}; timely {r['timely_clamped']:.1f} of bound {r['bound_clamped']:.1f}"
-            )
+    missed = [r for r in rows if r.get("goal") == "missed"]
+    if missed:
+        lines.append(
+            f"# reachable (bound/edf ≥ {GOAL:g}) but missed (×edf < {GOAL:g}); reason "
+            "(bench.missed): shared-engine = the urgent tasks alone reach it, within-class = not even alone"
+        )
+    for r in missed:
+        alone = r.get("alone_ratio")
+        why = (
+            f"; {r['missed_reason']}: urgent alone ×edf {alone:.2f}"
+            if r.get("missed_reason") and alone is not None and alone == alone
+            else ""
+        )
+        lines.append(
+            f"#   missed: {r['workload']} @b{r['cap']}: ×edf {r['ratio_edf']:.2f}, reachable "
+            f"{r['bound_ratio']:.2f}; timely {r['timely_clamped']:.1f} of bound {r['bound_clamped']:.1f}{why}"
+        )
+    if missed and all(r.get("missed_reason") for r in missed):
+        counts = {k: sum(r["missed_reason"] == k for r in missed) for k in ("shared-engine", "within-class")}
+        lines.append("# missed rows by reason: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     return "\n".join(lines)

@@ -36,6 +36,7 @@ from timely_llm_ros.core.planner import UNBOUNDED_AGENT_DEPTH, PlannerCore
 from timely_llm_ros.core.profile import EngineProfile
 from timely_llm_ros.core.robot_sim import RobotSim
 from timely_llm_ros.core.sched.agent_queue import AgentQueues
+from timely_llm_ros.core.sched.deferral_ledger import outcomes
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
 from timely_llm_ros.engines.replicas import ReplicaSetEngine, simulated_replicas
 from timely_llm_ros.engines.sim import SimEngine
@@ -188,6 +189,9 @@ def _extras_stats(planner: PlannerCore) -> dict:
     out["overrun_skipped"] = ex.overrun.skipped
     if ex.predictor is not None:
         out.update({f"predictor_{k}": v for k, v in ex.predictor.error.as_dict().items()})
+    ledger = getattr(planner.scheduler.policy.admission, "ledger", None)
+    if ledger is not None:  # the admission's deferral promises against what happened
+        out.update({f"deferral_{k}": v for k, v in outcomes(ledger).items()})
     return out
 
 

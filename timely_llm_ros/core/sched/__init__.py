@@ -10,7 +10,8 @@ TimelyLLM's scheduling point (paper §4.4) is here, split by the question each m
 * :mod:`.policies` — the closed set of policy names and the factory that pairs a priority
   strategy with an admission check (``parse_policy("timely@b8")``);
 * :mod:`.scheduler` — :class:`~.scheduler.Scheduler`, which runs whichever policy it is given;
-* :mod:`.agent_queue` — one task at a time per robot, before a task reaches the queue.
+* :mod:`.agent_queue` — one task at a time per robot, before a task reaches the queue;
+* :mod:`.deferral_ledger` — the utility-guided admission's promises checked against what happened.
 
 Why a package of its own: these modules only serve :class:`timely_llm_ros.core.planner.PlannerCore`'s
 scheduling point, and they import one way (admission below policies and ``policy_timely``, the

@@ -37,6 +37,11 @@ class Admission:
     def decided(self, t: float, running: list[Generation], picked: list[Generation]) -> None:
         """Called at the end of every decision with what it admitted or resumed (default: ignored)."""
 
+    def due(self, t: float) -> list[Generation]:
+        """Queued generations an earlier refusal promised admission by ``t`` (default: none): the
+        scheduler admits them past a refused candidate."""
+        return []
+
 
 class LatencyGuidedAdmission(Admission):
     """Paper §4.4 (see :mod:`.scheduler`'s docstring for the exact rule)."""

@@ -72,6 +72,7 @@ class PolicyName(enum.StrEnum):
     TIMELY_ADM_NOPROMISE = "timely-adm-nopromise"
     TIMELY_ADM_G = "timely-adm-g"
     TIMELY_CLAMPED = "timely-clamped"
+    TIMELY_ADM_KEEPDUE = "timely-adm-keepdue"
     # the paper's baselines as its public code runs them where that differs from ours (bench --suite paper)
     FCFS_REQUEUE = "fcfs-requeue"
 

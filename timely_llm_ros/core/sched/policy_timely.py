@@ -107,6 +107,7 @@ from itertools import islice
 
 from timely_llm_ros.core.generation import Generation
 from timely_llm_ros.core.sched.admission import DEFAULT_MAX_BATCH, Admission, LatencyGuidedAdmission
+from timely_llm_ros.core.sched.deferral_ledger import DeferralLedger
 from timely_llm_ros.core.sched.priority import PriorityStrategy, Ranking, check_estimate
 from timely_llm_ros.core.sched.ua_index import INF, LATE, ONTIME, PROMOTED, Entry, PhaseIndex
 from timely_llm_ros.core.tuf import utility, waiting_time
@@ -137,6 +138,7 @@ class TimelyOptions:
     window: int = DEFAULT_WINDOW  # lookahead of the utility-accrual test (live generations)
     adm_promise: bool = True  # a refusal promises admission at the deferral point it assumed
     adm_bare_g: bool = False  # the earlier admission rule (candidates timed by G, every loser credited)
+    adm_keep_due: bool = False  # a due promise overtakes a refused candidate (UtilityGuidedAdmission.due)
     # What the policy maximises: "unclamped" Eq. 1 (the reported metric: late work keeps costing |α|
     # per second, so it is ranked by that cost, never parked) or "clamped" at 0 (late work is
     # worthless: the late tier). See the module docstring.
@@ -468,8 +470,14 @@ class UtilityGuidedAdmission(Admission):
     name = "utility-guided"
 
     def __init__(
-        self, group: bool = False, capacity: bool = True, promise: bool = True, bare_g: bool = False
+        self,
+        group: bool = False,
+        capacity: bool = True,
+        promise: bool = True,
+        bare_g: bool = False,
+        keep_due: bool = False,
     ) -> None:
+        self.keep_due = keep_due
         self.group = group
         self.capacity = capacity
         self.promise = promise
@@ -479,15 +487,24 @@ class UtilityGuidedAdmission(Admission):
         self.refused = 0
         self._pass_at = math.nan  # time of the decision that already admitted a new prompt
         self._promised: dict[int, float] = {}  # gen_id -> time it was deferred to
+        self._promised_gen: dict[int, Generation] = {}  # gen_id -> the deferred generation
+        self.ledger = DeferralLedger()  # every promise and what became of it (core.sched.deferral_ledger)
+        self._batch = 0  # running generations at the current decision
+        self._refused_at = math.nan  # time of the last refusal
 
     def observe(self, t: float, running: list[Generation], max_batch: int) -> None:
         self.max_batch = max(1, int(max_batch))
+        self._batch = len(running)
         self.model.observe(t)
+        self.ledger.decision(t)
         if len(self._promised) > PROMISES_KEPT:  # generations that left without being admitted
             self._promised = {k: v for k, v in self._promised.items() if v > t - 1.0}
+            self._promised_gen = {k: self._promised_gen[k] for k in self._promised}
+            self.ledger.forget_before(t - 1.0)
 
     def decided(self, t: float, running: list[Generation], picked: list[Generation]) -> None:
         self.model.record_decision(t, list(running), picked)
+        self.ledger.decided(self.max_batch - len(running) - len(picked), self._refused_at == t)
 
     def allow(
         self, t: float, cand: Generation, running: list[Generation], speed: float | None, ranking: Ranking
@@ -524,8 +541,9 @@ class UtilityGuidedAdmission(Admission):
             )
         if self.bare_g:
             gain, until = self._bare_g_gain(t, group, losers, pre, behind)
+            saved, cost = gain, 0.0
         else:
-            gain, until = self._best_deferral(
+            gain, until, saved, cost = self._best_deferral(
                 t, cand, group, losers, pre, tb, dstep, t1, free, behind, ranking
             )
         if gain > 0.0:
@@ -534,7 +552,10 @@ class UtilityGuidedAdmission(Admission):
                 # every step moved urgent first segments past their promise while slots were free
                 if promised is None or until < promised:
                     self._promised[cand.gen_id] = until
+                    self._promised_gen[cand.gen_id] = cand
+                    self.ledger.deferred(t, cand, until, gain, saved, cost)
             self.refused += 1
+            self._refused_at = t
             return False
         return self._admit(t, cand)
 
@@ -551,8 +572,9 @@ class UtilityGuidedAdmission(Admission):
         free: int,
         behind: float,
         ranking: Ranking,
-    ) -> tuple[float, float]:
-        """(largest net gain of deferring the group to the end of one of the losers, that end)."""
+    ) -> tuple[float, float, float, float]:
+        """(largest net gain of deferring the group to the end of one of the losers, that end, what
+        that deferral saves the running generations, what it costs the group)."""
         # A deferred new prompt rides a prefill pass that another new prompt, not admitted now
         # anyway, will open when enough slots have freed: from that deferral point on, the running
         # generations pay no extra pass for the group.
@@ -564,7 +586,7 @@ class UtilityGuidedAdmission(Admission):
                     shared_from = idx - free
                     break
         ends = [t + pre + _tokens_expected(c, t1) * (tb + dstep) for c in group]
-        best, until = 0.0, t
+        best, until, best_saved, best_cost = 0.0, t, 0.0, 0.0
         for j, (tj, _, _) in enumerate(losers):
             wait = tj - t
             pre_later = 0.0 if j >= shared_from else pre
@@ -579,8 +601,8 @@ class UtilityGuidedAdmission(Admission):
             for c, e in zip(group, ends, strict=True):
                 cost += _gen_utility(e, c) - _gen_utility(e + wait, c)
             if saved - cost > best:
-                best, until = saved - cost, tj
-        return best, until
+                best, until, best_saved, best_cost = saved - cost, tj, saved, cost
+        return best, until, best_saved, best_cost
 
     def _bare_g_gain(
         self,
@@ -599,8 +621,45 @@ class UtilityGuidedAdmission(Admission):
         gain = sum(x[1] for x in losers) - own
         return (gain, t_d) if gain > 0.0 else (0.0, t)
 
+    def due(self, t: float) -> list[Generation]:
+        """With ``keep_due`` (variant ``timely-adm-keepdue``): the queued generations whose promise is
+        due at ``t`` and whom a further wait would cost utility, earliest promise first; the
+        scheduler admits them past a refused candidate (:meth:`Scheduler.select`). Default: none.
+
+        Why a variant and not the default: a refusal blocks every candidate behind it (no
+        overtaking), so a later trade for a candidate ranked ahead breaks an earlier trade's promise
+        beside free slots — the deferral ledger counts such breaks and what they cost the promised
+        candidate (up to 5.5 utility on a stress row: wid2 bursts ×0.35, one robot per task, cap 12).
+        Keeping those promises cuts that cost (5.5 → 0.6 there) but loses more than it saves
+        elsewhere: admitting the promised candidate slows the running generations the newer trade
+        protects (×0.35 at cap 16: urgent 79.7 → 76.4 %Σβ, normal 68.8 → 68.5; ×0.5 at cap 16:
+        86.9 → 85.8 and 90.7 → 87.8), and keeping
+        every due promise, even of candidates still on time, cost WID 2's urgent tasks 0.9 utility.
+        The ledger sees only the promised candidate's side of the trade."""
+        if not self.keep_due or not self._promised:
+            return []
+        b = self._batch
+        tb = self.model.step(b + 1)
+        if tb is None:
+            return []
+        t1 = self.model.step(1) or tb
+        out = []
+        for gid, p in self._promised.items():
+            if t >= p:
+                g = self._promised_gen.get(gid)
+                if g is None or g.slot < 0:  # left the queue (the scheduler sets -1 on removal)
+                    continue
+                pre = (self.model.prefill_pass(b) or 0.0) if g.context is None else 0.0
+                end = t + pre + _tokens_expected(g, t1) * tb
+                if _gen_utility(end + tb, g) < _gen_utility(end, g):  # another step would cost it
+                    out.append((p, gid, g))
+        out.sort(key=lambda x: (x[0], x[1]))
+        return [g for _, _, g in out]
+
     def _admit(self, t: float, cand: Generation) -> bool:
         self._promised.pop(cand.gen_id, None)
+        self._promised_gen.pop(cand.gen_id, None)
+        self.ledger.admitted(t, cand)
         if cand.context is None:  # this step now holds a prefill pass
             self._pass_at = t
         return True
@@ -614,7 +673,11 @@ def timely_strategies(options: TimelyOptions | None = None) -> tuple[PriorityStr
     adm: Admission
     if opt.admission == "utility":
         adm = UtilityGuidedAdmission(
-            group=opt.adm_group, capacity=opt.adm_capacity, promise=opt.adm_promise, bare_g=opt.adm_bare_g
+            group=opt.adm_group,
+            capacity=opt.adm_capacity,
+            promise=opt.adm_promise,
+            bare_g=opt.adm_bare_g,
+            keep_due=opt.adm_keep_due,
         )
     elif opt.admission == "paper":
         adm = LatencyGuidedAdmission()
@@ -642,4 +705,5 @@ VARIANTS: dict[str, TimelyOptions] = {
     "timely-adm-nopromise": TimelyOptions(adm_promise=False),
     "timely-adm-g": TimelyOptions(adm_bare_g=True, adm_promise=False),
     "timely-clamped": TimelyOptions(objective="clamped"),
+    "timely-adm-keepdue": TimelyOptions(adm_keep_due=True),
 }

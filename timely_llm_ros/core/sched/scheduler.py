@@ -162,16 +162,29 @@ class Scheduler:
         picked: list[Generation] = []
         active = list(running)
         order = iter(ranking)
+        refused = False
         while free > 0:  # ask for the next candidate only while a slot is free (rankings are lazy)
             cand = next(order, None)
             if cand is None:
                 break
-            if cand.mem_need > mem_free or not self._adm.allow(t, cand, active, speed, ranking):
+            if cand.mem_need > mem_free:
+                break
+            if not self._adm.allow(t, cand, active, speed, ranking):
+                refused = True
                 break
             picked.append(cand)
             active.append(cand)
             mem_free -= cand.mem_need
             free -= 1
+        if refused:  # the one exception to no overtaking: a promise an earlier refusal made is kept
+            for cand in self._adm.due(t):
+                if free <= 0 or cand.mem_need > mem_free:
+                    break
+                if cand in self and cand not in picked and self._adm.allow(t, cand, active, speed, ranking):
+                    picked.append(cand)
+                    active.append(cand)
+                    mem_free -= cand.mem_need
+                    free -= 1
         for gen in picked:
             self.remove(gen)
         return picked
