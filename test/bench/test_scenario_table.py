@@ -117,7 +117,10 @@ def test_missed_rows_get_their_reason_from_an_urgent_only_run():
     for r in rows:
         r.update(timely_clamped=50.0, ratio_edf=1.0, bound_ratio=2.0, bound_clamped=100.0)
     text = st.verdict(rows)
-    assert "b @b2: ×edf 1.00, reachable 2.00; timely 50.0 of bound 100.0; shared-engine: urgent alone ×edf 2.00" in text
+    assert (
+        "b @b2: ×edf 1.00, reachable 2.00; timely 50.0 of bound 100.0; shared-engine: urgent alone ×edf 2.00"
+        in text
+    )
     assert "# missed rows by reason: shared-engine 1, within-class 1" in text
 
 
