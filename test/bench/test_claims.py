@@ -81,3 +81,22 @@ def test_render_counts_and_reasons():
         text.splitlines()[-1]
         == "# 6 reproduced, 2 in direction only, 0 not reproduced, 0 overheads not comparable, of 8 rows"
     )
+
+
+def test_every_row_not_reproduced_carries_its_reason():
+    # Ours far from the paper everywhere (timely below every baseline): every row whose verdict is not
+    # "reproduced" must say why (the rule for the claims table).
+    b = fake_bench()
+    for w in ("wid1", "wid2"):
+        b.runs[w, "timely"] = run(
+            {"urgent": {"pct_beta": 30.0, "pct_beta_clamped": 30.0, "utility_mean": 0.6}}
+        )
+    b.runs["wid2", "timely@a1"] = run({"urgent": {"pct_beta": 30.0}})
+    b.runs["wid3", "timely"] = run(types={"10": {"utility_mean": -1.5, "waiting_mean": 3.0}})
+    for bat in rn.FIG7_BATCHES:
+        b.runs["wid2", f"timely@b{bat}"] = run({"all": {"utility_mean": 0.3}})
+    rows = claims.claim_rows(b, None, bound)
+    missed = [r for r in rows if not r["verdict"].startswith("reproduced")]
+    assert any(r["verdict"] == "not reproduced" for r in missed)
+    for r in missed:
+        assert r["reason"] not in ("", "-"), r["claim"]
