@@ -131,6 +131,7 @@ def test_rows_carry_the_deferral_ledger_of_timely_s_run():
             "deferral_urgent_deferrals": 3,
             "deferral_urgent_promises_kept": 2,
             "deferral_urgent_promises_broken": 1,
+            "deferral_urgent_promises_broken_free": 1,
             "deferral_urgent_broken_cost": 0.25,
             "deferral_urgent_wait_cost": 0.5,
             "deferral_urgent_expected_cost": 0.75,
@@ -151,4 +152,7 @@ def test_rows_carry_the_deferral_ledger_of_timely_s_run():
     assert "broken" in text and "cost" in text
     assert "deferrals beside a free slot: 3, promises kept 2, broken 1 costing 0.25 utility" in text
     assert "the waits cost the deferred 0.50 (the trades expected 0.75)" in text
+    assert (
+        "broken with the batch full 0, beside a free slot behind a refused candidate 1, otherwise 0" in text
+    )
     assert "admission deferrals" not in st.render(rows())  # no ledger (baseline-only runs): no line

@@ -108,7 +108,16 @@ def summary_rows(
     return rows
 
 
-_LEDGER = ("deferrals", "promises_kept", "promises_broken", "broken_cost", "wait_cost", "expected_cost")
+_LEDGER = (
+    "deferrals",
+    "promises_kept",
+    "promises_broken",
+    "promises_broken_free",
+    "promises_broken_unexplained",
+    "broken_cost",
+    "wait_cost",
+    "expected_cost",
+)
 
 
 def _f(v: Any, digits: int = 1) -> str:
@@ -212,11 +221,17 @@ def verdict(rows: list[dict[str, Any]]) -> str:
     if led:
         n, broken = sum(r["deferrals"] for r in led), sum(r["promises_broken"] for r in led)
         cost = math.fsum(r["broken_cost"] for r in led)
+        free = sum(r.get("promises_broken_free", 0) for r in led)
+        odd = sum(r.get("promises_broken_unexplained", 0) for r in led)
         lines.append(
             f"# admission deferrals beside a free slot: {n}, promises kept {n - broken}, broken {broken} "
             f"costing {cost:.2f} utility (Eq. 1); the waits cost the deferred "
             f"{math.fsum(r['wait_cost'] for r in led):.2f} (the trades expected "
             f"{math.fsum(r['expected_cost'] for r in led):.2f})"
+        )
+        lines.append(
+            f"#   broken with the batch full {broken - free}, beside a free slot behind a refused candidate "
+            f"{free - odd}, otherwise {odd} (core.sched.deferral_ledger: should be 0)"
         )
     above = [r for r in rows if r["timely_clamped"] > r.get("bound_clamped", math.inf) + 1e-6]
     if above:  # the bound holds for every schedule: a row above it is a bug in the bound or the run
