@@ -132,3 +132,33 @@ def test_clip_rate_limiter_and_recent_ids():
     for k in "abc":
         ids.add(k)
     assert "a" not in ids and "c" in ids and len(ids) == 2
+
+
+def test_rate_limiter_forgets_keys_of_agents_gone():
+    """Issue 27: warnings keyed by agent (ghost feedback, rejections) must not keep an entry per ghost
+    until max_keys: a key that suppressed nothing goes once its period ends; one that suppressed
+    events keeps its count (for the next report) for STALE_PERIODS periods, then goes too."""
+    now = [0.0]
+    rl = limits.RateLimiter(5.0, lambda: now[0])
+    for i in range(100):
+        assert rl.allow(f"feedback:ghost_{i}") == 0
+    assert rl.allow("feedback:ghost_0") is None  # suppressed: its count is kept
+    assert len(rl) == 100
+    now[0] = 4.9
+    rl.prune()
+    assert len(rl) == 100  # still within the period
+    now[0] = 5.1
+    rl.prune()
+    assert len(rl) == 1  # only the key with a suppressed event
+    now[0] = 6.0
+    assert rl.allow("feedback:ghost_0") == 1  # its count still reported
+    now[0] = 11.2
+    rl.prune()
+    assert len(rl) == 0  # reported at 6.0, nothing suppressed since
+    assert rl.allow("stale") == 0 and rl.allow("stale") is None
+    now[0] = 11.2 + 5.0 * rl.STALE_PERIODS - 0.1
+    rl.prune()
+    assert len(rl) == 1  # its suppressed count waits for a report
+    now[0] += 0.2
+    rl.prune()
+    assert len(rl) == 0  # ... but not forever

@@ -17,6 +17,8 @@ and period instead of one per bad message) and :class:`RecentIds` (bounded memor
 
 from __future__ import annotations
 
+import math
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -139,23 +141,54 @@ class RateLimiter:
     for that key since the last one allowed (so the log line can say "and N more").
     """
 
+    STALE_PERIODS = 10  # a suppressed count older than this many periods is dropped unreported
+
     def __init__(self, period: float, clock: Callable[[], float], max_keys: int = 1024) -> None:
         self.period = float(period)
         self.clock = clock
         self.max_keys = max_keys
         self._last: OrderedDict[str, tuple[float, int]] = OrderedDict()
+        self._lock = threading.Lock()  # a node's threads share one limiter (host + planner thread)
+        self._pruned_at = -math.inf
 
     def allow(self, key: str) -> int | None:
         now = self.clock()
-        last = self._last.get(key)
-        if last is not None and now - last[0] < self.period:
-            self._last[key] = (last[0], last[1] + 1)
-            return None
-        self._last[key] = (now, 0)
-        self._last.move_to_end(key)
-        while len(self._last) > self.max_keys:
-            self._last.popitem(last=False)
-        return 0 if last is None else last[1]
+        with self._lock:
+            if now - self._pruned_at >= self.period:  # at most once a period: allow stays O(1)
+                self._prune(now)
+            last = self._last.get(key)
+            if last is not None and now - last[0] < self.period:
+                self._last[key] = (last[0], last[1] + 1)
+                return None
+            self._last[key] = (now, 0)
+            self._last.move_to_end(key)
+            while len(self._last) > self.max_keys:
+                self._last.popitem(last=False)
+            return 0 if last is None else last[1]
+
+    def prune(self, now: float | None = None) -> None:
+        """Forget keys whose period is over (issue 27: memory returns to its baseline once the agents
+        that caused warnings are gone, not only at ``max_keys``). A key that suppressed nothing is
+        dropped as soon as its period ends (``allow`` would answer 0 either way); one that suppressed
+        events keeps its count for the next report until ``STALE_PERIODS`` periods have passed.
+        Keys are ordered by the time of their last report, so this stops at the first young one."""
+        with self._lock:
+            self._prune(self.clock() if now is None else now)
+
+    def _prune(self, now: float) -> None:
+        self._pruned_at = now
+        doomed = []
+        for key, (t, suppressed) in self._last.items():
+            age = now - t
+            if age < self.period:
+                break  # ordered by report time: the rest are younger
+            if not suppressed or age >= self.STALE_PERIODS * self.period:
+                doomed.append(key)
+        for key in doomed:
+            del self._last[key]
+
+    def __len__(self) -> int:
+        return len(self._last)
 
 
 class RecentIds:

@@ -257,6 +257,23 @@ def _ros_args_error(prog: str, exc: Exception) -> str:
     )
 
 
+def forget_destroyed(node: Node) -> int:
+    """Drop the dead weak references a destroyed entity leaves in the node's default callback group.
+
+    Why: rclpy (kilted, ``CallbackGroup.add_entity``) records a weak reference to every publisher,
+    subscription and event handler it creates, and ``Node.destroy_*`` never removes it: a node that
+    opens and closes an entity per agent (the planner's segment publishers, the recorder's and time
+    model's per-robot subscriptions) grows by two references per agent forever (issue 27: ghost
+    agents; ``tools/ghost_memory.py``). Returns how many were dropped."""
+    group = node.default_callback_group
+    entities = getattr(group, "entities", None)
+    if not isinstance(entities, set):  # another rclpy: nothing known to prune
+        return 0
+    dead = {ref for ref in entities if ref() is None}
+    entities.difference_update(dead)
+    return len(dead)
+
+
 def run_node(
     factory: Callable[[], Node],
     argv: Sequence[str] | None = None,

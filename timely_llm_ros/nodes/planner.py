@@ -62,7 +62,7 @@ from timely_llm_ros.core.task import TaskRejected
 from timely_llm_ros.core.tuf import TUF
 from timely_llm_ros.engines.base import EngineError
 from timely_llm_ros.msg import Segment, SegmentFeedback, Task, TaskStatus, TraceEvent
-from timely_llm_ros.nodes.common import ParamError, declare_params, run_node
+from timely_llm_ros.nodes.common import ParamError, declare_params, forget_destroyed, run_node
 from timely_llm_ros.nodes.planner_params import (
     MAPPING_PARAMS,
     PARAMS,
@@ -420,6 +420,7 @@ class PlannerNode(LifecycleNode):
 
     def _housekeeping(self) -> None:
         """Remove the segment publishers of robots without open tasks for ``publisher_idle_timeout``."""
+        forget_destroyed(self)  # publishers the executor still held at their destruction
         now = self.svc.clock_fn()
         busy = self.svc.open_tasks.busy_agents()
         for agent, entry in list(self._pubs.items()):

@@ -57,7 +57,14 @@ from rclpy.timer import Timer
 
 from timely_llm_ros.lrtrace import bagio
 from timely_llm_ros.msg import Segment, SegmentFeedback, Task, TaskStatus, TraceEvent
-from timely_llm_ros.nodes.common import Param, ParamError, declare_params, ros_param_args, run_node
+from timely_llm_ros.nodes.common import (
+    Param,
+    ParamError,
+    declare_params,
+    forget_destroyed,
+    ros_param_args,
+    run_node,
+)
 from timely_llm_ros.ros import qos, topics
 
 SEGMENT_TYPE = "timely_llm_ros/msg/Segment"
@@ -252,6 +259,7 @@ class RecorderNode(Node):
 
     def _diagnose(self) -> None:
         """``/diagnostics``: where operators (rqt_robot_monitor, aggregators) look for a node's health."""
+        forget_destroyed(self)  # ghosts' subscriptions dropped earlier (nodes.common.forget_destroyed)
         status = DiagnosticStatus(name="lrtrace_recorder: bag", hardware_id=self.get_fully_qualified_name())
         if self.error is None:
             status.level, status.message = DiagnosticStatus.OK, f"recording to {self.path}"

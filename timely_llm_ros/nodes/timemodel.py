@@ -44,7 +44,7 @@ from timely_llm_ros.core.exectime_fit import Measurements, estimate_segment
 from timely_llm_ros.core.exectime_fit import fit_line as fit_line  # re-exported (moved to core)
 from timely_llm_ros.core.skills import SkillParseError, available_skill_sets, load_skill_set
 from timely_llm_ros.msg import Segment, SegmentFeedback, Task
-from timely_llm_ros.nodes.common import Param, declare_params, run_node
+from timely_llm_ros.nodes.common import Param, declare_params, forget_destroyed, run_node
 from timely_llm_ros.ros import convert, qos, topics
 from timely_llm_ros.srv import EstimateExecTime
 
@@ -194,6 +194,7 @@ class TimeModelNode(Node):
         return any(info.node_namespace == robot_ns for info in self.get_subscriptions_info_by_topic(name))
 
     def _unwatch_orphans(self, now: float) -> None:
+        forget_destroyed(self)  # subscriptions unwatched earlier (see nodes.common.forget_destroyed)
         for name in list(self._watched):
             if self._alive(name):
                 self._orphaned.pop(name, None)

@@ -372,6 +372,22 @@ class PlannerService:
                     self._deferred[task_id][1].extend(waiting[i + 1 :])
                     break
 
+    def agent_state(self) -> dict[str, int]:
+        """Sizes of the structures that hold an entry per agent or per open task (issue 27: they
+        must return to their baseline once agents are gone; ``tools/ghost_memory.py`` prints them)."""
+        core = self.core
+        return {
+            "beats": len(self.beats),
+            "liveness": len(self.liveness),
+            "segment_timers": len(self.seg_timers._agents),
+            "open_tasks": len(self.open_tasks),
+            "nonces": len(self.nonces._tokens),
+            "deferred_feedback": len(self._deferred),
+            "warn_keys": len(self.warn_limiter),
+            "core_agents": len(core.agents._agents) if core is not None else 0,
+            "core_tasks": len(core._tasks) if core is not None else 0,
+        }
+
     def beat(self, agent: str) -> None:
         """A robot's heartbeat (host thread): only noted here; the planner thread judges."""
         if agent in self.beats or (valid_agent_id(agent) and len(self.beats) < MAX_ROBOTS):
@@ -387,6 +403,7 @@ class PlannerService:
         """Heartbeats in; a robot silent past ``robot_down_timeout`` is down and all its open tasks
         FAIL at once (core/robot_liveness.py); one that beats again is used again."""
         assert self.core is not None
+        self.warn_limiter.prune(time.monotonic())  # warnings about agents gone: forgotten (issue 27)
         for agent, t in list(self.beats.items()):
             if self.liveness.heard(agent, t):
                 self.log.warning(f"robot {agent!r} is back (heartbeat): its tasks are accepted again")
