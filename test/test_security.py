@@ -8,6 +8,7 @@ here: DDS-Security itself (the PyPI Fast DDS is built without it; see test_rcl_f
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -124,6 +125,59 @@ def test_security_init_writes_the_policy_and_says_how_to_make_the_keystore(tmp_p
     assert f"policy: {policy}" in out.stdout
     assert f"ros2 security generate_artifacts -k {tmp_path / 'keys'} -p {policy}" in out.stdout
     assert "/timely_llm_ros/robots/drone_1" in _rules(policy.read_text())
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl command is not installed")
+def test_security_init_makes_the_keystore_with_openssl_where_sros2_is_missing(tmp_path):
+    """Without sros2, `timely-llm security init` makes the keystore itself: sros2's layout, one CA,
+    each enclave's certificate named after it, permissions signed by the CA and mangled as the RMW
+    names DDS topics — drone_1 may read only its own segments and may not read /segment_feedback."""
+    fleet = _fleet(tmp_path, {"enabled": True, "keystore": "keys"})
+    env = dict(
+        os.environ,
+        PATH=os.pathsep.join([os.path.dirname(sys.executable), os.path.dirname(shutil.which("openssl"))]),
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "timely_llm_ros.cli", "security", "init", str(fleet)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    keys = tmp_path / "keys"
+    assert f"keystore: {keys} (8 enclaves, made with openssl" in out.stdout
+    ca = keys / "public" / "ca.cert.pem"
+    drone = keys / "enclaves" / "timely_llm_ros" / "robots" / "drone_1"
+    for f in ("identity_ca.cert.pem", "cert.pem", "key.pem", "permissions_ca.cert.pem", "governance.p7s"):
+        assert (drone / f).is_file(), f
+    subject = subprocess.run(
+        ["openssl", "x509", "-in", str(drone / "cert.pem"), "-noout", "-subject"],
+        capture_output=True,
+        text=True,
+    )
+    assert subject.stdout.strip().replace(" ", "") == "subject=CN=/timely_llm_ros/robots/drone_1"
+    verify = subprocess.run(
+        ["openssl", "smime", "-verify", "-text", "-in", str(drone / "permissions.p7s"), "-CAfile", str(ca)],
+        capture_output=True,
+        text=True,
+    )
+    assert verify.returncode == 0, verify.stderr
+    grant = ET.fromstring(verify.stdout).find("permissions/grant")
+    assert grant.findtext("subject_name") == "CN=/timely_llm_ros/robots/drone_1"
+    rule = grant.find("allow_rule")
+    pub = {t.text for t in rule.find("publish").iter("topic")}
+    sub = {t.text for t in rule.find("subscribe").iter("topic")}
+    assert {"rt/segment_feedback", "rt/robot_heartbeat", "ros_discovery_info"} <= pub
+    assert "rt/drone_1/skill_segments" in sub and "rt/drone_2/skill_segments" not in sub
+    assert "rt/segment_feedback" not in sub and not any("skill_segments" in t for t in pub)
+    assert grant.findtext("default") == "DENY"
+    planner = (keys / "enclaves" / "timely_llm_ros" / "planner" / "permissions.xml").read_text()
+    assert (
+        "<topic>rt/drone_2/skill_segments</topic>" in planner
+        and "rq/plan_task/_action/send_goalRequest" in planner
+    )
 
 
 @pytest.mark.ros

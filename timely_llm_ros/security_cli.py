@@ -1,5 +1,6 @@
-"""``timely-llm security init``: write a fleet's SROS2 policy; create the keystore and enclaves where
-the ``ros2 security`` tooling (sros2) is installed (see :mod:`timely_llm_ros.security`)."""
+"""``timely-llm security init``: write a fleet's SROS2 policy and create the keystore and enclaves from
+it — with ``ros2 security`` (sros2) where it is installed, else with ``openssl``
+(:mod:`timely_llm_ros.security_keystore`); see :mod:`timely_llm_ros.security`."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from timely_llm_ros.security import enclave, policy_xml
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
     init = sub.add_parser(
-        "init", help="write the fleet's SROS2 policy; create keystore + enclaves if sros2 is installed"
+        "init", help="write the fleet's SROS2 policy; create the keystore + enclaves (sros2 or openssl)"
     )
     init.add_argument("fleet", help="fleet YAML (its robots get one enclave each)")
     init.add_argument(
@@ -67,7 +68,27 @@ def run(args: argparse.Namespace) -> int:
         ["ros2", "security", "create_keystore", str(keystore)],
         ["ros2", "security", "generate_artifacts", "-k", str(keystore), "-p", str(policy)],
     ]
-    if not _sros2():
+    sros2 = _sros2()
+    if not sros2 and shutil.which("openssl"):  # made here (security_keystore): sros2's layout
+        from timely_llm_ros.security_keystore import KeystoreError, create_keystore
+
+        try:
+            made = create_keystore(keystore, policy.read_text(encoding="utf-8"))
+        except (KeystoreError, OSError) as exc:
+            print(
+                f"timely-llm security: error: cannot create the keystore {keystore}: {exc}", file=sys.stderr
+            )
+            print("or run these where ROS 2 with sros2 is installed:", file=sys.stderr)
+            for step in steps:
+                print("    " + " ".join(step), file=sys.stderr)
+            return 1
+        print(f"keystore: {keystore} ({len(made)} enclaves, made with openssl; sros2 not installed)")
+        print(
+            "start the fleet with security on (fleet file: security: {enabled: true, keystore: "
+            f"{keystore}}}); the nodes need a Fast DDS built with DDS-Security (README: tools/build_secure_fastdds.py)"
+        )
+        return 0
+    if not sros2:
         print("`ros2 security` (sros2) is not installed here: run these where ROS 2 with sros2 is installed:")
         for step in steps:
             print("    " + " ".join(step))
