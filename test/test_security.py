@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from timely_llm_ros.fleet import FleetError, fleet_nodes, load_fleet
+from timely_llm_ros.secure_dds import ENV, has_security, preload_env
 from timely_llm_ros.security import enclave, policy_xml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -218,3 +219,44 @@ def test_rcl_finds_each_enclave_of_the_keystore_layout(tmp_path, subprocess_env)
     err = start(name)
     assert "does not exist" not in err  # rcl found the enclave: what is left is the DDS
     assert "security" in err.lower()
+
+
+@pytest.mark.ros
+def test_a_node_with_security_on_and_a_dds_without_it_says_so_in_one_line(tmp_path, subprocess_env):
+    """The wheels' Fast DDS has no DDS-Security: rmw refuses the node; the node must say why and what
+    to do (one line, exit 2), not print a traceback."""
+    lib = Path(sys.prefix) / "lib" / "libfastdds.so.3.2"
+    if not lib.exists() or has_security(lib):
+        pytest.skip(f"{lib} is not the wheels' Fast DDS without security")
+    keys = tmp_path / "keys"
+    where = keys / "enclaves" / "timely_llm_ros" / "robots" / "drone_1"
+    where.mkdir(parents=True)
+    for f in ("identity_ca.cert.pem", "cert.pem", "key.pem", "permissions_ca.cert.pem", "governance.p7s"):
+        (where / f).write_text("placeholder\n")
+    (where / "permissions.p7s").write_text("placeholder\n")
+    env = dict(subprocess_env, ROS_SECURITY_KEYSTORE=str(keys), ROS_SECURITY_ENABLE="true")
+    env["ROS_SECURITY_STRATEGY"] = "Enforce"
+    env.pop(ENV, None)
+    cmd = [sys.executable, "-m", "timely_llm_ros.nodes.drone", "--ros-args", "--enclave"]
+    cmd += ["/timely_llm_ros/robots/drone_1", "-r", "__ns:=/drone_1", "-p", "agent_id:=drone_1"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert (
+        "drone: error: ROS_SECURITY_ENABLE=true, but the Fast DDS this process loaded is built without"
+        in out.stderr
+    )
+    assert "tools/build_secure_fastdds.py" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_secure_fastdds_prefix_is_checked_before_it_is_preloaded(tmp_path):
+    assert preload_env({"A": "1"}) == {"A": "1"}  # not asked for: nothing changes
+    with pytest.raises(ValueError, match="does not exist"):
+        preload_env({ENV: str(tmp_path)})
+    lib = tmp_path / "lib" / "libfastdds.so.3.2"
+    lib.parent.mkdir()
+    lib.write_bytes(b"\0" * (1 << 20) + b"no security here")
+    with pytest.raises(ValueError, match="built without DDS-Security"):
+        preload_env({ENV: str(tmp_path)})
+    lib.write_bytes(b"\0" * ((1 << 20) - 5) + b"builtin.PKI-DH\0")  # the marker across a read boundary
+    env = preload_env({ENV: str(tmp_path), "LD_PRELOAD": "/x.so"})
+    assert env["LD_PRELOAD"] == f"{lib}:/x.so"

@@ -355,6 +355,12 @@ def fleet_nodes(cfg: dict[str, Any], namespace: str = "/") -> list[NodeSpec]:
         raise FleetError(str(exc)) from None
     if sec is not None:
         env.update(security.security_env(sec))
+        from timely_llm_ros.secure_dds import preload_env
+
+        try:  # TIMELY_SECURE_FASTDDS: every node loads the Fast DDS built with security
+            env = preload_env(env)
+        except ValueError as exc:
+            raise FleetError(str(exc)) from None
     out: list[NodeSpec] = []
     if parts["timemodel"] is not None:
         out.append(NodeSpec("timemodel", "timemodel", "timemodel", prefix, parts["timemodel"]))

@@ -41,6 +41,8 @@ from rclpy.parameter import Parameter
 from rclpy.signals import SignalHandlerOptions
 from rclpy.utilities import remove_ros_args
 
+from timely_llm_ros.secure_dds import explain as explain_security
+
 _TYPES: dict[type, Parameter.Type] = {
     bool: Parameter.Type.BOOL,
     int: Parameter.Type.INTEGER,
@@ -331,6 +333,10 @@ def run_node(
         stop.set()
     except Exception as exc:  # noqa: BLE001 - last resort: say what broke instead of a bare traceback-less exit
         node_name = node.get_name() if node is not None else parser.prog
+        why = explain_security(exc)
+        if why is not None:  # security on, DDS without it: one line, not a traceback
+            print(f"{node_name}: error: {why}", file=sys.stderr)
+            return 2
         print(f"{node_name}: fatal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         import traceback
 
