@@ -29,7 +29,7 @@ unexport PYTHONPATH
 # Tests that need rclpy and the generated messages fail (instead of skipping) when run from make.
 export TIMELY_REQUIRE_ROS := 1
 
-.PHONY: help bootstrap demo test lint clean distclean freeze vllm test-vllm demo-vllm gpu-check soak
+.PHONY: help bootstrap demo test lint clean distclean freeze vllm test-vllm demo-vllm gpu-check soak ghost-memory secure-dds
 
 help:
 	@echo "make demo       set up (venv, ROS 2 wheels, interface build) and run the demo (DEMO_ARGS=--compare: timely next to the vllm baseline)"
@@ -92,6 +92,17 @@ gpu-check:
 SOAK_ARGS ?=
 soak: bootstrap
 	$(PY) tools/soak.py $(SOAK_ARGS)
+
+# Planner memory after ghost agents (RSS, malloc_trim, tracemalloc per round), e.g. GHOST_ARGS="--rounds 5"
+GHOST_ARGS ?=
+ghost-memory: bootstrap
+	$(PY) tools/ghost_memory.py $(GHOST_ARGS)
+
+# Fast DDS with DDS-Security for a secure fleet (downloads the venv's Fast DDS release from GitHub;
+# ~25 min on 2 cores); then TIMELY_SECURE_FASTDDS=$(SECURE_DDS_PREFIX) timely-llm fleet ...
+SECURE_DDS_PREFIX ?= $(HOME)/.local/fastdds-secure
+secure-dds: bootstrap
+	$(PY) tools/build_secure_fastdds.py --prefix $(SECURE_DDS_PREFIX)
 
 lint:
 	@$(BOOTSTRAP) --no-build

@@ -125,6 +125,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     import tempfile
 
     os.environ["ROS_HOME"] = tempfile.mkdtemp(prefix="ghost_memory_")  # the planner's journal
+    from timely_llm_ros.fleet import localhost_env
+
+    os.environ.update(localhost_env(dict(os.environ)))  # DDS on loopback only, as make soak/test
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
