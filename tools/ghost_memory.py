@@ -10,7 +10,8 @@ ghosts per round. After each round — all tasks REJECTED, the ghosts silent pas
 
 * ``rss``: the process's resident set (``/proc/self/status``), and again after ``malloc_trim(0)``
   (glibc: memory freed by Python/DDS but kept in malloc's arenas shows up as the difference);
-* ``py``: ``tracemalloc``'s total of live Python allocations;
+* ``py``: ``tracemalloc``'s total of live Python allocations (its own tables and the baseline
+  snapshot add several MiB to RSS: read RSS with ``--frames 0``, tracemalloc off);
 * ``agent state``: the planner's per-agent structures (:meth:`PlannerService.agent_state`), which
   must be back at their baseline size.
 
@@ -92,6 +93,8 @@ class Ghosts:
 
 def measure(node: Any, label: str, snaps: dict[str, Any]) -> dict[str, Any]:
     """One row: RSS before/after malloc_trim, tracemalloc total, per-agent structure sizes."""
+    for key in list(snaps)[1:]:  # keep the baseline's snapshot only: each costs MiBs of RSS
+        del snaps[key]
     gc.collect()
     rss = rss_kib()
     trimmed = rss_kib() if malloc_trim() else rss
