@@ -14,13 +14,14 @@ fleet that DDS-Security:
   publish feedback and heartbeats, and may not read ``/segment_feedback`` — so no robot learns
   another robot's segment nonces, and feedback with another robot's id is refused by the planner's
   nonce check; task senders (workload, clients) may publish ``/tasks`` and read statuses;
-* ``timely-llm security init``: writes the policy and, where the ``ros2 security`` tooling (sros2)
-  is installed, creates the keystore and every enclave's signed permissions from it
-  (``ros2 security generate_artifacts``); elsewhere it prints those commands.
+* ``timely-llm security init``: writes the policy and creates the keystore and every enclave's
+  signed permissions from it — with ``ros2 security generate_artifacts`` (sros2) where installed,
+  else with ``openssl`` (:mod:`timely_llm_ros.security_keystore`).
 
 The ROS 2 wheels on PyPI carry a Fast DDS built without security (rcl finds the enclave, then node
-creation fails: "This Fast DDS version doesn't have the security libraries"): a secure fleet needs a
-ROS 2 distribution (or a Fast DDS built with ``-DSECURITY=ON``).
+creation fails: "This Fast DDS version doesn't have the security libraries"; the node says so in one
+line, :mod:`timely_llm_ros.secure_dds`): a secure fleet needs ``tools/build_secure_fastdds.py``'s
+build (``TIMELY_SECURE_FASTDDS``) or a ROS 2 distribution.
 """
 
 from __future__ import annotations
