@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from timely_llm_ros.fleet import FleetError, fleet_nodes, load_fleet
-from timely_llm_ros.secure_dds import ENV, has_security, preload_env
+from timely_llm_ros.ros.secure_dds import ENV, has_security, preload_env
 from timely_llm_ros.security import enclave, policy_xml
 
 REPO = Path(__file__).resolve().parents[1]

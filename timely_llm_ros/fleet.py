@@ -355,7 +355,7 @@ def fleet_nodes(cfg: dict[str, Any], namespace: str = "/") -> list[NodeSpec]:
         raise FleetError(str(exc)) from None
     if sec is not None:
         env.update(security.security_env(sec))
-        from timely_llm_ros.secure_dds import preload_env
+        from timely_llm_ros.ros.secure_dds import preload_env
 
         try:  # TIMELY_SECURE_FASTDDS: every node loads the Fast DDS built with security
             env = preload_env(env)

@@ -20,7 +20,7 @@ fleet that DDS-Security:
 
 The ROS 2 wheels on PyPI carry a Fast DDS built without security (rcl finds the enclave, then node
 creation fails: "This Fast DDS version doesn't have the security libraries"; the node says so in one
-line, :mod:`timely_llm_ros.secure_dds`): a secure fleet needs ``tools/build_secure_fastdds.py``'s
+line, :mod:`timely_llm_ros.ros.secure_dds`): a secure fleet needs ``tools/build_secure_fastdds.py``'s
 build (``TIMELY_SECURE_FASTDDS``) or a ROS 2 distribution.
 """
 

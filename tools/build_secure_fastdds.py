@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = build(src, work / "build", prefix, venv, args.jobs)
     lib = prefix / "lib" / "libfastdds.so.3.2"
     sys.path.insert(0, str(ROOT))
-    from timely_llm_ros.secure_dds import has_security
+    from timely_llm_ros.ros.secure_dds import has_security
 
     if not has_security(lib):
         raise SystemExit(

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from timely_llm_ros.secure_dds import ENV, has_security, preload_env, secure_library
+from timely_llm_ros.ros.secure_dds import ENV, has_security, preload_env, secure_library
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).with_name("secure_probe.py")

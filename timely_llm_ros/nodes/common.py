@@ -41,7 +41,7 @@ from rclpy.parameter import Parameter
 from rclpy.signals import SignalHandlerOptions
 from rclpy.utilities import remove_ros_args
 
-from timely_llm_ros.secure_dds import explain as explain_security
+from timely_llm_ros.ros.secure_dds import explain as explain_security
 
 _TYPES: dict[type, Parameter.Type] = {
     bool: Parameter.Type.BOOL,
