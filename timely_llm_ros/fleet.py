@@ -355,12 +355,14 @@ def fleet_nodes(cfg: dict[str, Any], namespace: str = "/") -> list[NodeSpec]:
         raise FleetError(str(exc)) from None
     if sec is not None:
         env.update(security.security_env(sec))
-        from timely_llm_ros.ros.secure_dds import preload_env
+        from timely_llm_ros.ros.secure_dds import ENV, preload_env
 
         try:  # TIMELY_SECURE_FASTDDS: every node loads the Fast DDS built with security
-            env = preload_env(env)
+            pre = preload_env({k: v for k, v in os.environ.items() if k in (ENV, "LD_PRELOAD")})
         except ValueError as exc:
             raise FleetError(str(exc)) from None
+        if ENV in pre:
+            env["LD_PRELOAD"] = pre["LD_PRELOAD"]
     out: list[NodeSpec] = []
     if parts["timemodel"] is not None:
         out.append(NodeSpec("timemodel", "timemodel", "timemodel", prefix, parts["timemodel"]))
@@ -435,7 +437,10 @@ class Fleet:
                 "--timeout",
                 str(timeout),
             ]
-            client = subprocess.Popen(cmd, env={**self.env, **node.env}, stderr=subprocess.PIPE, text=True)
+            env = {**self.env, **node.env}
+            if node.enclave:  # security on: a task sender's rights, the fleet's client enclave
+                env["ROS_SECURITY_ENCLAVE_OVERRIDE"] = node.enclave.rsplit("/", 1)[0] + "/client"
+            client = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
             while client.poll() is None:  # a node dying meanwhile ends the wait
                 ended = self.first_exit()
                 if ended is not None or interrupted():

@@ -131,8 +131,9 @@ def policy_xml(nodes: list[Any], fleet_ns: str = "/") -> str:
     for n in nodes:
         ns = "/" + n.namespace if n.namespace else "/"
         if n.role == "planner":
+            lifecycle = f"{ns.rstrip('/')}/{n.name}/transition_event"  # a LifecycleNode publishes it
             rules = {
-                "topics_publish": pub + segs + [status, trace, tasks],
+                "topics_publish": pub + segs + [status, trace, tasks, lifecycle],
                 "topics_subscribe": sub + [tasks, feedback, beat],
                 "services_reply": list(_PARAM_SERVICES) + list(_LIFECYCLE_SERVICES) + [fleet("cancel_task")],
                 "actions_execute": [fleet("plan_task")],
@@ -161,10 +162,18 @@ def policy_xml(nodes: list[Any], fleet_ns: str = "/") -> str:
         agent = n.params.get("agent_id", "") if n.role == "robot" else ""
         path = enclave(n.role, fleet_ns, agent or n.namespace.rsplit("/", 1)[-1])
         out.append(f'\n    <enclave path="{escape(path)}">{_profile(ns, n.name, **rules)}\n    </enclave>')
-    client = {  # any other task sender (an operator's tool, a robot's own planner client)
+    planners = [
+        ("/" + n.namespace if n.namespace else "").rstrip("/") + "/" + n.name
+        for n in nodes
+        if n.role == "planner"
+    ]
+    client = {  # any other task sender (an operator's tool, a robot's own planner client), and the
+        # fleet's lifecycle client (configure/activate the planner); its node name is the tool's own
         "topics_publish": pub + [tasks],
         "topics_subscribe": sub + [status],
-        "services_request": [fleet("cancel_task")],
+        "services_request": [fleet("cancel_task")]
+        + [f"{p}/{s}" for p in planners for s in ("change_state", "get_state")],
+        "services_reply": ["/*/get_type_description"],  # every rclpy node serves it, whatever its name
         "actions_call": [fleet("plan_task")],
     }
     out.append(

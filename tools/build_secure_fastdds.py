@@ -68,6 +68,13 @@ WHEEL_ABI_EDITS = [
 ]
 LISTENER_CALL = "        participant_->listener_->onParticipantAuthentication(participant_->participant_, std::move(info));\n"
 MARK = "timely_llm_ros: ROS wheel ABI"
+# GCC 12 -Wmaybe-uninitialized false positives (fastcdr::optional in generated type objects), which
+# Fast DDS's -Werror turns into errors (paths relative to src/cpp)
+WERROR_FALSE_POSITIVES = (
+    "fastdds/xtypes/type_representation/TypeObjectUtils.cpp",
+    "statistics/types/monitorservice_typesTypeObjectSupport.cxx",
+    "statistics/types/typesTypeObjectSupport.cxx",
+)
 
 
 def venv_version(venv: Path) -> str:
@@ -127,10 +134,11 @@ def prepare(src: Path, third: dict[str, Path]) -> None:
         impl.write_text(text.replace(LISTENER_CALL, f"        static_cast<void>(info);  // {MARK}\n"))
     cmake = src / "src/cpp/CMakeLists.txt"
     text = cmake.read_text()
-    if MARK not in text:  # GCC 12 false positive under the project's -Werror
+    if MARK not in text:  # GCC 12 false positives under the project's -Werror
+        files = " ".join(WERROR_FALSE_POSITIVES)
         cmake.write_text(
-            text + f"\n# {MARK}\nset_source_files_properties(fastdds/xtypes/type_representation/"
-            'TypeObjectUtils.cpp PROPERTIES COMPILE_OPTIONS "-Wno-error=maybe-uninitialized")\n'
+            text + f"\n# {MARK}\nset_source_files_properties({files}\n"
+            '    PROPERTIES COMPILE_OPTIONS "-Wno-error=maybe-uninitialized")\n'
         )
 
 

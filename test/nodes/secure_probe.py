@@ -20,6 +20,7 @@ from std_msgs.msg import Header
 
 from timely_llm_ros.msg import Segment, SegmentFeedback, Task, TaskStatus
 from timely_llm_ros.ros import qos
+from timely_llm_ros.ros.secure_dds import apply_security
 
 TYPES = {"skill_segments": Segment, "segment_feedback": SegmentFeedback, "tasks": Task}
 
@@ -35,6 +36,8 @@ def attacker(seconds: float) -> dict:
 
     def count(topic: str):
         def cb(msg) -> None:
+            if getattr(msg, "task_id", "").startswith("intruder-") or getattr(msg, "nonce", None) == "":
+                return  # its own forgeries, heard back in this participant (they carry no nonce)
             got[topic] = got.get(topic, 0) + 1
             if hasattr(msg, "task_id"):
                 seen_ids.add(msg.task_id)
@@ -84,6 +87,9 @@ def enclave(wanted: list[str]) -> dict:
 
 def main() -> int:
     argv = rclpy.utilities.remove_ros_args(sys.argv)
+    note = apply_security(sys.argv)  # as run_node does for the fleet's nodes
+    if note:
+        print(note, file=sys.stderr)
     rclpy.init(args=sys.argv)
     result = attacker(float(argv[2])) if argv[1] == "attacker" else enclave(argv[2:])
     print("PROBE " + json.dumps(result, sort_keys=True), flush=True)

@@ -41,6 +41,7 @@ from rclpy.parameter import Parameter
 from rclpy.signals import SignalHandlerOptions
 from rclpy.utilities import remove_ros_args
 
+from timely_llm_ros.ros.secure_dds import apply_security
 from timely_llm_ros.ros.secure_dds import explain as explain_security
 
 _TYPES: dict[type, Parameter.Type] = {
@@ -305,6 +306,13 @@ def run_node(
         else "Node parameters: --ros-args -p name:=value or --params-file FILE",
     )
     parser.parse_args(non_ros)  # --help, or a clear error for stray arguments
+    try:  # security on and a Fast DDS with it preloaded: through a profile (ros/secure_dds.py)
+        note = apply_security(args)
+    except ValueError as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    if note:
+        print(f"{parser.prog}: {note}", file=sys.stderr)
     stop = threading.Event()
     try:
         rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)

@@ -47,6 +47,9 @@ def drive(node_name: str, transitions: list[str], timeout: float) -> str | None:
         "cleanup": Transition.TRANSITION_CLEANUP,
         "shutdown": Transition.TRANSITION_UNCONFIGURED_SHUTDOWN,
     }
+    from timely_llm_ros.ros.secure_dds import apply_security
+
+    apply_security([])  # security on: its enclave is ROS_SECURITY_ENCLAVE_OVERRIDE (the fleet's client)
     context = rclpy.Context()
     rclpy.init(args=[], context=context, signal_handler_options=SignalHandlerOptions.NO)
     node = rclpy.create_node("lifecycle_client", context=context, start_parameter_services=False)

@@ -71,3 +71,121 @@ def explain(exc: BaseException, env: dict[str, str] | os._Environ[str] = os.envi
         f"--prefix DIR` and start the fleet with {ENV}=DIR (README, Reliability and security), or turn "
         "security off."
     )
+
+
+# ----------------------------------------------------------------------- security through a profile
+SECURITY_FILES = {  # Fast DDS property -> enclave file (the properties rmw_fastrtps sets itself)
+    "dds.sec.auth.builtin.PKI-DH.identity_ca": "identity_ca.cert.pem",
+    "dds.sec.auth.builtin.PKI-DH.identity_certificate": "cert.pem",
+    "dds.sec.auth.builtin.PKI-DH.private_key": "key.pem",
+    "dds.sec.access.builtin.Access-Permissions.permissions_ca": "permissions_ca.cert.pem",
+    "dds.sec.access.builtin.Access-Permissions.governance": "governance.p7s",
+    "dds.sec.access.builtin.Access-Permissions.permissions": "permissions.p7s",
+}
+PLUGINS = {
+    "dds.sec.auth.plugin": "builtin.PKI-DH",
+    "dds.sec.access.plugin": "builtin.Access-Permissions",
+    "dds.sec.crypto.plugin": "builtin.AES-GCM-GMAC",
+}
+NS = "http://www.eprosima.com"
+
+
+def loaded_fastdds() -> Path | None:
+    """The Fast DDS library mapped into this process (by ``LD_PRELOAD`` from the start), if any."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    for line in maps.splitlines():
+        path = line.split()[-1] if line.split() else ""
+        if "/libfastdds.so" in path:
+            return Path(path)
+    return None
+
+
+def enclave_arg(argv: list[str], env: dict[str, str] | os._Environ[str] = os.environ) -> str:
+    """The enclave rcl would use: ``ROS_SECURITY_ENCLAVE_OVERRIDE``, else ``--enclave``/``-e`` in the
+    ``--ros-args`` of ``argv``, else ``/``."""
+    if env.get("ROS_SECURITY_ENCLAVE_OVERRIDE"):
+        return env["ROS_SECURITY_ENCLAVE_OVERRIDE"]
+    ros = False
+    for i, arg in enumerate(argv):
+        if arg == "--ros-args":
+            ros = True
+        elif arg == "--":
+            ros = False
+        elif ros and arg in ("--enclave", "-e") and i + 1 < len(argv):
+            return argv[i + 1]
+        elif ros and arg.startswith("--enclave="):
+            return arg.split("=", 1)[1]
+    return "/"
+
+
+def security_profile(base: str, enclave_dir: Path) -> str:
+    """A Fast DDS XML profile: ``base`` (the loopback profile, say; may be empty) with DDS-Security
+    properties for ``enclave_dir`` added to its default participant profile."""
+    import xml.etree.ElementTree as ET
+
+    ET.register_namespace("", NS)
+    q = f"{{{NS}}}"
+    if base:
+        root = ET.parse(base).getroot()
+    else:
+        root = ET.Element(f"{q}dds")
+    profiles = root.find(f"{q}profiles")
+    if profiles is None:
+        profiles = ET.SubElement(root, f"{q}profiles")
+    part = next(
+        (p for p in profiles.findall(f"{q}participant") if p.get("is_default_profile") == "true"), None
+    )
+    if part is None:
+        part = ET.SubElement(profiles, f"{q}participant", profile_name="timely_llm_ros_secure")
+        part.set("is_default_profile", "true")
+    rtps = part.find(f"{q}rtps")
+    if rtps is None:
+        rtps = ET.SubElement(part, f"{q}rtps")
+    props = ET.SubElement(ET.SubElement(rtps, f"{q}propertiesPolicy"), f"{q}properties")
+    values = dict(PLUGINS)
+    values.update({k: f"file://{enclave_dir / f}" for k, f in SECURITY_FILES.items()})
+    for name, value in values.items():
+        prop = ET.SubElement(props, f"{q}property")
+        ET.SubElement(prop, f"{q}name").text = name
+        ET.SubElement(prop, f"{q}value").text = value
+    return ET.tostring(root, encoding="unicode")
+
+
+def apply_security(argv: list[str], env: os._Environ[str] = os.environ) -> str | None:
+    """Security on (``ROS_SECURITY_ENABLE=true``) and this process runs a Fast DDS built with it
+    (``TIMELY_SECURE_FASTDDS`` preloaded): configure DDS-Security through a Fast DDS profile.
+
+    Why: the wheels' ``rmw_fastrtps_cpp`` was compiled without security and refuses
+    ``ROS_SECURITY_ENABLE`` whatever library it runs on; the participant properties it would set
+    (PKI-DH authentication, Access-Permissions, AES-GCM-GMAC) are the same when they come from the
+    default participant profile. So this writes that profile (the enclave's files from
+    ``ROS_SECURITY_KEYSTORE``/``enclaves/<enclave>``, on top of ``FASTDDS_DEFAULT_PROFILES_FILE``),
+    points Fast DDS to it and turns rcl's own security lookup off. Must run before ``rclpy.init``.
+    Returns a line to log, or None when nothing was done. Raises ``ValueError`` (clear reason) when
+    the enclave is incomplete — Enforce and Permissive alike: a secure participant without its
+    files could not join the fleet anyway."""
+    if env.get("ROS_SECURITY_ENABLE", "").lower() != "true":
+        return None
+    lib = loaded_fastdds()
+    if lib is None or not has_security(lib):
+        return None  # rmw refuses; explain() says why
+    keystore = env.get("ROS_SECURITY_KEYSTORE", "")
+    name = enclave_arg(argv, env)
+    where = Path(keystore) / "enclaves" / name.strip("/")
+    missing = [f for f in SECURITY_FILES.values() if not (where / f).is_file()]
+    if not keystore or missing:
+        raise ValueError(
+            f"security enclave {name!r}: {where} lacks {', '.join(missing) or 'a keystore'} "
+            "(timely-llm security init makes them)"
+        )
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="timely_dds_security_", suffix=".xml")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(security_profile(env.get("FASTDDS_DEFAULT_PROFILES_FILE", ""), where))
+    env["FASTDDS_DEFAULT_PROFILES_FILE"] = path
+    env["ROS_SECURITY_ENABLE"] = "false"  # rcl/rmw: the profile carries the security settings
+    return f"DDS-Security on (enclave {name}, {lib.name}): {path}"
