@@ -260,3 +260,34 @@ def test_secure_fastdds_prefix_is_checked_before_it_is_preloaded(tmp_path):
     lib.write_bytes(b"\0" * ((1 << 20) - 5) + b"builtin.PKI-DH\0")  # the marker across a read boundary
     env = preload_env({ENV: str(tmp_path), "LD_PRELOAD": "/x.so"})
     assert env["LD_PRELOAD"] == f"{lib}:/x.so"
+
+
+def test_dds_security_through_a_profile_keeps_the_loopback_profile_and_names_the_enclave_files(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    from timely_llm_ros.ros.secure_dds import NS, PLUGINS, SECURITY_FILES, enclave_arg, security_profile
+
+    assert enclave_arg(["x", "--ros-args", "-r", "a:=b", "--enclave", "/e/f"], {}) == "/e/f"
+    assert enclave_arg(["x", "--ros-args", "-e", "/g"], {}) == "/g"
+    assert enclave_arg(["x", "--enclave", "/not_ros"], {}) == "/"
+    assert enclave_arg(["x"], {"ROS_SECURITY_ENCLAVE_OVERRIDE": "/o"}) == "/o"
+    where = tmp_path / "enclaves" / "timely_llm_ros" / "planner"
+    root = ET.fromstring(security_profile(str(REPO / "config" / "fastdds_localhost.xml"), where))
+    q = f"{{{NS}}}"
+    (part,) = [p for p in root.iter(f"{q}participant") if p.get("is_default_profile") == "true"]
+    assert part.find(f"{q}rtps/{q}useBuiltinTransports").text == "false"  # loopback kept
+    props = {p.findtext(f"{q}name"): p.findtext(f"{q}value") for p in part.iter(f"{q}property")}
+    assert {k: props[k] for k in PLUGINS} == PLUGINS
+    assert props["dds.sec.auth.builtin.PKI-DH.private_key"] == f"file://{where / 'key.pem'}"
+    assert set(SECURITY_FILES) <= set(props)
+    assert ET.fromstring(security_profile("", where)).find(f"{q}profiles/{q}participant") is not None
+
+
+def test_security_through_a_profile_only_with_a_secure_library_loaded(tmp_path):
+    from timely_llm_ros.ros.secure_dds import apply_security
+
+    env = {"ROS_SECURITY_ENABLE": "false"}
+    assert apply_security(["x"], env) is None and env == {"ROS_SECURITY_ENABLE": "false"}
+    env = {"ROS_SECURITY_ENABLE": "true", "ROS_SECURITY_KEYSTORE": str(tmp_path)}
+    assert apply_security(["x"], env) is None  # this process runs no Fast DDS with security
+    assert env["ROS_SECURITY_ENABLE"] == "true"  # left to rmw (which refuses: explain())
