@@ -80,7 +80,7 @@ def enclave(wanted: list[str]) -> dict:
             else:
                 node.create_subscription(_type(topic), topic, lambda _m: None, 10)
             out[item] = "allowed"
-        except Exception as exc:  # rmw: the DDS refused to create the endpoint
+        except RuntimeError as exc:  # RCLError: the DDS refused to create the endpoint
             out[item] = f"denied: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     return out
 

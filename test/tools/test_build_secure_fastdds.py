@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 
-from build_secure_fastdds import LISTENER_CALL, MARK, WHEEL_ABI_EDITS, prepare, venv_version  # noqa: E402
+from build_secure_fastdds import LISTENER_CALL, MARK, WHEEL_ABI_EDITS, prepare, venv_version
 
 
 def _tree(root: Path) -> Path:
