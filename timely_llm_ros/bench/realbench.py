@@ -63,6 +63,8 @@ from typing import Any
 import yaml
 
 from timely_llm_ros.bench.calibrate import joint_fit, overheads, probe_tap
+from timely_llm_ros.bench.ordering import by_policy, ordering_check
+from timely_llm_ros.bench.ordering import lines as ordering_lines
 from timely_llm_ros.bench.phase_account import PhaseTap, compare_phases, phase_table, price_step
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.exectime import load_exec_time_model
@@ -136,6 +138,7 @@ class Run:
     # plan may take more tokens than the tokenizer's encoding of the same text)
     pieces: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     tap: PhaseTap | None = None
+    span: float = 0.0  # the run's length on the engine's clock (virtual time on the simulated engine)
 
 
 def drive(
@@ -149,10 +152,12 @@ def drive(
     network_latency: float = 0.008,
     options: Any = None,
     tap: PhaseTap | None = None,
+    exec_scale: float = 1.0,
 ) -> Run:
     """Run ``tasks`` (arrivals relative to the start) through the planner on ``engine`` with
     simulated robots; wall time on a real engine (``realtime``), the engine's virtual clock else.
-    ``tap`` observes the run for the per-phase account (:mod:`.phase_account`)."""
+    ``tap`` observes the run for the per-phase account (:mod:`.phase_account`). ``exec_scale``
+    multiplies the robots' execution times and the planner's model of them alike (``--time-scale``)."""
     heap: list[tuple[float, int, int, Any]] = []
     n = 0
     t0 = engine.now()
@@ -162,7 +167,7 @@ def drive(
         n += 1
         heapq.heappush(heap, (t, n, 1, (task_id, seg, state)))
 
-    exec_model = load_exec_time_model()
+    exec_model = load_exec_time_model().scaled(exec_scale)
     robot = RobotSim(exec_model, schedule, exec_mode=exec_mode, network_latency=network_latency, seed=seed)
     planner = PlannerCore(
         engine,
@@ -237,7 +242,9 @@ def drive(
     tokens = {tid: counts.get(gid, 0) for tid, gid in gens.items()}
     own = {tid: len(engine.tokenize(text)) if text else 0 for tid, text in plans.items()}
     pieces = {tid: list(texts.get(gid, [])) for tid, gid in gens.items()}
-    return Run(policy, list(planner.records), plans, wall, tokens, own, pieces, tap)
+    return Run(
+        policy, list(planner.records), plans, wall, tokens, own, pieces, tap, span=engine.now() - begin
+    )
 
 
 def fit_now(
@@ -334,7 +341,14 @@ def predictor(
     return sim
 
 
-def predict(sim: SimEngine, tasks: list[TaskSpec], run: Run, seed: int, tap: PhaseTap | None = None) -> Run:
+def predict(
+    sim: SimEngine,
+    tasks: list[TaskSpec],
+    run: Run,
+    seed: int,
+    tap: PhaseTap | None = None,
+    exec_scale: float = 1.0,
+) -> Run:
     """The simulator's run of the same tasks, emitting the plans the real engine generated, token for
     token as the real engine emitted them."""
     if isinstance(sim.tokenizer, ModelPieces):
@@ -342,7 +356,7 @@ def predict(sim: SimEngine, tasks: list[TaskSpec], run: Run, seed: int, tap: Pha
             if text and run.pieces.get(tid) and "".join(run.pieces[tid]) == text:
                 sim.tokenizer.known[text] = run.pieces[tid]
     with_plans = [dataclasses.replace(t, reference_plan=run.plans.get(t.task_id) or None) for t in tasks]
-    return drive(sim, with_plans, run.policy, realtime=False, seed=seed, tap=tap)
+    return drive(sim, with_plans, run.policy, realtime=False, seed=seed, tap=tap, exec_scale=exec_scale)
 
 
 def first_segment_time(engine: Engine, task: TaskSpec, options: PlannerOptions | None = None) -> float:
@@ -360,14 +374,20 @@ def first_segment_time(engine: Engine, task: TaskSpec, options: PlannerOptions |
     return (seen[0] if seen else engine.now()) - t0
 
 
-def load_tasks(workload: str, limit: int | None, scale: float) -> list[TaskSpec]:
+def load_tasks(workload: str, limit: int | None, scale: float, time_scale: float = 1.0) -> list[TaskSpec]:
+    """The first ``limit`` tasks of ``workload``, arrivals from 0 and multiplied by ``time_scale``
+    (< 1: the same bursts, closer together), ERTs multiplied by ``scale`` (the TUF scale)."""
     from timely_llm_ros.workload.fileformat import resolve_workload
 
+    if not (math.isfinite(time_scale) and time_scale > 0):
+        raise ValueError(f"time scale must be a finite number > 0, got {time_scale!r}")
     wl = resolve_workload(workload)
     tasks = sorted(wl.tasks, key=lambda t: t.arrival)[:limit]
     base = tasks[0].arrival if tasks else 0.0
     return [
-        dataclasses.replace(t, arrival=t.arrival - base, tuf=t.tuf.scaled(scale) if t.tuf else None)
+        dataclasses.replace(
+            t, arrival=(t.arrival - base) * time_scale, tuf=t.tuf.scaled(scale) if t.tuf else None
+        )
         for t in tasks
     ]
 
@@ -446,6 +466,29 @@ def account(real: PhaseTap, sim: PhaseTap, profile: EngineProfile) -> dict[str, 
     return out
 
 
+def estimate_runs(
+    engine: Engine,
+    profile: EngineProfile,
+    tasks: list[TaskSpec],
+    policies: list[str],
+    seed: int,
+    probe: TaskSpec,
+    sets: list[str],
+    exec_scale: float = 1.0,
+    options: PlannerOptions | None = None,
+) -> dict[str, float]:
+    """Seconds each policy's real run should take: the simulator's run of the same tasks on
+    ``profile`` (its makespan: arrivals, engine and robots), before any real run (a long slice shows
+    up here, not half-way through it)."""
+    out = {}
+    for pol in policies:
+        sim = predictor(engine, profile, probe, sets)
+        out[pol] = drive(
+            sim, tasks, pol, realtime=False, seed=seed, options=options, exec_scale=exec_scale
+        ).span
+    return out
+
+
 def speed_check(
     engine: Engine, profile: EngineProfile, probe: TaskSpec, options: PlannerOptions | None = None
 ) -> float:
@@ -468,6 +511,7 @@ def at_run_speed(
     seed: int,
     probe: TaskSpec,
     sets: list[str],
+    exec_scale: float = 1.0,
 ) -> dict[str, float]:
     """The prediction again with the profile slowed to the speed the engine had during the run (its
     steps' time ÷ the profile's price of the same steps; > 1 when the machine got busier after the
@@ -481,7 +525,7 @@ def at_run_speed(
     if not math.isfinite(k) or k <= 0:
         return {"speed_ratio": math.nan, "mean_abs_rel_err": math.nan, "sim_response_mean": math.nan}
     sim = predictor(engine, profile.slowed(k), probe, sets)
-    res = compare(real, predict(sim, tasks, real, seed))
+    res = compare(real, predict(sim, tasks, real, seed, exec_scale=exec_scale))
     return {
         "speed_ratio": k,
         "mean_abs_rel_err": res["mean_abs_rel_err"],
@@ -489,33 +533,9 @@ def at_run_speed(
     }
 
 
-#: Two policies' values closer than this (relative) are a tie for the ordering check.
-ORDER_TIE = 0.02
-
-
-def ordering(results: list[dict[str, Any]], key: str, cls: str = "all") -> dict[str, Any]:
-    """Policies best first by ``key`` (smaller response, larger %Σβ), real and predicted, and whether
-    the prediction orders them as the real runs did: no pair whose real and predicted values differ
-    by more than :data:`ORDER_TIE` in opposite directions."""
-    sign = -1.0 if key == "response_mean" else 1.0
-    vals = {
-        side: {r["policy"]: sign * r[side].get(cls, {}).get(key, math.nan) for r in results}
-        for side in ("real", "sim")
-    }
-    order = {side: sorted(vals[side], key=lambda p: -vals[side][p]) for side in vals}
-    discordant = 0
-    pols = [r["policy"] for r in results]
-    for i, a in enumerate(pols):
-        for b in pols[i + 1 :]:
-            d = [vals[side][a] - vals[side][b] for side in ("real", "sim")]
-            scale = [max(abs(vals[side][a]), abs(vals[side][b]), 1e-12) for side in ("real", "sim")]
-            if all(abs(x) / m > ORDER_TIE for x, m in zip(d, scale, strict=True)) and d[0] * d[1] < 0:
-                discordant += 1
-    return {**order, "match": discordant == 0, "discordant": discordant}
-
-
 def ratios(results: list[dict[str, Any]], key: str, cls: str = "all") -> list[dict[str, float]]:
-    """``key`` of each policy relative to the first policy's, real and predicted."""
+    """``key`` of each policy relative to the first policy's, real and predicted (``results``: one
+    entry per policy, e.g. :func:`~.ordering.by_policy`'s)."""
     base = results[0]
     out = []
     for res in results:
@@ -542,8 +562,9 @@ def table(results: list[dict[str, Any]], engine: str) -> str:
                 for t in res["per_task"]
                 if (cls == "all" or t["class"] == cls) and math.isfinite(t["rel_err"])
             ]
+            label = res["policy"] + (f"#{res['repeat'] + 1}" if res.get("repeat") else "")
             lines.append(
-                f"{res['policy']:10s} {cls:7s} {r['n']:3d} {r['pct_beta']:9.1f} "
+                f"{label:10s} {cls:7s} {r['n']:3d} {r['pct_beta']:9.1f} "
                 f"{s.get('pct_beta', math.nan):8.1f} {r['response_mean']:10.2f} "
                 f"{s.get('response_mean', math.nan):9.2f} {r['on_time_pct']:12.0f} "
                 f"{100 * statistics.fmean(errs) if errs else math.nan:9.1f}%"
@@ -556,13 +577,6 @@ def table(results: list[dict[str, Any]], engine: str) -> str:
                 f"equal their reference; tokens {rp['replayed_tokens']} vs the tokenizer's "
                 f"{rp['own_tokens']} (x{rp['ratio']:.3f}, {rp['tasks_with_extra_tokens']} tasks took more)"
             )
-    for key, label in (("response_mean", "mean response"), ("pct_beta", "%Σβ")):
-        o = ordering(results, key)
-        lines.append(
-            f"ordering by {label} (all tasks, best first): real {' > '.join(o['real'])}; "
-            f"sim {' > '.join(o['sim'])}: {'matches' if o['match'] else 'DIFFERS'}"
-            + (f" ({o['discordant']} pair(s) swapped)" if o["discordant"] else "")
-        )
     for r in results:
         ars = r.get("at_run_speed", {})
         lines.append(
@@ -571,14 +585,24 @@ def table(results: list[dict[str, Any]], engine: str) -> str:
             f"run's speed {100 * ars.get('mean_abs_rel_err', math.nan):.1f}% (load drift removed); "
             f"load {r.get('load_average', math.nan):.1f}"
         )
+    merged = by_policy(results)
     for key in ("response_mean", "pct_beta"):
         lines.append(
-            f"ratio to {results[0]['policy']} of {key} (all tasks): "
+            f"ratio to {results[0]['policy']} of {key} (all tasks"
+            + (", mean of the repeats" if len(merged) < len(results) else "")
+            + "): "
             + "; ".join(
                 f"{r['policy']} real {r['real']:.2f} sim {r['sim']:.2f} (diff {r['diff_pct']:.0f}%)"
-                for r in ratios(results, key)
+                for r in ratios(merged, key)
             )
         )
+    errs = [r["mean_abs_rel_err"] for r in results if math.isfinite(r.get("mean_abs_rel_err", math.nan))]
+    if errs:
+        lines.append(
+            f"simulator's mean |response error| over the runs: {100 * statistics.fmean(errs):.1f}% "
+            f"(per run {', '.join(f'{100 * e:.1f}%' for e in errs)})"
+        )
+    lines += ordering_lines(ordering_check(results))
     return "\n".join(lines)
 
 
@@ -588,6 +612,7 @@ def figure(results: list[dict[str, Any]], engine: str, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    results = by_policy(results)  # repeats: their means
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     pols = [r["policy"] for r in results]
     classes = [c for c in results[0]["real"] if c != "all"]
@@ -625,6 +650,16 @@ def _param(text: str) -> tuple[str, Any]:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
     k, v = text.split("=", 1)
     return k.strip(), yaml.safe_load(v)
+
+
+def _positive(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return v
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -666,6 +701,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "task's reference plan (its LRTrace plan) is the engine's structured-output constraint, so "
         "the engine writes exactly that plan (timing comparable across engines and the simulator)",
     )
+    parser.add_argument(
+        "--time-scale",
+        type=_positive,
+        default=1.0,
+        help="multiply the world's time axis by this, for the real and the predicted runs alike: task "
+        "arrivals and the robots' execution times (and the planner's model of them); ERTs follow "
+        "--tuf-scale. < 1 brings the bursts closer together for the engine (more contention) and "
+        "shortens a run whose length is the trace's wall-clock span (default 1: the trace's times)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run each policy N times (interleaved); the ordering check then calls a pair whose "
+        "real ranges overlap a tie (the run-to-run spread), and averages the repeats",
+    )
     parser.add_argument("--seed", type=int, default=0, help="robot execution-time draws")
     parser.add_argument(
         "--no-speed-check",
@@ -687,6 +738,11 @@ def run(args: argparse.Namespace) -> int:
     from timely_llm_ros.engines.registry import create_engine
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if args.repeats < 1:
+        print(f"timely-llm realbench: error: --repeats must be >= 1, got {args.repeats}", file=sys.stderr)
+        return 2
+    t_start = time.monotonic()
+    timing: dict[str, Any] = {}
     profile = args.profile or DEFAULT_PROFILES[args.engine]
     if profile != "fit":
         load_profile(profile)  # fail before the slow part
@@ -698,8 +754,10 @@ def run(args: argparse.Namespace) -> int:
     )
     realtime = args.engine != "sim"
     options = PlannerOptions(plan_source=args.plans)
+    timing["engine_start_s"] = time.monotonic() - t_start
     try:
-        probe = load_tasks(args.workload, args.tasks, 1.0)
+        t0 = time.monotonic()
+        probe = load_tasks(args.workload, args.tasks, 1.0, args.time_scale)
         urgent = next((t for t in probe if task_class(t) == "urgent"), probe[0])
         if args.tuf_scale == "auto":
             first = first_segment_time(engine, urgent, options)
@@ -709,7 +767,7 @@ def run(args: argparse.Namespace) -> int:
             )
         else:
             scale = float(args.tuf_scale)
-        tasks = load_tasks(args.workload, args.tasks, scale)
+        tasks = load_tasks(args.workload, args.tasks, scale, args.time_scale)
         references = (
             {t.task_id: t.reference_plan for t in tasks if t.reference_plan}
             if args.plans == REFERENCE
@@ -723,33 +781,67 @@ def run(args: argparse.Namespace) -> int:
             prof = fit_now(engine, args.out / "profile-fit.yaml", probes, options)
             print(f"[realbench] fitted now: {args.out / 'profile-fit.yaml'}", flush=True)
             PlannerCore(engine, "timely").warm_up(sets)  # the sweep's prompts may have evicted them
+        timing["probe_and_fit_s"] = time.monotonic() - t0
         base = prof if profile == "fit" else load_profile(profile)
+        est = estimate_runs(engine, base, tasks, policies, args.seed, urgent, sets, args.time_scale, options)
+        timing["estimated_run_s"] = est
+        print(
+            "[realbench] estimated run time per policy (the profile's makespan): "
+            + ", ".join(f"{p} {v:.0f} s" for p, v in est.items())
+            + f"; x{args.repeats} repeat(s), plus a speed check and a prediction each",
+            flush=True,
+        )
         results = []
-        for pol in policies:
-            speed = speed_check(engine, base, urgent, options) if args.speed_check else 1.0
-            sim = predictor(engine, base.slowed(speed) if speed != 1.0 else base, urgent, sets)
-            print(
-                f"[realbench] {args.engine} / {pol}: {len(tasks)} tasks (speed check x{speed:.2f}, "
-                f"load {os.getloadavg()[0]:.1f}) ...",
-                flush=True,
-            )
-            real_tap, sim_tap = PhaseTap(engine.now), PhaseTap(sim.now)
-            real = drive(engine, tasks, pol, realtime=realtime, seed=args.seed, options=options, tap=real_tap)
-            pred = predict(sim, tasks, real, args.seed, tap=sim_tap)
-            results.append(compare(real, pred, references))
-            results[-1]["speed_check"] = speed
-            results[-1]["load_average"] = os.getloadavg()[0]
-            results[-1]["phases"] = account(real_tap, sim_tap, sim.profile)
-            results[-1]["at_run_speed"] = at_run_speed(
-                engine, sim.profile, tasks, real, args.seed, urgent, sets
-            )
-            if args.phases:
-                print(phase_table(pol, results[-1]["phases"]), flush=True)
-            print(
-                f"[realbench]   done in {real.wall:.0f} s; mean |err| "
-                f"{100 * results[-1]['mean_abs_rel_err']:.1f}%",
-                flush=True,
-            )
+        for rep in range(args.repeats):
+            for pol in policies:
+                t_pol = time.monotonic()
+                speed = speed_check(engine, base, urgent, options) if args.speed_check else 1.0
+                sim = predictor(engine, base.slowed(speed) if speed != 1.0 else base, urgent, sets)
+                print(
+                    f"[realbench] {args.engine} / {pol}"
+                    + (f" (repeat {rep + 1}/{args.repeats})" if args.repeats > 1 else "")
+                    + f": {len(tasks)} tasks (speed check x{speed:.2f}, load {os.getloadavg()[0]:.1f}) ...",
+                    flush=True,
+                )
+                real_tap, sim_tap = PhaseTap(engine.now), PhaseTap(sim.now)
+                t_run = time.monotonic()
+                real = drive(
+                    engine,
+                    tasks,
+                    pol,
+                    realtime=realtime,
+                    seed=args.seed,
+                    options=options,
+                    tap=real_tap,
+                    exec_scale=args.time_scale,
+                )
+                t_pred = time.monotonic()
+                pred = predict(sim, tasks, real, args.seed, tap=sim_tap, exec_scale=args.time_scale)
+                results.append(compare(real, pred, references))
+                res = results[-1]
+                res["repeat"] = rep
+                res["speed_check"] = speed
+                res["load_average"] = os.getloadavg()[0]
+                res["phases"] = account(real_tap, sim_tap, sim.profile)
+                res["at_run_speed"] = at_run_speed(
+                    engine, sim.profile, tasks, real, args.seed, urgent, sets, args.time_scale
+                )
+                res["timing"] = {
+                    "run_s": real.wall,
+                    "estimated_run_s": est.get(pol, math.nan),
+                    "predicted_makespan_s": pred.span,
+                    "speed_check_s": t_run - t_pol,
+                    "prediction_s": time.monotonic() - t_pred,
+                    "total_s": time.monotonic() - t_pol,
+                }
+                if args.phases:
+                    print(phase_table(pol, res["phases"]), flush=True)
+                print(
+                    f"[realbench]   done in {real.wall:.0f} s (estimated {est.get(pol, math.nan):.0f} s, "
+                    f"{res['timing']['total_s']:.0f} s with the speed check and prediction); mean |err| "
+                    f"{100 * res['mean_abs_rel_err']:.1f}%",
+                    flush=True,
+                )
     finally:
         engine.close()
     text = table(results, args.engine)
@@ -767,8 +859,11 @@ def run(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "load_average": os.getloadavg()[0],
         "results": results,
-        "ratios": {k: ratios(results, k) for k in ("response_mean", "pct_beta")},
-        "ordering": {k: ordering(results, k) for k in ("response_mean", "pct_beta")},
+        "time_scale": args.time_scale,
+        "repeats": args.repeats,
+        "ratios": {k: ratios(by_policy(results), k) for k in ("response_mean", "pct_beta")},
+        "ordering_check": ordering_check(results),
+        "timing": {**timing, "total_s": time.monotonic() - t_start},
     }
     (args.out / "realbench.json").write_text(json.dumps(_clean(out), indent=1))
     (args.out / "realbench.txt").write_text(text + "\n")

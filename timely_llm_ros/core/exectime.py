@@ -241,6 +241,33 @@ class ExecTimeModel:
                 total += model.sample(call, rng)
         return total
 
+    def scaled(self, factor: float) -> ExecTimeModel:
+        """The same robots on a time axis multiplied by ``factor`` (< 1: faster): every estimate and
+        sample times ``factor``. A benchmark that compresses a workload's time axis (realbench
+        ``--time-scale``) gives this one model to both the simulated robots and the planner, so the
+        scheduler's estimates stay those of the robots it drives."""
+        if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 0):
+            raise ExecTimeError(f"execution-time scale must be a finite number > 0, got {factor!r}")
+        return ScaledExecTimeModel(self._models, float(factor)) if factor != 1 else self
+
+
+class ScaledExecTimeModel(ExecTimeModel):
+    """An :class:`ExecTimeModel` whose times are all multiplied by ``factor`` (:meth:`ExecTimeModel.scaled`)."""
+
+    def __init__(self, models: dict[str, dict[str, SkillTimeModel]], factor: float) -> None:
+        super().__init__(models)
+        self.factor = factor
+
+    def estimate_call(self, robot_type: str, call: SkillCall) -> ExecEstimate:
+        e = super().estimate_call(robot_type, call)
+        return ExecEstimate(e.minimum * self.factor, e.expected * self.factor, e.maximum * self.factor)
+
+    def sample(self, robot_type: str, calls: list[SkillCall], rng: random.Random) -> float:
+        return super().sample(robot_type, calls, rng) * self.factor
+
+    def scaled(self, factor: float) -> ExecTimeModel:
+        return ExecTimeModel(self._models).scaled(self.factor * factor)
+
 
 # ------------------------------------------------------------------------- segments as executed
 @dataclass
