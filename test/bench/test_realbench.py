@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from timely_llm_ros.bench import realbench
 
 
@@ -35,24 +37,58 @@ def test_tuf_scale_and_task_selection():
     assert [t.tuf.ert for t in tasks] == [10.0 * t.tuf.ert for t in base]
 
 
-def _res(policy, real_resp, sim_resp):
-    return {
-        "policy": policy,
-        "real": {"all": {"response_mean": real_resp, "pct_beta": 100.0}},
-        "sim": {"all": {"response_mean": sim_resp, "pct_beta": 100.0}},
-    }
+def test_time_scale_compresses_arrivals_only():
+    base = realbench.load_tasks("wid3", 15, 8.0)
+    half = realbench.load_tasks("wid3", 15, 8.0, time_scale=0.5)
+    assert [t.arrival for t in half] == [0.5 * t.arrival for t in base] and base[-1].arrival > 0
+    assert [t.tuf for t in half] == [t.tuf for t in base]  # ERTs follow --tuf-scale alone
+    with pytest.raises(ValueError, match="time scale"):
+        realbench.load_tasks("wid3", 3, 1.0, time_scale=0.0)
 
 
-def test_ordering_of_policies_real_vs_predicted():
-    same = [_res("timely", 1.0, 0.9), _res("edf-seg", 1.5, 1.4), _res("vllm", 3.0, 2.5)]
-    o = realbench.ordering(same, "response_mean")
-    assert o["real"] == o["sim"] == ["timely", "edf-seg", "vllm"] and o["match"]
-    swapped = [_res("timely", 1.0, 1.6), _res("edf-seg", 1.5, 1.4)]
-    o = realbench.ordering(swapped, "response_mean")
-    assert not o["match"] and o["discordant"] == 1
-    tie = [_res("timely", 1.0, 1.0), _res("edf-seg", 1.01, 0.99)]  # within ORDER_TIE: no swap
-    assert realbench.ordering(tie, "response_mean")["match"]
-    assert realbench.ordering(same, "pct_beta")["match"]  # all equal: a tie everywhere
+def test_time_scale_and_repeats_on_the_simulated_engine(tmp_path):
+    """--time-scale shortens the run (arrivals and robots), predicted alike (error 0); --repeats runs
+    each policy again and the ordering check reads them."""
+    args = ["--engine", "sim", "--workload", "wid3", "--tasks", "6", "--tuf-scale", "4"]
+    args += ["--policies", "timely,vllm", "--plans", "reference"]
+    spans = {}
+    for ts in ("1", "0.25"):
+        out = tmp_path / ts
+        assert realbench.main([*args, "--time-scale", ts, "--repeats", "2", "--out", str(out)]) == 0
+        res = json.loads((out / "realbench.json").read_text())
+        assert res["time_scale"] == float(ts) and res["repeats"] == 2
+        assert [(r["policy"], r["repeat"]) for r in res["results"]] == [
+            ("timely", 0),
+            ("vllm", 0),
+            ("timely", 1),
+            ("vllm", 1),
+        ]
+        assert all(r["mean_abs_rel_err"] == 0.0 for r in res["results"])
+        spans[ts] = max(r["timing"]["predicted_makespan_s"] for r in res["results"])
+        for r in res["results"]:  # the estimate is the prediction before the run (sim: same engine)
+            assert r["timing"]["estimated_run_s"] == pytest.approx(r["timing"]["predicted_makespan_s"])
+        check = res["ordering_check"]
+        assert check["reproduced"] and check["swaps"] == 0, check["reason"]
+        assert "ordering reproduced: yes" in (out / "realbench.txt").read_text()
+    assert spans["0.25"] < 0.5 * spans["1"], spans
+
+
+def test_exec_time_model_scaled_for_robots_and_planner():
+    import random
+
+    from timely_llm_ros.core.exectime import ExecTimeError, load_exec_time_model
+    from timely_llm_ros.core.skills import SkillCall
+
+    m = load_exec_time_model()
+    robot = "arm"  # TimelyLLM's arm: uniform ranges (the minimum is the low end)
+    call = SkillCall("pi", ("'apple'",), "pi('apple')")
+    half = m.scaled(0.5)
+    e, h = m.estimate(robot, [call]), half.estimate(robot, [call])
+    assert (h.minimum, h.expected, h.maximum) == (0.5 * e.minimum, 0.5 * e.expected, 0.5 * e.maximum)
+    assert half.sample(robot, [call], random.Random(1)) == 0.5 * m.sample(robot, [call], random.Random(1))
+    assert m.scaled(1.0) is m and half.scaled(2.0).estimate(robot, [call]) == e
+    with pytest.raises(ExecTimeError, match="scale"):
+        m.scaled(-1.0)
 
 
 def test_engine_prompt_schedule_and_template_for_the_prediction():
