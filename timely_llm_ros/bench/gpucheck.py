@@ -66,6 +66,13 @@ class Size:
     tasks: int
     profile: str  # realbench --profile: "fit" or a shipped profile
     timeout_s: float
+    #: realbench --time-scale: the workload's arrivals and robot execution times multiplied by this.
+    #: On a GPU the engine's work for 40 WID2 tasks takes seconds, the trace's span (arrivals over
+    #: 19 s, then the robots' execution) about 34 s per policy (the simulator's makespan with the
+    #: shipped GPU profile); x0.25 makes it about 9 s with the same gap between timely and vllm.
+    time_scale: float = 1.0
+    #: each step's share of the whole check's budget (BUDGET_S), printed next to its wall time
+    budget_s: dict[str, float] = field(default_factory=dict)
 
 
 SIZES = {
@@ -76,8 +83,10 @@ SIZES = {
         40,
         "fit",
         900.0,
+        0.25,
+        {"tests": 180.0, "vllm_bench": 150.0, "realbench": 150.0},
     ),
-    "cpu": Size("cpu", TEST_FILES_CPU, ["--quick"], 2, "smollm2-135m-vllm-cpu", 2400.0),
+    "cpu": Size("cpu", TEST_FILES_CPU, ["--quick"], 2, "smollm2-135m-vllm-cpu", 2400.0, 0.25),
 }
 
 #: (key, label, target text, test of the measured value)
@@ -274,6 +283,8 @@ def run_realbench(
         POLICIES,
         "--profile",
         profile or size.profile,
+        "--time-scale",
+        f"{size.time_scale:g}",
         "--out",
         str(rdir),
     ]
@@ -292,12 +303,30 @@ def run_realbench(
         step.data["replay"] = replay
         step.detail = (
             "replayed reference plans" if replay else "the model's own plans"
-        ) + f", {size.tasks} tasks"
+        ) + f", {size.tasks} tasks, time x{size.time_scale:g}"
+        step.detail += "; " + realbench_times(step.data)
         reps = [r["replay"] for r in step.data.get("results", []) if r.get("replay")]
         if reps:
             exact = sum(r["replayed_exactly"] for r in reps)
             step.detail += f"; {exact}/{sum(r['tasks_with_reference'] for r in reps)} plans replayed exactly"
     return step
+
+
+def realbench_times(data: dict[str, Any]) -> str:
+    """Where realbench's time went: engine start, probe + fit, each policy's run (estimated from the
+    profile before it / actual) with its speed check and prediction."""
+    t = data.get("timing") or {}
+    parts = [
+        f"start {t.get('engine_start_s', math.nan):.0f} s",
+        f"probe+fit {t.get('probe_and_fit_s', math.nan):.0f} s",
+    ]
+    for r in data.get("results", []):
+        rt = r.get("timing") or {}
+        parts.append(
+            f"{r['policy']} run {rt.get('run_s', math.nan):.0f} s (est. {rt.get('estimated_run_s') or math.nan:.0f}) "
+            f"+ {rt.get('total_s', math.nan) - rt.get('run_s', math.nan):.0f} s"
+        )
+    return ", ".join(parts)
 
 
 def measured(bench: Step, real: Step, wall: float) -> dict[str, float | None]:
@@ -357,10 +386,15 @@ def table(report: dict[str, Any]) -> str:
     lines = [
         f"gpucheck ({report['size']} size) on {report['device']}, vLLM {report['vllm_version']}, "
         f"load average {report['load_average'][0]:.1f} -> {report['load_average'][1]:.1f}",
-        f"{'step':11s} {'status':8s} {'wall':>6s}  detail",
+        f"{'step':11s} {'status':8s} {'wall':>6s} {'budget':>7s}  detail",
     ]
+    budgets = report.get("budget_s") or {}
     for s in report["steps"]:
-        lines.append(f"{s['name']:11s} {s['status']:8s} {s['wall_s']:5.0f}s  {s['detail'][:150]}")
+        b = budgets.get(s["name"])
+        lines.append(
+            f"{s['name']:11s} {s['status']:8s} {s['wall_s']:5.0f}s {f'{b:.0f}s' if b else '-':>7s}  "
+            f"{s['detail'][:400]}"
+        )
     lines.append(f"{'GPU goal':42s} {'measured':>10s} {'target':>9s}  verdict")
     for g in report["goals"]:
         lines.append(
@@ -441,6 +475,7 @@ def run(args: argparse.Namespace) -> int:
         "vllm_version": bench.data.get("engine", {}).get("vllm_version") or vllm_version(),
         "replay": replay,
         "wall_s": wall,
+        "budget_s": size.budget_s,
         "load_average": [load0, os.getloadavg()[0]],
         "steps": [{k: v for k, v in s.__dict__.items() if k != "data"} for s in (tests, bench, real)],
         "goals": judge(vals, gpu),
