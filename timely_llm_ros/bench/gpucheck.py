@@ -13,7 +13,10 @@ step does not take the others with it, and each frees its GPU memory on exit):
    fitted first, the simulator predicting the same runs, in replay mode (``realbench --plans
    reference``): the tasks' reference plans are the constraint of each generation, so the 8B-shaped
    random-weight model writes exactly the traces' plans (a realbench without replay: the real
-   SmolLM2 weights write their own plans).
+   SmolLM2 weights write their own plans); on a time axis compressed x0.25 (``--time-scale``:
+   arrivals and robot execution times), so that 40 tasks do not take the trace's wall-clock span
+   per policy on an engine that computes them in seconds. The table prints each step's wall time
+   next to its budget and realbench's time per part (start, probe + fit, each run vs its estimate).
 
 Then one JSON (``gpucheck.json``) and one table (``gpucheck.txt``, printed) with the GPU goals as
 pass/fail columns: decode step ≤ 1.5× the weight-read floor at batch 1; the urgent first action

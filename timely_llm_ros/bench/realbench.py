@@ -30,8 +30,18 @@ Every run is observed by a :class:`~.phase_account.PhaseTap`: per task, the phas
 (pickup, queued, prefill, decode, to robot; then suspended, resume, later decoding) real vs
 predicted, and the run's time by kind (steps, forward pass, sampling, planner loop, the profile's
 price of the real steps); ``--phases`` prints it, the JSON always has it. The table also gives the
-ordering of the policies real vs predicted and the prediction's error at the speed the engine had
-during the run (load drift removed; a diagnostic).
+ordering of the policies real vs predicted
+(:mod:`.ordering`: by %Σβ over all and urgent tasks and by mean response; pairs the real runs cannot
+separate are ties, never swaps; then "ordering reproduced: yes/no (reason)") and the prediction's
+error at the speed the engine had during the run (load drift removed; a diagnostic).
+
+``--time-scale K`` multiplies the world's time axis, for the real and the predicted runs alike: the
+tasks' arrivals, the robots' execution times and the planner's model of them (ERTs follow
+``--tuf-scale``). ``K < 1`` gives the engine the same bursts closer together (contention where a
+slow-paced trace leaves the engine idle) and shortens a run whose length is the trace's wall-clock
+span (the GPU check). ``--repeats N`` runs each policy N times, interleaved; the ordering check then
+also calls pairs whose real ranges overlap ties. ``--strict``: exit status 1 unless the ordering is
+reproduced and the mean error is within :data:`ERROR_GOAL`.
 
 Reported per policy and class: %Σβ (100·ΣU/Σβ), mean response time W(s₀), on-time %; per task the
 real and predicted response times and the prediction's relative error; the mean absolute error
