@@ -70,6 +70,7 @@ def test_time_scale_and_repeats_on_the_simulated_engine(tmp_path):
         check = res["ordering_check"]
         assert check["reproduced"] and check["swaps"] == 0, check["reason"]
         assert "ordering reproduced: yes" in (out / "realbench.txt").read_text()
+        assert set(res["ordering"]) == {"response_mean", "pct_beta"}
     assert spans["0.25"] < 0.5 * spans["1"], spans
 
 

@@ -73,7 +73,7 @@ from typing import Any
 import yaml
 
 from timely_llm_ros.bench.calibrate import joint_fit, overheads, probe_tap
-from timely_llm_ros.bench.ordering import by_policy, ordering_check
+from timely_llm_ros.bench.ordering import by_policy, ordering, ordering_check
 from timely_llm_ros.bench.ordering import lines as ordering_lines
 from timely_llm_ros.bench.phase_account import PhaseTap, compare_phases, phase_table, price_step
 from timely_llm_ros.core import events as ev
@@ -889,6 +889,7 @@ def run(args: argparse.Namespace) -> int:
         "time_scale": args.time_scale,
         "repeats": args.repeats,
         "ratios": {k: ratios(by_policy(results), k) for k in ("response_mean", "pct_beta")},
+        "ordering": {k: ordering(results, k) for k in ("response_mean", "pct_beta")},  # all tasks
         "ordering_check": ordering_check(results),
         "mean_abs_rel_err": mean_error(results),
         "timing": {**timing, "total_s": time.monotonic() - t_start},
