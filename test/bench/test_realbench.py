@@ -121,3 +121,10 @@ def test_strict_fails_when_the_slice_does_not_separate_the_policies(tmp_path, ca
     assert (
         realbench.main([*args, "--policies", "timely,vllm", "--strict", "--out", str(tmp_path / "six")]) == 0
     )
+
+
+def test_speed_check_takes_the_median_probe():
+    # one probe met a burst (x1.9), two saw the engine at its profile's speed: the run gets ~x1.0
+    assert realbench.median_ratio([(1.9, 1.0), (1.0, 1.0), (1.02, 1.0)]) == 1.02
+    assert realbench.median_ratio([(2.0, 1.0)]) == 2.0
+    assert realbench.median_ratio([(1.0, 0.0)]) == 1.0 and realbench.median_ratio([]) == 1.0

@@ -23,8 +23,8 @@ chunks or one 64-token batch, most urgent first, held back behind more urgent de
 ``timely-llm profile`` plus one task per skill set served alone through the planner
 (:mod:`.calibrate`: the forward pass refitted with those steps, and what a planner run adds to it —
 prefix attention, grammar sampling, the planner's loop). Right before each policy's run a speed check
-(one probe task) slows the profile by the engine's current real/priced ratio (``--no-speed-check``:
-off), since a shared machine's load changes the engine's speed within minutes.
+(one probe task served alone three times) slows the profile by the engine's current real/priced
+ratio, the median of the three (``--no-speed-check``: off), since a shared machine's load changes the engine's speed within minutes.
 
 Every run is observed by a :class:`~.phase_account.PhaseTap`: per task, the phases of its response
 (pickup, queued, prefill, decode, to robot; then suspended, resume, later decoding) real vs
@@ -502,17 +502,31 @@ def estimate_runs(
 
 
 def speed_check(
-    engine: Engine, profile: EngineProfile, probe: TaskSpec, options: PlannerOptions | None = None
+    engine: Engine,
+    profile: EngineProfile,
+    probe: TaskSpec,
+    options: PlannerOptions | None = None,
+    probes: int = 3,
 ) -> float:
-    """How much slower (> 1) than ``profile`` the engine runs right now: one probe task served alone
-    to the end of its plan (:func:`~.calibrate.probe_tap`), its steps' real time ÷ their price. 1.0
-    on an engine whose steps do not say what they fed (vLLM, servers, the simulated engine)."""
-    steps = probe_tap(engine, probe, options=options).steps
-    if not steps or any(math.isnan(s.forward_s) for s in steps):
-        return 1.0
-    priced = sum(price_step(profile, s) for s in steps)
-    k = sum(s.duration for s in steps) / priced if priced > 0 else math.nan
-    return k if math.isfinite(k) and k > 0 else 1.0
+    """How much slower (> 1) than ``profile`` the engine runs right now: ``probes`` times one probe
+    task served alone to the end of its plan (:func:`~.calibrate.probe_tap`), its steps' real time ÷
+    their price, and the median of those ratios (one probe that meets a neighbour's burst on a shared
+    machine measured x1.89 where the run that followed had x0.98). 1.0 on an engine whose steps do not
+    say what they fed (vLLM, servers, the simulated engine)."""
+    ratios_ = []
+    for _ in range(max(1, probes)):
+        steps = probe_tap(engine, probe, options=options).steps
+        if not steps or any(math.isnan(s.forward_s) for s in steps):
+            return 1.0
+        ratios_.append((sum(s.duration for s in steps), sum(price_step(profile, s) for s in steps)))
+    return median_ratio(ratios_)
+
+
+def median_ratio(pairs: list[tuple[float, float]]) -> float:
+    """The median of real/priced over ``pairs`` (real seconds, priced seconds), leaving out pairs
+    without a price; 1.0 when none is left (no evidence the engine is off its profile)."""
+    ks = [real / priced for real, priced in pairs if priced > 0 and math.isfinite(real / priced) and real > 0]
+    return statistics.median(ks) if ks else 1.0
 
 
 def at_run_speed(
@@ -750,8 +764,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="speed_check",
         action="store_false",
         help="predict every policy's run with the profile as fitted (default: right before each run, "
-        "time one probe task served alone and slow the profile by its real/priced ratio: a shared "
-        "machine's load changes the engine's speed between the fit and the runs)",
+        "time one probe task served alone three times and slow the profile by the median "
+        "real/priced ratio: a shared machine's load changes the engine's speed between the fit and the runs)",
     )
     parser.add_argument(
         "--phases",
