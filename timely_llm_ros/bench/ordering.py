@@ -97,13 +97,14 @@ def ordering(
     tol = ORDER_TOL[key] if tol is None else tol
     pols = by_policy(results)
     sign = -1.0 if key == "response_mean" else 1.0
-    val = {
-        side: {p["policy"]: p[side].get(cls, {}).get(key, math.nan) for p in pols} for side in ("real", "sim")
+    val: dict[str, dict[str, float]] = {
+        side: {p["policy"]: _num(p[side].get(cls, {}).get(key)) for p in pols} for side in ("real", "sim")
     }
-    order = {
-        side: sorted(val[side], key=lambda q, v=val[side]: -sign * v[q] if math.isfinite(v[q]) else math.inf)
-        for side in val
-    }
+
+    def best_first(v: dict[str, float]) -> list[str]:
+        return sorted(v, key=lambda q: -sign * v[q] if math.isfinite(v[q]) else math.inf)
+
+    order = {side: best_first(val[side]) for side in val}
     pairs = []
     for i, a in enumerate(pols):
         for b in pols[i + 1 :]:
