@@ -20,13 +20,13 @@ WAIT = 120.0
 CLIMB = "[A] Climb, turn and take a picture."  # mu(50); tc(90); tp(); three segments
 
 
-def _drone(tmp, agent: str, n: int = 0):
+def _drone(tmp, agent: str, n: int = 0, time_scale: float = 1.0):
     return start_node(
         "drone",
         dict(os.environ),
         tmp / f"{agent}_{n}.log",
         namespace=f"/{agent}",
-        params={"backend": "sim", "exec_mode": "min", "time_scale": 1.0, "heartbeat_period": 0.3},
+        params={"backend": "sim", "exec_mode": "min", "time_scale": time_scale, "heartbeat_period": 0.3},
     )
 
 
@@ -38,7 +38,10 @@ def planner(tmp_path):
             "sim_plans": ["catalog", PLANS],
             "robot_grace_period": 10.0,
             "segment_timeout_margin": 60.0,
-            "feedback_min_exec_fraction": 0.5,
+            # DONE no earlier than 2 x the model's minimum after STARTED, with the forger's robot
+            # running 3 x slower than the minimum: its own DONEs stay valid, and the replayed early
+            # DONE stays early even when a loaded machine delays the forger by seconds.
+            "feedback_min_exec_fraction": 2.0,
             "robot_down_timeout": 3.0,
             "agent_queue_depth": 4,
             "journal": "off",
@@ -55,7 +58,7 @@ def test_a_forged_in_order_done_sequence_does_not_complete_a_task(tmp_path, plan
     from timely_llm_ros.ros import convert
 
     agent = "fg_drone"
-    robot = _drone(tmp_path, agent)
+    robot = _drone(tmp_path, agent, time_scale=3.0)
     peer = Peer(name="forger", watch_agents=(agent,))  # a participant that reads the fleet's topics
     try:
         peer.wait_planner(procs=(planner,))
