@@ -286,6 +286,28 @@ def test_admission_refuses_a_candidate_that_can_wait():
     assert admit(gen(arrival=-0.1, tuf=URGENT_TUF), [r])
 
 
+def test_gain_floor_variant_admits_when_the_deferral_gains_too_little():
+    # A running normal generation (arrived -0.907, 2 of 5 expected tokens done) ends at F = 0.06
+    # (W = 0.975, U = 1); the candidate's pass and slowdown (0.025 + 3·0.001) push it to W = 1.003,
+    # U = 0.994: admitting now costs it 0.006. A normal candidate arrived at 0 is on time either way,
+    # so waiting until 0.06 gains 0.006 = 0.6 % of its β. `timely` holds it for that; the floor
+    # variants hold it only if the gain clears their share of β (0.5 %: held; 1 % and 2 %: admitted).
+    def running():
+        return [gen(arrival=-0.907, seg_tokens=2)]
+
+    assert not admit(gen(arrival=0.0), running())
+    assert not admit(gen(arrival=0.0), running(), policy="timely-floor05")
+    assert admit(gen(arrival=0.0), running(), policy="timely-floor1")
+    assert admit(gen(arrival=0.0), running(), policy="timely-floor2")
+
+
+def test_gain_floor_is_validated():
+    with pytest.raises(ValueError, match="adm_gain_floor"):
+        TimelyOptions(adm_gain_floor=-0.01)
+    with pytest.raises(ValueError, match="adm_gain_floor"):
+        TimelyOptions(adm_gain_floor=1.0)
+
+
 def test_admission_times_the_candidate_like_the_running_ones():
     # same running urgent generation as above (loses 0.1067, ends at t_1 = 0.06); an urgent
     # candidate arrived at -0.03. Timed like the running ones (prefill pass + 5 tokens at T(2)) it

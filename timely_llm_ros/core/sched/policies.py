@@ -73,6 +73,9 @@ class PolicyName(enum.StrEnum):
     TIMELY_ADM_G = "timely-adm-g"
     TIMELY_CLAMPED = "timely-clamped"
     TIMELY_ADM_KEEPDUE = "timely-adm-keepdue"
+    TIMELY_FLOOR_05 = "timely-floor05"
+    TIMELY_FLOOR_1 = "timely-floor1"
+    TIMELY_FLOOR_2 = "timely-floor2"
     # the paper's baselines as its public code runs them where that differs from ours (bench --suite paper)
     FCFS_REQUEUE = "fcfs-requeue"
 

@@ -139,6 +139,9 @@ class TimelyOptions:
     adm_promise: bool = True  # a refusal promises admission at the deferral point it assumed
     adm_bare_g: bool = False  # the earlier admission rule (candidates timed by G, every loser credited)
     adm_keep_due: bool = False  # a due promise overtakes a refused candidate (UtilityGuidedAdmission.due)
+    # a deferral must expect to gain more than this share of the candidates' β (0: any gain defers;
+    # UtilityGuidedAdmission.gain_floor says why a floor, docs/scheduling.md what it measured)
+    adm_gain_floor: float = 0.0
     # What the policy maximises: "unclamped" Eq. 1 (the reported metric: late work keeps costing |α|
     # per second, so it is ranked by that cost, never parked) or "clamped" at 0 (late work is
     # worthless: the late tier). See the module docstring.
@@ -155,6 +158,8 @@ class TimelyOptions:
             raise ValueError(f"promoted_share must be in (0, 1], got {self.promoted_share!r}")
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
             raise ValueError(f"window must be a positive integer, got {self.window!r}")
+        if not 0.0 <= self.adm_gain_floor < 1.0:
+            raise ValueError(f"adm_gain_floor must be in [0, 1), got {self.adm_gain_floor!r}")
 
 
 ADMISSIONS = ("utility", "paper", "none")
@@ -476,8 +481,16 @@ class UtilityGuidedAdmission(Admission):
         promise: bool = True,
         bare_g: bool = False,
         keep_due: bool = False,
+        gain_floor: float = 0.0,
     ) -> None:
         self.keep_due = keep_due
+        # A deferral keeps slots idle on a *predicted* gain (step model, expected segment lengths);
+        # a gain of a fraction of a percent of what the candidates are worth is within that
+        # prediction's error, yet each such hold can release several slack-rich prompts together
+        # just before an urgent burst finds every slot taken (docs/scheduling.md, "Where `timely`
+        # still trails"). The floor is relative to the candidates' β so that it scales with the
+        # utility at stake, whatever the workload's units.
+        self.gain_floor = gain_floor
         self.group = group
         self.capacity = capacity
         self.promise = promise
@@ -546,7 +559,7 @@ class UtilityGuidedAdmission(Admission):
             gain, until, saved, cost = self._best_deferral(
                 t, cand, group, losers, pre, tb, dstep, t1, free, behind, ranking
             )
-        if gain > 0.0:
+        if gain > 0.0 and gain > self.gain_floor * sum(c.beta for c in group):
             if self.promise:
                 # a later trade may bring the promise forward, never push it back: re-deferring at
                 # every step moved urgent first segments past their promise while slots were free
@@ -678,6 +691,7 @@ def timely_strategies(options: TimelyOptions | None = None) -> tuple[PriorityStr
             promise=opt.adm_promise,
             bare_g=opt.adm_bare_g,
             keep_due=opt.adm_keep_due,
+            gain_floor=opt.adm_gain_floor,
         )
     elif opt.admission == "paper":
         adm = LatencyGuidedAdmission()
@@ -706,4 +720,7 @@ VARIANTS: dict[str, TimelyOptions] = {
     "timely-adm-g": TimelyOptions(adm_bare_g=True, adm_promise=False),
     "timely-clamped": TimelyOptions(objective="clamped"),
     "timely-adm-keepdue": TimelyOptions(adm_keep_due=True),
+    "timely-floor05": TimelyOptions(adm_gain_floor=0.005),
+    "timely-floor1": TimelyOptions(adm_gain_floor=0.01),
+    "timely-floor2": TimelyOptions(adm_gain_floor=0.02),
 }
