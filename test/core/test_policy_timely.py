@@ -299,6 +299,9 @@ def test_gain_floor_variant_admits_when_the_deferral_gains_too_little():
     assert not admit(gen(arrival=0.0), running(), policy="timely-floor05")
     assert admit(gen(arrival=0.0), running(), policy="timely-floor1")
     assert admit(gen(arrival=0.0), running(), policy="timely-floor2")
+    # with the floor only where at least two slots are free: at cap 2 (one free slot) it is held
+    assert admit(gen(arrival=0.0), running(), policy="timely-floor1-idle2")
+    assert not admit(gen(arrival=0.0), running(), policy="timely-floor1-idle2@b2")
 
 
 def test_gain_floor_is_validated():
@@ -306,6 +309,8 @@ def test_gain_floor_is_validated():
         TimelyOptions(adm_gain_floor=-0.01)
     with pytest.raises(ValueError, match="adm_gain_floor"):
         TimelyOptions(adm_gain_floor=1.0)
+    with pytest.raises(ValueError, match="adm_floor_free"):
+        TimelyOptions(adm_floor_free=0)
 
 
 def test_admission_times_the_candidate_like_the_running_ones():

@@ -18,6 +18,7 @@ timely-adm-g        the earlier admission (candidates timed by G, waiting credit
 timely-adm-nopromise a refusal does not promise admission at its deferral point
 timely-adm-keepdue  a due promise whose candidate would lose utility overtakes a refused candidate
 timely-floor05/1/2  a deferral must expect to gain > 0.5 / 1 / 2 % of the candidates' β
+timely-floor1-idle2 the 1 % floor only where at least two batch slots are free
 timely-full-ua      the utility-accrual test over the whole live queue (no lookahead window)
 timely-no-adm       no admission check (batch + memory only)
 timely-edf-dyn      all off: EDF on segment deadlines, no admission check

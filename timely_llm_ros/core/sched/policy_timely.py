@@ -142,6 +142,7 @@ class TimelyOptions:
     # a deferral must expect to gain more than this share of the candidates' β (0: any gain defers;
     # UtilityGuidedAdmission.gain_floor says why a floor, docs/scheduling.md what it measured)
     adm_gain_floor: float = 0.0
+    adm_floor_free: int = 1  # ... applied only when at least this many batch slots are free
     # What the policy maximises: "unclamped" Eq. 1 (the reported metric: late work keeps costing |α|
     # per second, so it is ranked by that cost, never parked) or "clamped" at 0 (late work is
     # worthless: the late tier). See the module docstring.
@@ -160,6 +161,12 @@ class TimelyOptions:
             raise ValueError(f"window must be a positive integer, got {self.window!r}")
         if not 0.0 <= self.adm_gain_floor < 1.0:
             raise ValueError(f"adm_gain_floor must be in [0, 1), got {self.adm_gain_floor!r}")
+        if (
+            isinstance(self.adm_floor_free, bool)
+            or not isinstance(self.adm_floor_free, int)
+            or self.adm_floor_free < 1
+        ):
+            raise ValueError(f"adm_floor_free must be a positive integer, got {self.adm_floor_free!r}")
 
 
 ADMISSIONS = ("utility", "paper", "none")
@@ -482,6 +489,7 @@ class UtilityGuidedAdmission(Admission):
         bare_g: bool = False,
         keep_due: bool = False,
         gain_floor: float = 0.0,
+        floor_free: int = 1,
     ) -> None:
         self.keep_due = keep_due
         # A deferral keeps slots idle on a *predicted* gain (step model, expected segment lengths);
@@ -491,6 +499,9 @@ class UtilityGuidedAdmission(Admission):
         # still trails"). The floor is relative to the candidates' β so that it scales with the
         # utility at stake, whatever the workload's units.
         self.gain_floor = gain_floor
+        # A clump needs several idle slots filled at once: with floor_free = 2 a single free slot
+        # (saturation at small caps, where every small trade counts) keeps every trade.
+        self.floor_free = floor_free
         self.group = group
         self.capacity = capacity
         self.promise = promise
@@ -559,7 +570,8 @@ class UtilityGuidedAdmission(Admission):
             gain, until, saved, cost = self._best_deferral(
                 t, cand, group, losers, pre, tb, dstep, t1, free, behind, ranking
             )
-        if gain > 0.0 and gain > self.gain_floor * sum(c.beta for c in group):
+        floor = self.gain_floor if self.max_batch - b >= self.floor_free else 0.0
+        if gain > 0.0 and gain > floor * sum(c.beta for c in group):
             if self.promise:
                 # a later trade may bring the promise forward, never push it back: re-deferring at
                 # every step moved urgent first segments past their promise while slots were free
@@ -692,6 +704,7 @@ def timely_strategies(options: TimelyOptions | None = None) -> tuple[PriorityStr
             bare_g=opt.adm_bare_g,
             keep_due=opt.adm_keep_due,
             gain_floor=opt.adm_gain_floor,
+            floor_free=opt.adm_floor_free,
         )
     elif opt.admission == "paper":
         adm = LatencyGuidedAdmission()
@@ -723,4 +736,5 @@ VARIANTS: dict[str, TimelyOptions] = {
     "timely-floor05": TimelyOptions(adm_gain_floor=0.005),
     "timely-floor1": TimelyOptions(adm_gain_floor=0.01),
     "timely-floor2": TimelyOptions(adm_gain_floor=0.02),
+    "timely-floor1-idle2": TimelyOptions(adm_gain_floor=0.01, adm_floor_free=2),
 }
