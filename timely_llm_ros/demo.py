@@ -168,8 +168,8 @@ def _start_monitor(progress: Progress):
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
+    from timely_llm_ros.interfaces import topics
     from timely_llm_ros.msg import TaskStatus
-    from timely_llm_ros.ros import topics
 
     rclpy.init(args=None)
     node = rclpy.create_node("demo_monitor")
@@ -201,7 +201,7 @@ def _preflight(engine: str) -> str | None:
     if engine == "vllm":
         import importlib.util
 
-        from timely_llm_ros.engines.base import EngineError
+        from timely_llm_ros.core.engine import EngineError
         from timely_llm_ros.engines.vllm_config import default_model
 
         if importlib.util.find_spec("vllm") is None:

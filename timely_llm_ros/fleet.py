@@ -254,10 +254,10 @@ def fleet_nodes(cfg: dict[str, Any], namespace: str = "/") -> list[NodeSpec]:
 
     ``namespace``: the fleet namespace (``/`` or e.g. ``/fleet_a``): every fleet-level node runs in
     it and each robot in ``<namespace>/<agent>``, so two fleets in different namespaces share a ROS
-    domain without seeing each other's topics (all names are relative, :mod:`timely_llm_ros.ros.topics`).
+    domain without seeing each other's topics (all names are relative, :mod:`timely_llm_ros.interfaces.topics`).
     """
     src = cfg.get("_path", "<fleet>")
-    from timely_llm_ros.ros.topics import join, normalize_namespace
+    from timely_llm_ros.interfaces.topics import join, normalize_namespace
 
     try:
         fleet_ns = normalize_namespace(namespace)
@@ -269,8 +269,8 @@ def fleet_nodes(cfg: dict[str, Any], namespace: str = "/") -> list[NodeSpec]:
     if not isinstance(robots_raw, list):
         raise FleetError(f"{src}: 'robots' must be a list")
     defaults = _mapping(cfg.get("robot_defaults"), f"{src}: robot_defaults")
+    from timely_llm_ros.interfaces.topics import valid_agent_id  # no rclpy import: topics.py is plain Python
     from timely_llm_ros.robots.plugins import registered_types  # no ROS import either
-    from timely_llm_ros.ros.topics import valid_agent_id  # no rclpy import: topics.py is plain Python
 
     robots: list[NodeSpec] = []
     type_names: list[str] = []

@@ -43,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _check(path: Path, show_grammar: bool, out) -> int:
     from timely_llm_ros.core.exectime import ExecTimeError, load_exec_time_model
     from timely_llm_ros.core.grammar import GrammarError, build_gbnf
-    from timely_llm_ros.core.skills import SkillSetError, load_skill_set_file, skill_list_text
+    from timely_llm_ros.core.skills.loader import load_skill_set_file, skill_list_text
+    from timely_llm_ros.core.skills.model import SkillSetError
     from timely_llm_ros.robots.plugins import PluginError, check_backend
 
     try:

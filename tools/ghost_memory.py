@@ -62,8 +62,9 @@ class Ghosts:
     def __init__(self, rclpy: Any) -> None:
         from std_msgs.msg import Header
 
+        from timely_llm_ros.interfaces import topics
         from timely_llm_ros.msg import SegmentFeedback, Task, TaskStatus
-        from timely_llm_ros.ros import qos, topics
+        from timely_llm_ros.ros import qos
 
         self.Header, self.Task, self.SegmentFeedback = Header, Task, SegmentFeedback
         self.final = TaskStatus.REJECTED

@@ -20,8 +20,9 @@ from rclpy.signals import SignalHandlerOptions
 from soak_report import Ledger
 
 from timely_llm_ros.core.task import TaskSpec
+from timely_llm_ros.interfaces import topics
 from timely_llm_ros.msg import Task, TaskStatus
-from timely_llm_ros.ros import convert, topics
+from timely_llm_ros.ros import convert
 from timely_llm_ros.workload.tasks import load_catalog
 
 _STATES = (

@@ -6,7 +6,7 @@ import pytest
 
 from timely_llm_ros.bench import ablation, loadsweep
 from timely_llm_ros.bench import scenarios as sc
-from timely_llm_ros.core.sched.scheduler import parse_policy
+from timely_llm_ros.core.sched.policies import parse_policy
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.core.tuf import NORMAL_TUF, URGENT_TUF
 

@@ -9,6 +9,8 @@ import random
 import pytest
 from schedkit import gen
 
+from timely_llm_ros.core.sched.admission import LatencyGuidedAdmission
+from timely_llm_ros.core.sched.policies import parse_policy
 from timely_llm_ros.core.sched.policy_timely import (
     VARIANTS,
     StepModel,
@@ -18,7 +20,7 @@ from timely_llm_ros.core.sched.policy_timely import (
     _least_removals,
 )
 from timely_llm_ros.core.sched.priority import PUDPriority
-from timely_llm_ros.core.sched.scheduler import LatencyGuidedAdmission, Scheduler, parse_policy
+from timely_llm_ros.core.sched.scheduler import Scheduler
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.core.tuf import NORMAL_TUF, URGENT_TUF
 from timely_llm_ros.sim.simulator import SimConfig, simulate

@@ -3,13 +3,10 @@
 import pytest
 from schedkit import gen
 
-from timely_llm_ros.core.sched.scheduler import (
-    NUMPY_THRESHOLD,
-    LatencyGuidedAdmission,
-    Scheduler,
-    UnknownPolicy,
-    parse_policy,
-)
+from timely_llm_ros.core.sched.admission import LatencyGuidedAdmission
+from timely_llm_ros.core.sched.policies import UnknownPolicy, parse_policy
+from timely_llm_ros.core.sched.priority import NUMPY_THRESHOLD
+from timely_llm_ros.core.sched.scheduler import Scheduler
 from timely_llm_ros.core.tuf import NORMAL_TUF, URGENT_TUF
 
 
@@ -195,8 +192,9 @@ def test_numpy_path_picks_like_python_path():
 
 
 def test_a_policy_of_ones_own_plugs_in_without_a_registry():
+    from timely_llm_ros.core.sched.admission import Admission
+    from timely_llm_ros.core.sched.policies import Policy, policy_names
     from timely_llm_ros.core.sched.priority import EDFPriority
-    from timely_llm_ros.core.sched.scheduler import Admission, Policy, policy_names
 
     class Never(Admission):
         name = "never"

@@ -17,7 +17,8 @@ from timely_llm_ros.engines.base import EngineError, EngineOutOfMemory
 
 require_llamacpp()
 
-from timely_llm_ros.engines.llamacpp import LlamaCppConfig, LlamaCppEngine  # noqa: E402
+from timely_llm_ros.engines.llamacpp import LlamaCppEngine  # noqa: E402
+from timely_llm_ros.engines.llamacpp_config import LlamaCppConfig  # noqa: E402
 
 pytestmark = pytest.mark.slow
 THREADS = int(os.environ.get("TIMELY_LLM_TEST_THREADS", "1"))

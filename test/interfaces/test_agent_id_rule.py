@@ -14,7 +14,6 @@ import pytest
 
 from timely_llm_ros.core.limits import MAX_AGENT_ID
 from timely_llm_ros.interfaces import topics
-from timely_llm_ros.ros import topics as ros_topics
 
 VALID = ["drone_1", "_x", "arm", "A1", "a_", "a" * MAX_AGENT_ID]
 INVALID = [
@@ -95,13 +94,16 @@ def test_simulator_ids_keep_their_bag_names() -> None:
 
 
 def test_the_nodes_the_bag_writer_and_the_rule_share_one_home() -> None:
+    # one module holds the names and the rule: the nodes' copy (ros/topics.py, a re-export) is gone
+    # and the bag writer uses the same objects instead of names of its own
+    import importlib.util
+
     from timely_llm_ros.lrtrace import bagio
 
-    assert ros_topics.valid_agent_id is topics.valid_agent_id
-    assert ros_topics.segment_topic is topics.segment_topic
-    assert bagio.segments_topic is topics.bag_segments_topic
-    assert (bagio.TOPIC_TASKS, bagio.TOPIC_TRACE) == ("/" + topics.TASKS, "/" + topics.TRACE_EVENTS)
-    assert set(ros_topics.__all__) == set(topics.__all__)
+    assert importlib.util.find_spec("timely_llm_ros.ros.topics") is None
+    assert {topics.TOPIC_TASKS, topics.TOPIC_TRACE} <= set(bagio.DEFAULT_TOPICS)
+    assert (topics.TOPIC_TASKS, topics.TOPIC_TRACE) == ("/" + topics.TASKS, "/" + topics.TRACE_EVENTS)
+    assert not hasattr(bagio, "segments_topic")
 
 
 @pytest.mark.ros

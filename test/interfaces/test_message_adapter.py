@@ -123,8 +123,8 @@ def test_a_ros_task_tuf_is_validated_once(sides, monkeypatch) -> None:
 def test_segment_maps_the_same_on_both_back_ends(sides) -> None:
     from timely_llm_ros.core.generation import Dispatch, Segment
     from timely_llm_ros.core.skills import SkillCall
+    from timely_llm_ros.interfaces.mapping import from_stamp
     from timely_llm_ros.lrtrace import convert as lcv
-    from timely_llm_ros.lrtrace import typestore as ts
     from timely_llm_ros.ros import convert
 
     _ros, bag, store = sides
@@ -164,7 +164,7 @@ def test_segment_maps_the_same_on_both_back_ends(sides) -> None:
     assert [list(c.args) for c in r.calls] == [["50"], ["'hi, you'"], [], ["yes", "2"]]
     assert [list(c.args) for c in b.calls] == [["50"], ["'hi, you'"], [], ["yes", "2"]]
     _same_on_the_wire(r, b, store)  # and every other field is the same
-    assert (ts.from_stamp(b.gen_start), ts.from_stamp(b.gen_end), b.tokens) == (3.5, 4.25, 17)
+    assert (from_stamp(b.gen_start), from_stamp(b.gen_end), b.tokens) == (3.5, 4.25, 17)
     # estimates the message cannot carry (nan, negative, unordered) come out finite and ordered
     odd = dataclasses.replace(d, min_exec=-1.0, expected_exec=math.nan, calls=calls[:1])
     r = convert.segment_to_msg(odd, gen_start=9.0)

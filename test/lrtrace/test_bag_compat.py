@@ -24,6 +24,7 @@ TOPIC = "/trace_events"
 def _write(path, **kwargs):
     """A bag of 50 trace events (long details, so chunk compression has something to do)."""
     from timely_llm_ros.core import events as ev
+    from timely_llm_ros.interfaces.mapping import seconds_to_ns
     from timely_llm_ros.lrtrace import convert as cv
     from timely_llm_ros.lrtrace import typestore as ts
 
@@ -31,7 +32,7 @@ def _write(path, **kwargs):
     with bagio.BagWriter(path, {TOPIC: ts.TRACE_EVENT}, flush_every_s=None, **kwargs) as writer:
         for i in range(50):
             e = ev.TraceEvent(1.0 + i, "ARRIVAL", f"t-{i}", "drone_1", 0, 0.0, "queued " * 40)
-            writer.write_msg(TOPIC, ts.seconds_to_ns(e.t), cv.event_to_msg(store, e))
+            writer.write_msg(TOPIC, seconds_to_ns(e.t), cv.event_to_msg(store, e))
     return path
 
 

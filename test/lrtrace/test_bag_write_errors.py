@@ -10,10 +10,11 @@ import pytest
 pytest.importorskip("rosbags", reason="rosbags is installed in the project venv (make)")
 
 from timely_llm_ros.core import events as ev
+from timely_llm_ros.interfaces.topics import TOPIC_TRACE
 from timely_llm_ros.lrtrace import convert as cv
 from timely_llm_ros.lrtrace import mcap
 from timely_llm_ros.lrtrace import typestore as ts
-from timely_llm_ros.lrtrace.bagio import TOPIC_TRACE, BagWriteError, BagWriter, read_bag
+from timely_llm_ros.lrtrace.bagio import BagWriteError, BagWriter, read_bag
 
 
 def _raw(i: int) -> bytes:

@@ -20,17 +20,14 @@ from ruamel.yaml import YAML
 from viz_testlib import SCENARIO, write_scenario_bag
 
 from timely_llm_ros.core import events as ev
+from timely_llm_ros.interfaces.mapping import from_stamp, seconds_to_ns
+from timely_llm_ros.interfaces.topics import TOPIC_TRACE
+from timely_llm_ros.interfaces.topics import bag_segments_topic as segments_topic
 from timely_llm_ros.lrtrace import convert as cv
 from timely_llm_ros.lrtrace import typestore as ts
-from timely_llm_ros.lrtrace.bagio import (
-    DEFAULT_TOPICS,
-    TOPIC_TRACE,
-    BagWriter,
-    make_typestore,
-    read_bag,
-    segments_topic,
-)
+from timely_llm_ros.lrtrace.bagio import DEFAULT_TOPICS, BagWriter, read_bag
 from timely_llm_ros.lrtrace.simbag import write_sim_bag
+from timely_llm_ros.lrtrace.typestore import make_typestore
 from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.workload.fileformat import resolve_workload
 
@@ -107,7 +104,7 @@ def test_raw_cdr_write_and_topic_added_later(tmp_path):
     got = read_bag(tmp_path / "b")
     assert got.trace_events() == [e]
     ((_, msg),) = got.messages("/drone_1/skill_segments")
-    assert msg.text == "tp;" and ts.from_stamp(msg.gen_end) == pytest.approx(1.2)
+    assert msg.text == "tp;" and from_stamp(msg.gen_end) == pytest.approx(1.2)
 
 
 def test_writer_refuses_bad_input_with_reasons(tmp_path):
@@ -137,12 +134,13 @@ _KILL_CHILD = textwrap.dedent("""
     from timely_llm_ros.core.events import TraceEvent
     from timely_llm_ros.lrtrace import convert as cv, typestore as ts
     from timely_llm_ros.lrtrace.bagio import BagWriter, DEFAULT_TOPICS
+    from timely_llm_ros.interfaces.mapping import seconds_to_ns
     store = ts.shared_typestore()
     mode = sys.argv[2]
     w = BagWriter(sys.argv[1], DEFAULT_TOPICS, flush_every_s=3600 if mode == "explicit" else 0.2)
     def put(i):
         e = TraceEvent(1.0 + i, "ARRIVAL", f"t{i}", "a")
-        w.write_msg("/trace_events", ts.seconds_to_ns(e.t), cv.event_to_msg(store, e))
+        w.write_msg("/trace_events", seconds_to_ns(e.t), cv.event_to_msg(store, e))
     for i in range(50):
         put(i)
     if mode == "explicit":
@@ -185,7 +183,7 @@ def test_truncated_storage_file_gives_what_is_before_the_damage(tmp_path):
     with BagWriter(bag, DEFAULT_TOPICS, flush_every_s=None) as w:
         for i in range(100):
             e = ev.TraceEvent(1.0 + i, ev.ARRIVAL, f"t{i}", "a")
-            w.write_msg(TOPIC_TRACE, ts.seconds_to_ns(e.t), cv.event_to_msg(store, e))
+            w.write_msg(TOPIC_TRACE, seconds_to_ns(e.t), cv.event_to_msg(store, e))
             if i % 10 == 9:
                 w.flush()  # one chunk per 10 messages
     mcap = bag / "b_0.mcap"
@@ -316,7 +314,7 @@ def test_reads_bags_written_by_rosbags_own_writer(tmp_path):
             for e in SCENARIO:
                 w.write(
                     conn,
-                    ts.seconds_to_ns(e.t),
+                    seconds_to_ns(e.t),
                     bytes(store.serialize_cdr(cv.event_to_msg(store, e), ts.TRACE_EVENT)),
                 )
         got = read_bag(path)

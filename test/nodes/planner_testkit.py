@@ -175,8 +175,9 @@ class Peer:
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.signals import SignalHandlerOptions
 
+        from timely_llm_ros.interfaces import topics
         from timely_llm_ros.msg import Segment, SegmentFeedback, Task, TaskStatus, TraceEvent
-        from timely_llm_ros.ros import qos, topics
+        from timely_llm_ros.ros import qos
 
         self.context = rclpy.Context()
         rclpy.init(context=self.context, signal_handler_options=SignalHandlerOptions.NO)
@@ -249,8 +250,9 @@ class Peer:
 
     def watch_tasks(self) -> None:
         """Subscribe to /tasks now (a workload that waits for this node starts only afterwards)."""
+        from timely_llm_ros.interfaces import topics
         from timely_llm_ros.msg import Task
-        from timely_llm_ros.ros import qos, topics
+        from timely_llm_ros.ros import qos
 
         self.node.create_subscription(Task, topics.TASKS, self._on_task, qos.task_qos())
         self.executor.wake()

@@ -55,6 +55,7 @@ def planner(tmp_path):
 
 def test_a_forged_in_order_done_sequence_does_not_complete_a_task(tmp_path, planner):
     from timely_llm_ros.core import events as ev
+    from timely_llm_ros.interfaces.mapping import from_stamp
     from timely_llm_ros.ros import convert
 
     agent = "fg_drone"
@@ -91,7 +92,7 @@ def test_a_forged_in_order_done_sequence_does_not_complete_a_task(tmp_path, plan
         assert peer.final_state("fg-1") == "COMPLETED", peer.final("fg-1").reason
         for i in range(3):  # completed by the robot's own sequence, every segment executed
             assert robot_said(ev.DONE, i), i
-        assert convert.from_stamp(peer.final("fg-1").stamp) > forged_at + 1.0
+        assert from_stamp(peer.final("fg-1").stamp) > forged_at + 1.0
         text = log_text(planner)
         assert "no nonce" in text and "wrong nonce" in text and "no robot executes it in less than" in text
         assert "running motion stopped" not in log_text(robot)

@@ -120,7 +120,7 @@ def _graph_settled(peer) -> bool:
     """Every publisher and the recorder's subscriptions of the fleet are visible from here, and this
     observer's feedback reader has matched every robot's writer (seeing a publisher in the graph comes
     before matching it: a STARTED sent in between would be lost to the observer, not to the planner)."""
-    from timely_llm_ros.ros import topics
+    from timely_llm_ros.interfaces import topics
 
     node = peer.node
 
@@ -222,14 +222,13 @@ def test_segments_run_in_order_on_the_right_robot(run):
 @pytest.mark.ros
 @pytest.mark.slow
 def test_segments_arrive_before_the_robot_goes_idle_when_load_allows(run):
+    from timely_llm_ros.interfaces.mapping import from_stamp
     from timely_llm_ros.ros import convert
 
     peer = run["peer"]
     ev_of: dict[tuple[str, str, int], float] = {}
     for e in peer.events:
-        ev_of.setdefault(
-            (e.task_id, convert.EVENT_KIND_NAME[e.kind], e.segment_index), convert.from_stamp(e.stamp)
-        )
+        ev_of.setdefault((e.task_id, convert.EVENT_KIND_NAME[e.kind], e.segment_index), from_stamp(e.stamp))
     checked = late = 0
     report = []
     for segs in peer.segments.values():
@@ -241,7 +240,7 @@ def test_segments_arrive_before_the_robot_goes_idle_when_load_allows(run):
             dispatch = ev_of.get((s.task_id, "DISPATCH", s.index))
             if None in (prev_start, prev_end, dispatch):
                 continue
-            generation = convert.from_stamp(s.gen_end) - convert.from_stamp(s.gen_start)
+            generation = from_stamp(s.gen_end) - from_stamp(s.gen_start)
             # "when the load allows": the previous action outlasted this segment's generation clearly
             if prev_end - prev_start < 2.0 * generation + 0.3:
                 continue
@@ -276,6 +275,7 @@ def _bag_dir(tmp: Path) -> Path:
 @pytest.mark.ros
 @pytest.mark.slow
 def test_the_bag_holds_everything_with_consistent_timestamps(run):
+    from timely_llm_ros.interfaces.mapping import from_stamp
     from timely_llm_ros.ros import convert
 
     peer = run["peer"]
@@ -291,15 +291,13 @@ def test_the_bag_holds_everything_with_consistent_timestamps(run):
         seen = [(m.task_id, m.index, m.text) for m in peer.segments[agent]]
         assert recorded == seen and seen, f"/{agent}/skill_segments: bag and wire differ (or empty)"
     fb_bag = sorted((m.task_id, m.index, m.state, stamp(m.stamp)) for _, m in bag["/segment_feedback"])
-    fb_wire = sorted((m.task_id, m.index, m.state, convert.from_stamp(m.stamp)) for m in peer.feedback)
+    fb_wire = sorted((m.task_id, m.index, m.state, from_stamp(m.stamp)) for m in peer.feedback)
     assert fb_bag == fb_wire and len(fb_wire) >= 2 * 7  # STARTED + DONE of at least one segment per task
     ev_bag = sorted((m.task_id, m.kind, m.segment_index, stamp(m.stamp)) for _, m in bag["/trace_events"])
-    ev_wire = sorted((m.task_id, m.kind, m.segment_index, convert.from_stamp(m.stamp)) for m in peer.events)
+    ev_wire = sorted((m.task_id, m.kind, m.segment_index, from_stamp(m.stamp)) for m in peer.events)
     assert ev_bag == ev_wire and {m.task_id for m in peer.events} == set(_task_ids())
     st_bag = sorted((m.task_id, m.state, stamp(m.stamp)) for _, m in bag["/task_status"])
-    st_wire = sorted(
-        (m.task_id, m.state, convert.from_stamp(m.stamp)) for v in peer.statuses.values() for m in v
-    )
+    st_wire = sorted((m.task_id, m.state, from_stamp(m.stamp)) for v in peer.statuses.values() for m in v)
     assert st_bag == st_wire
 
     # log time (recorder receipt) never precedes the stamp the sender put on the message

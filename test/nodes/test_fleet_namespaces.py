@@ -52,8 +52,9 @@ def test_two_namespaced_fleets_on_one_domain_do_not_see_each_others_tasks(tmp_pa
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
+    from timely_llm_ros.interfaces import topics
     from timely_llm_ros.msg import Task, TaskStatus
-    from timely_llm_ros.ros import convert, qos, topics
+    from timely_llm_ros.ros import convert, qos
 
     procs = [_fleet(tmp_path, ns) for ns in FLEETS]
     ctx = rclpy.Context()

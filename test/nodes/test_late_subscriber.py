@@ -23,8 +23,9 @@ def test_a_late_subscriber_receives_earlier_statuses_and_events(tmp_path):
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
+    from timely_llm_ros.interfaces import topics
     from timely_llm_ros.msg import TaskStatus, TraceEvent
-    from timely_llm_ros.ros import convert, qos, topics
+    from timely_llm_ros.ros import convert, qos
 
     with planner_graph(tmp_path, {"journal": "off"}, {"late_bot": "done"}, "late_peer") as (peer, proc):
         peer.task_pub.publish(make_task("late-1", "late_bot", "[A] Climb, turn and take a picture."))

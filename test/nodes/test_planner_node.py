@@ -31,6 +31,7 @@ def test_a_task_is_planned_in_segments_executed_and_completed(graph):
     from timely_llm_ros.core import events as ev
     from timely_llm_ros.core.exectime import load_exec_time_model
     from timely_llm_ros.core.skills import load_skill_set
+    from timely_llm_ros.interfaces.mapping import from_stamp
     from timely_llm_ros.ros import convert
     from timely_llm_ros.workload.tasks import load_catalog
 
@@ -64,7 +65,7 @@ def test_a_task_is_planned_in_segments_executed_and_completed(graph):
         est = model.estimate("drone", calls)
         assert seg.exec_time_min == pytest.approx(est.minimum)
         assert seg.exec_time_expected == pytest.approx(est.expected)
-        assert convert.from_stamp(seg.gen_start) <= convert.from_stamp(seg.gen_end)
+        assert from_stamp(seg.gen_start) <= from_stamp(seg.gen_end)
         assert seg.agent_id == "pn_drone"
     assert not any(s.final for s in segs[:-1])
 
@@ -90,7 +91,7 @@ def test_a_task_is_planned_in_segments_executed_and_completed(graph):
         assert kind in kinds, f"{kind} missing from {kinds}"
     assert kinds[0] == ev.ARRIVAL and kinds[-1] == ev.COMPLETE
     assert kinds.count(ev.DISPATCH) == len(segs) == kinds.count(ev.EXEC_END)
-    stamps = [convert.from_stamp(e.stamp) for e in events]
+    stamps = [from_stamp(e.stamp) for e in events]
     assert all(b >= a - 1e-6 for a, b in zip(stamps, stamps[1:])), "trace events out of time order"
     # every segment was dispatched before the robot started it
     for i in range(len(segs)):
@@ -100,7 +101,7 @@ def test_a_task_is_planned_in_segments_executed_and_completed(graph):
         start = next(
             e for e in events if e.kind == convert.EVENT_KIND_CODE[ev.EXEC_START] and e.segment_index == i
         )
-        assert convert.from_stamp(start.stamp) >= convert.from_stamp(dispatch.stamp) - 1e-6
+        assert from_stamp(start.stamp) >= from_stamp(dispatch.stamp) - 1e-6
 
 
 def test_one_segment_publisher_per_robot_whatever_the_tasks_tuf(graph):
@@ -319,32 +320,33 @@ def test_conversions_round_trip_and_refuse_bad_values():
     from timely_llm_ros.core import events as ev
     from timely_llm_ros.core.task import TaskRejected, TaskSpec
     from timely_llm_ros.core.tuf import URGENT_TUF
+    from timely_llm_ros.interfaces.mapping import Feedback, from_stamp, split_call_args, task_from_msg
     from timely_llm_ros.msg import TaskStatus, TraceEvent
     from timely_llm_ros.ros import convert
 
     t = 1_700_000_123.456789
-    assert convert.from_stamp(convert.to_stamp(t)) == pytest.approx(t, abs=1e-9)
+    assert from_stamp(convert.to_stamp(t)) == pytest.approx(t, abs=1e-9)
     assert convert.to_stamp(math.nan).sec == 0 and convert.to_stamp(-1.0).nanosec == 0
     spec = TaskSpec("t1", "drone_1", "drone", "tello_minispec", "go", URGENT_TUF, scene="[]", max_tokens=64)
-    back = convert.task_from_msg(convert.task_to_msg(spec), arrival=5.0)
+    back = task_from_msg(convert.task_to_msg(spec), arrival=5.0)
     got = (back.task_id, back.tuf, back.max_tokens, back.arrival, back.scene)
     assert got == ("t1", URGENT_TUF, 64, 5.0, "[]")
     msg = convert.task_to_msg(spec)
     msg.max_tokens = 0
-    assert convert.task_from_msg(msg, 0.0, default_max_tokens=99).max_tokens == 99
-    assert convert.task_from_msg(msg, 0.0).overrun == "" and msg.overrun == ""  # "" = planner default
+    assert task_from_msg(msg, 0.0, default_max_tokens=99).max_tokens == 99
+    assert task_from_msg(msg, 0.0).overrun == "" and msg.overrun == ""  # "" = planner default
     msg.overrun = " kill "
-    assert convert.task_to_msg(convert.task_from_msg(msg, 0.0)).overrun == "kill"
+    assert convert.task_to_msg(task_from_msg(msg, 0.0)).overrun == "kill"
     msg.overrun = "x" * 70_000
     with pytest.raises(TaskRejected, match="overrun must be one of") as bad:
-        convert.task_from_msg(msg, 0.0)
+        task_from_msg(msg, 0.0)
     assert len(bad.value.reason) < 200  # an unknown strategy is named, cut short
     msg.overrun = ""
     msg.tuf.beta = -1.0
     with pytest.raises(TaskRejected, match="invalid TUF: beta must be > 0"):
-        convert.task_from_msg(msg, 0.0)
-    assert convert.split_call_args('f(a, \'b, c\', g(1,2), "x\\"y")') == ["a", "'b, c'", "g(1,2)", '"x\\"y"']
-    assert convert.split_call_args("tp()") == [] and convert.split_call_args("say") == []
+        task_from_msg(msg, 0.0)
+    assert split_call_args('f(a, \'b, c\', g(1,2), "x\\"y")') == ["a", "'b, c'", "g(1,2)", '"x\\"y"']
+    assert split_call_args("tp()") == [] and split_call_args("say") == []
     for name in ev.EVENT_KINDS:
         e = ev.TraceEvent(t, name, "t1", "drone_1", 2, 0.5, "why")
         assert convert.event_from_msg(convert.event_to_msg(e)).kind == name
@@ -356,7 +358,7 @@ def test_conversions_round_trip_and_refuse_bad_values():
     assert convert.status_name(status) == "COMPLETED"
     assert not convert.status_to_msg("t1", "d", ev.QUEUED, t).has_response
     fb = convert.feedback_to_msg("t1", "drone_1", 3, ev.DONE, t, 1.5, "ok")
-    expected = convert.Feedback("t1", "drone_1", 3, ev.DONE, pytest.approx(t), 1.5, "ok")
+    expected = Feedback("t1", "drone_1", 3, ev.DONE, pytest.approx(t), 1.5, "ok")
     assert convert.feedback_from_msg(fb) == expected
     fb.state = 9
     with pytest.raises(ValueError, match="unknown SegmentFeedback state 9"):

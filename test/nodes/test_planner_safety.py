@@ -136,6 +136,7 @@ def test_a_repeated_done_does_not_complete_a_task_early(graph):
     """Finding 3: a duplicate (or forged) DONE for segment 0 marked the task COMPLETED 3 ms later
     while the robot still ran segment 1."""
     from timely_llm_ros.core import events as ev
+    from timely_llm_ros.interfaces.mapping import from_stamp
     from timely_llm_ros.ros import convert
 
     peer, proc = graph
@@ -169,7 +170,7 @@ def test_a_repeated_done_does_not_complete_a_task_early(graph):
     send(2, ev.DONE)
     wait_for(lambda: peer.final_state("sd-1"), WAIT, "sd-1 completed", procs=(proc,))
     final = peer.final("sd-1")
-    assert peer.final_state("sd-1") == "COMPLETED" and convert.from_stamp(final.stamp) >= last_done - 0.5
+    assert peer.final_state("sd-1") == "COMPLETED" and from_stamp(final.stamp) >= last_done - 0.5
     ends = [e for e in peer.events_of("sd-1") if convert.EVENT_KIND_NAME[e.kind] == "EXEC_END"]
     wait_for(
         lambda: (

@@ -37,8 +37,9 @@ def _read_with_rosbags(bag) -> dict[str, list]:
 
 def _publish_everything(peer):
     """One burst per topic (each within its QoS depth); returns what was sent per topic."""
+    from timely_llm_ros.interfaces import topics
     from timely_llm_ros.msg import Segment, SegmentFeedback, TraceEvent
-    from timely_llm_ros.ros import qos, topics
+    from timely_llm_ros.ros import qos
 
     fb = peer.node.create_publisher(SegmentFeedback, topics.SEGMENT_FEEDBACK, qos.feedback_qos())
     ev = peer.node.create_publisher(TraceEvent, topics.TRACE_EVENTS, qos.event_qos())

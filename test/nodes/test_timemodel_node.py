@@ -17,7 +17,7 @@ WAIT = 60.0
 
 
 def test_fit_line_needs_two_distinct_arguments():
-    from timely_llm_ros.nodes.timemodel import fit_line
+    from timely_llm_ros.core.exectime_fit import fit_line
 
     assert fit_line([100, 300], [2.0, 3.0]) == pytest.approx((0.005, 1.5))
     assert fit_line([100, 100], [2.0, 3.0]) is None
@@ -89,8 +89,9 @@ def test_estimates_for_every_robot_type_and_clear_errors(timemodel):
 def test_measured_feedback_is_refitted_into_a_loadable_model(timemodel):
     from timely_llm_ros.core import events as ev
     from timely_llm_ros.core.exectime import load_exec_time_file
+    from timely_llm_ros.interfaces import topics
     from timely_llm_ros.msg import Segment, SkillCall, Task
-    from timely_llm_ros.ros import convert, qos, topics
+    from timely_llm_ros.ros import convert, qos
 
     peer, proc, refit = timemodel
     seg_pub = peer.node.create_publisher(Segment, topics.segment_topic("tm_drone"), qos.segment_qos(None))

@@ -19,8 +19,9 @@ from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
 
+from timely_llm_ros.interfaces import topics
 from timely_llm_ros.msg import Segment, SegmentFeedback, Task, TaskStatus
-from timely_llm_ros.ros import qos, topics
+from timely_llm_ros.ros import qos
 
 WAIT_S = 60.0
 

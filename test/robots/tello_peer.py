@@ -16,7 +16,8 @@ import threading
 import time
 
 from timely_llm_ros.core.skills import load_skill_set
-from timely_llm_ros.robots.runner import SegmentItem, SegmentRunner
+from timely_llm_ros.robots.runner import SegmentRunner
+from timely_llm_ros.robots.task_queue import SegmentItem
 from timely_llm_ros.robots.tello import TelloBackend
 
 

@@ -238,7 +238,7 @@ def _runner(graph):
 
 
 def _run(runner, task: str, text: str, index: int = 0):
-    from timely_llm_ros.robots.runner import SegmentItem
+    from timely_llm_ros.robots.task_queue import SegmentItem
 
     return runner.run(SegmentItem(task, index, text, final=True))
 
@@ -285,8 +285,9 @@ def test_a_goal_that_outlives_its_timeout_is_cancelled(graph):
 
 
 def test_the_planner_ending_the_task_cancels_the_running_goal(graph):
+    from timely_llm_ros.interfaces import topics
     from timely_llm_ros.msg import TaskStatus
-    from timely_llm_ros.ros import qos, topics
+    from timely_llm_ros.ros import qos
 
     backend, runner = _runner(graph)
     seen = dict(graph.stack.seen)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from timely_llm_ros.core.skills import load_skill_set
-from timely_llm_ros.robots.runner import MAX_DETAIL, MAX_SCENE, SegmentItem, SegmentRunner, clip
+from timely_llm_ros.robots.runner import MAX_DETAIL, MAX_SCENE, SegmentRunner, clip
 from timely_llm_ros.robots.sim import SimBackend
+from timely_llm_ros.robots.task_queue import SegmentItem
 
 DRONE = load_skill_set("tello_minispec")
 

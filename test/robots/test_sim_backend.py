@@ -8,9 +8,10 @@ import pytest
 
 from timely_llm_ros.core.skills import load_skill_set
 from timely_llm_ros.robots.minispec import Call, SkillFailure
-from timely_llm_ros.robots.runner import SegmentItem, SegmentRunner
+from timely_llm_ros.robots.runner import SegmentRunner
 from timely_llm_ros.robots.scene import SceneError, parse_scene
 from timely_llm_ros.robots.sim import SimBackend
+from timely_llm_ros.robots.task_queue import SegmentItem
 from timely_llm_ros.workload.tasks import load_catalog
 
 DRONE = load_skill_set("tello_minispec")

@@ -79,8 +79,8 @@ def test_random_tasks_are_accepted_with_finite_times_or_rejected_with_a_reason()
     from timely_llm_ros.core.planner import PlannerCore
     from timely_llm_ros.core.task import TaskRejected
     from timely_llm_ros.engines.sim import SimEngine
+    from timely_llm_ros.interfaces.mapping import task_from_msg
     from timely_llm_ros.msg import Task
-    from timely_llm_ros.ros import convert
 
     assert set(Task.get_fields_and_field_types()) == {k.split(".")[0] for k in FIELDS}  # every field
     rng = random.Random(18)
@@ -89,7 +89,7 @@ def test_random_tasks_are_accepted_with_finite_times_or_rejected_with_a_reason()
     for i in range(3000):
         msg = _rand_task(rng)
         try:
-            spec = convert.task_from_msg(msg, arrival=float(i))
+            spec = task_from_msg(msg, arrival=float(i))
             spec.task_id = f"t{i}"
             spec.reference_plan = "tp;"
             rec = core.submit(spec)

@@ -11,11 +11,12 @@ pytestmark = pytest.mark.ros
 
 
 def _declared() -> dict[str, dict]:
-    from timely_llm_ros.nodes import drone, planner, recorder, replay, timemodel, workload
+    from timely_llm_ros.nodes import drone, recorder, replay, timemodel, workload
+    from timely_llm_ros.nodes.planner_params import PARAMS
     from timely_llm_ros.nodes.robot_base import common_params
 
     sets = {
-        "planner": planner.PARAMS,
+        "planner": PARAMS,
         "recorder": recorder.PARAMS,
         "replay": replay.PARAMS,
         "timemodel": timemodel.PARAMS,

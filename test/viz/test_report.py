@@ -110,21 +110,21 @@ def test_a_task_sent_without_an_id_is_scored_under_the_id_the_planner_gave_it(tm
 
     from viz_testlib import SCENARIO, scenario_specs
 
+    from timely_llm_ros.interfaces.mapping import seconds_to_ns
+    from timely_llm_ros.interfaces.topics import TOPIC_TASKS, TOPIC_TRACE
     from timely_llm_ros.lrtrace import convert as cv
     from timely_llm_ros.lrtrace import typestore as ts
-    from timely_llm_ros.lrtrace.bagio import DEFAULT_TOPICS, TOPIC_TASKS, TOPIC_TRACE, BagWriter
+    from timely_llm_ros.lrtrace.bagio import DEFAULT_TOPICS, BagWriter
 
     renamed = {"n1": "drone_2-1"}
     store = ts.shared_typestore()
     with BagWriter(tmp_path / "b", dict(DEFAULT_TOPICS), flush_every_s=None) as w:
         for spec in scenario_specs():
             sent = dataclasses.replace(spec, task_id="") if spec.task_id in renamed else spec
-            w.write_msg(
-                TOPIC_TASKS, ts.seconds_to_ns(spec.arrival), cv.task_to_msg(store, sent, spec.arrival)
-            )
+            w.write_msg(TOPIC_TASKS, seconds_to_ns(spec.arrival), cv.task_to_msg(store, sent, spec.arrival))
         for e in SCENARIO:
             e = dataclasses.replace(e, task_id=renamed.get(e.task_id, e.task_id))
-            w.write_msg(TOPIC_TRACE, ts.seconds_to_ns(e.t), cv.event_to_msg(store, e))
+            w.write_msg(TOPIC_TRACE, seconds_to_ns(e.t), cv.event_to_msg(store, e))
     run = load_run(tmp_path / "b")
     assert "drone_2-1" in run.tasks and "" not in run.tasks
     assert not [n for n in run.notes if "no /tasks message" in n]

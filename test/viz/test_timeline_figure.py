@@ -14,7 +14,8 @@ from matplotlib.colors import to_hex
 from viz_testlib import write_scenario_bag
 
 from timely_llm_ros.cli import main
-from timely_llm_ros.lrtrace.bagio import TOPIC_TRACE, BagWriter, read_bag
+from timely_llm_ros.interfaces.topics import TOPIC_TRACE
+from timely_llm_ros.lrtrace.bagio import BagWriter, read_bag
 from timely_llm_ros.lrtrace.from_bag import load_run
 from timely_llm_ros.lrtrace.simbag import write_sim_bag
 from timely_llm_ros.sim.simulator import SimConfig, simulate

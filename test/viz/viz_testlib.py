@@ -67,9 +67,11 @@ def scenario_specs() -> list[TaskSpec]:
 
 def write_scenario_bag(path: Path, *, with_tasks: bool = True, events: list | None = None) -> Path:
     """The scenario as a bag with /trace_events (and /tasks unless ``with_tasks`` is False)."""
+    from timely_llm_ros.interfaces.mapping import seconds_to_ns
+    from timely_llm_ros.interfaces.topics import TOPIC_TASKS, TOPIC_TRACE
     from timely_llm_ros.lrtrace import convert as cv
     from timely_llm_ros.lrtrace import typestore as ts
-    from timely_llm_ros.lrtrace.bagio import DEFAULT_TOPICS, TOPIC_TASKS, TOPIC_TRACE, BagWriter
+    from timely_llm_ros.lrtrace.bagio import DEFAULT_TOPICS, BagWriter
 
     store = ts.shared_typestore()
     topics = dict(DEFAULT_TOPICS)
@@ -79,10 +81,10 @@ def write_scenario_bag(path: Path, *, with_tasks: bool = True, events: list | No
         if with_tasks:
             for spec in scenario_specs():
                 w.write_msg(
-                    TOPIC_TASKS, ts.seconds_to_ns(spec.arrival), cv.task_to_msg(store, spec, spec.arrival)
+                    TOPIC_TASKS, seconds_to_ns(spec.arrival), cv.task_to_msg(store, spec, spec.arrival)
                 )
         for e in events if events is not None else SCENARIO:
-            w.write_msg(TOPIC_TRACE, ts.seconds_to_ns(e.t), cv.event_to_msg(store, e))
+            w.write_msg(TOPIC_TRACE, seconds_to_ns(e.t), cv.event_to_msg(store, e))
     return path
 
 

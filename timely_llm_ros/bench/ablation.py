@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
-    from timely_llm_ros.core.sched.scheduler import UnknownPolicy, parse_policy
+    from timely_llm_ros.core.sched.policies import UnknownPolicy, parse_policy
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     try:

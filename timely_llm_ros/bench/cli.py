@@ -21,7 +21,7 @@ from timely_llm_ros.bench import runner as rn
 from timely_llm_ros.bench.run_plan import RunPlan
 from timely_llm_ros.bench.scenario_table import render as render_summary
 from timely_llm_ros.bench.tables import TIME_NOTE, class_tables, overhead_tables
-from timely_llm_ros.core.sched.scheduler import UnknownPolicy, policy_names
+from timely_llm_ros.core.sched.policies import UnknownPolicy, policy_names
 from timely_llm_ros.workload.errors import WorkloadError
 from timely_llm_ros.workload.fileformat import PUBLIC_SAMPLES, presets
 

@@ -43,7 +43,7 @@ from timely_llm_ros.bench.engine_loops import (
     interleaved_runs,
     run_benchmarks,
 )
-from timely_llm_ros.core.skills import load_skill_set
+from timely_llm_ros.core.skills.loader import load_skill_set
 from timely_llm_ros.engines.llamacpp import LlamaCppEngine
 
 

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from timely_llm_ros.core.engine import Engine
-from timely_llm_ros.core.skills import SkillSet, load_skill_set
+from timely_llm_ros.core.skills.loader import load_skill_set
+from timely_llm_ros.core.skills.skillset import SkillSet
 
 TASKS = [
     "[A] Could you find the cat? If so, go to it.",

@@ -143,7 +143,7 @@ def realbench_has_replay() -> bool:
 def ensure_model(model: str | None, out: Path) -> str:
     """The real-weights model directory: ``model``, the default one (TIMELY_VLLM_MODEL, make
     vllm's), or else built now from the shipped GGUF into ``out`` (about 30 s; no hub)."""
-    from timely_llm_ros.engines.base import EngineError
+    from timely_llm_ros.core.engine import EngineError
     from timely_llm_ros.engines.vllm_config import default_model
 
     if model:

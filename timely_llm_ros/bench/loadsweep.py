@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--metric", default="pct_beta", choices=METRICS, help="plotted metric")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
-    from timely_llm_ros.core.sched.scheduler import UnknownPolicy, parse_policy
+    from timely_llm_ros.core.sched.policies import UnknownPolicy, parse_policy
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     try:

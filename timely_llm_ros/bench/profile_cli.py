@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 import yaml
 
+from timely_llm_ros.core.engine import Engine, script_kwargs
 from timely_llm_ros.core.profile import EngineProfile, ProfileError, fit_decode, fit_prefill, load_profile
-from timely_llm_ros.engines.base import Engine, script_kwargs
 
 # Engine parameters that make generation lengths predictable for profiling.
 PROFILE_PARAMS: dict[str, dict[str, object]] = {
@@ -85,7 +85,7 @@ class _Ids:
     """Valid, distinct prompt ids: a tokenised text in a fresh random order each time."""
 
     def __init__(self, engine: Engine, seed: int = 0) -> None:
-        from timely_llm_ros.core.skills import load_skill_set
+        from timely_llm_ros.core.skills.loader import load_skill_set
 
         text = load_skill_set("tello_minispec").prompt
         self.base = engine.tokenize(text) or [1]

@@ -77,6 +77,7 @@ from timely_llm_ros.bench.ordering import by_policy, ordering, ordering_check
 from timely_llm_ros.bench.ordering import lines as ordering_lines
 from timely_llm_ros.bench.phase_account import PhaseTap, compare_phases, phase_table, price_step
 from timely_llm_ros.core import events as ev
+from timely_llm_ros.core.engine import Engine
 from timely_llm_ros.core.exectime import load_exec_time_model
 from timely_llm_ros.core.metrics import summarize
 from timely_llm_ros.core.options.planner_options import PlannerOptions
@@ -85,7 +86,6 @@ from timely_llm_ros.core.planner import PlannerCore
 from timely_llm_ros.core.profile import EngineProfile, load_profile
 from timely_llm_ros.core.robot_sim import RobotSim
 from timely_llm_ros.core.task import TaskRejected, TaskSpec, task_class
-from timely_llm_ros.engines.base import Engine
 from timely_llm_ros.engines.prompt_rule import PromptRule
 from timely_llm_ros.engines.sim import SimEngine
 from timely_llm_ros.engines.sim_tokenizer import SimTokenizer

@@ -48,7 +48,7 @@ from timely_llm_ros.core.profile import EngineProfile, load_profile
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.core.tuf import tuf_class
 from timely_llm_ros.sim.simulator import SimConfig, simulate
-from timely_llm_ros.workload import resolve_workload
+from timely_llm_ros.workload.fileformat import resolve_workload
 
 TOLERANCE = 1.0  # points of urgent / normal %Σβ an option on by default may cost on a low workload
 MIN_GAIN = 0.1  # points of 'all' %Σβ an option must add on average (over every workload) to be on

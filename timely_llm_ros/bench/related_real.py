@@ -29,7 +29,7 @@ from timely_llm_ros.core.metrics import summarize
 from timely_llm_ros.core.options.planner_options import PlannerOptions
 from timely_llm_ros.core.planner import PlannerCore
 from timely_llm_ros.core.task import TaskSpec, task_class
-from timely_llm_ros.workload import resolve_workload
+from timely_llm_ros.workload.fileformat import resolve_workload
 
 #: Drone tasks that arrive after each arm task (s after it): while its prompt is being prefilled.
 DRONE_OFFSETS = (0.3, 0.6, 0.9)

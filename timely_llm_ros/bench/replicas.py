@@ -38,14 +38,14 @@ from typing import Any
 from timely_llm_ros.bench import scenarios as sc
 from timely_llm_ros.bench.runner import clean
 from timely_llm_ros.core import events as ev
+from timely_llm_ros.core.engine import Engine
 from timely_llm_ros.core.exectime import load_exec_time_model
 from timely_llm_ros.core.metrics import summarize
 from timely_llm_ros.core.planner import PlannerCore
 from timely_llm_ros.core.profile import load_profile
 from timely_llm_ros.core.robot_sim import RobotSim
-from timely_llm_ros.core.skills import load_skill_set
+from timely_llm_ros.core.skills.loader import load_skill_set
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
-from timely_llm_ros.engines.base import Engine
 from timely_llm_ros.engines.replicas import simulated_replicas
 from timely_llm_ros.sim.simulator import SimConfig, simulate
 

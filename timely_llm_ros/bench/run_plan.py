@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from timely_llm_ros.bench import runner as rn
 from timely_llm_ros.bench.stress import parse_seeds
-from timely_llm_ros.core.sched.scheduler import parse_policy
+from timely_llm_ros.core.sched.policies import parse_policy
 
 Sweep = tuple[str, list[str]]  # (composer parameter, values as written)
 

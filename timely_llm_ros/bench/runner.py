@@ -22,7 +22,7 @@ from typing import Any, TextIO
 
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.metrics import summarize
-from timely_llm_ros.core.sched.scheduler import parse_policy
+from timely_llm_ros.core.sched.policies import parse_policy
 from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.workload.fileformat import Workload, resolve_workload
 

@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 from timely_llm_ros.core.metrics import summarize
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.sim.simulator import SimConfig, simulate
-from timely_llm_ros.workload import resolve_workload
+from timely_llm_ros.workload.fileformat import resolve_workload
 
 PUBLIC = ("sample1", "sample2", "arm")
 PRESETS = ("wid1", "wid2", "wid3")

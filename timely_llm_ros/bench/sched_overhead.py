@@ -35,8 +35,9 @@ import time
 from pathlib import Path
 
 from timely_llm_ros.core.generation import Generation, TaskRecord
-from timely_llm_ros.core.sched.scheduler import Scheduler, UnknownPolicy, parse_policy
-from timely_llm_ros.core.skills import load_skill_set
+from timely_llm_ros.core.sched.policies import UnknownPolicy, parse_policy
+from timely_llm_ros.core.sched.scheduler import Scheduler
+from timely_llm_ros.core.skills.loader import load_skill_set
 from timely_llm_ros.core.task import TaskSpec
 from timely_llm_ros.core.tuf import NORMAL_TUF, URGENT_TUF
 

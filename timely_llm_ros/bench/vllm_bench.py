@@ -59,7 +59,7 @@ from timely_llm_ros.bench.engine_loops import (
     interleaved_runs,
 )
 from timely_llm_ros.bench.model_shapes import SHAPES, build_shaped_model
-from timely_llm_ros.core.skills import load_skill_set
+from timely_llm_ros.core.skills.loader import load_skill_set
 from timely_llm_ros.engines.vllm import VllmEngine
 
 

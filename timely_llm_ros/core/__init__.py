@@ -29,7 +29,62 @@ one plan may move a robot), :mod:`.grammar` (GBNF of a skill set), :mod:`.execti
 (refitting time models), :mod:`.robot_sim` (simulated robots), :mod:`.paths` and :mod:`.schema`
 (data files and their JSON Schemas).
 
-Each module is imported by its own path (``from timely_llm_ros.core.tuf import TUF``); the two
-wings have faces that list their public names (``timely_llm_ros.core.sched.__all__``,
-``timely_llm_ros.core.options.__all__``).
+This face lists the core's public API (``from timely_llm_ros.core import TUF, PlannerCore``),
+grouped below by the module that defines each name, and imports a module only when one of its names
+is first read (:mod:`.face`), so importing one small module of the core stays cheap. The two wings
+have faces of their own (``timely_llm_ros.core.sched``, ``timely_llm_ros.core.options``). Inside
+the package every name is imported from its home module, never through a face.
 """
+
+from timely_llm_ros.core.face import lazy_face
+
+_HOMES: dict[str, tuple[str, ...]] = {
+    "timely_llm_ros.core.tuf": (
+        "TUF",
+        "InvalidTUF",
+        "NORMAL_TUF",
+        "URGENT_TUF",
+        "utility",
+        "utilities",
+        "segment_deadline",
+        "utility_span",
+        "zero_utility_time",
+        "is_urgent",
+        "tuf_class",
+    ),
+    "timely_llm_ros.core.task": ("TaskSpec", "TaskRejected", "task_class"),
+    "timely_llm_ros.core.generation": ("Generation", "Request", "Segment", "TaskRecord", "Dispatch"),
+    "timely_llm_ros.core.events": ("TraceEvent", "EVENT_KINDS", "TASK_STATES", "TERMINAL_STATES"),
+    "timely_llm_ros.core.segmenter": ("SegmentChecker", "SegmentRule", "SegmentRuleError", "split_segments"),
+    "timely_llm_ros.core.exectime": (
+        "ExecTimeModel",
+        "ExecTimeError",
+        "UnknownRobotType",
+        "load_exec_time_model",
+    ),
+    "timely_llm_ros.core.profile": ("EngineProfile", "ProfileError", "load_profile", "available_profiles"),
+    "timely_llm_ros.core.planner": ("PlannerCore",),
+    "timely_llm_ros.core.engine": (
+        "Engine",
+        "Context",
+        "TokenOut",
+        "MemoryInfo",
+        "EngineInfo",
+        "EngineError",
+        "EngineOutOfMemory",
+    ),
+    "timely_llm_ros.core.metrics": ("ClassMetrics", "summarize", "task_utility"),
+    "timely_llm_ros.core.skills.skillset": ("SkillSet",),
+    "timely_llm_ros.core.skills.loader": ("load_skill_set", "available_skill_sets"),
+    "timely_llm_ros.core.skills.model": ("SkillCall", "SkillParseError", "SkillSetError", "UnknownSkillSet"),
+    "timely_llm_ros.core.sched.scheduler": ("Scheduler",),
+    "timely_llm_ros.core.sched.policies": (
+        "Policy",
+        "PolicyName",
+        "UnknownPolicy",
+        "make_policy",
+        "parse_policy",
+    ),
+    "timely_llm_ros.core.options.planner_options": ("PlannerOptions",),
+}
+__all__, __getattr__, __dir__ = lazy_face(__name__, _HOMES)

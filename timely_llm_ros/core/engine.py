@@ -2,7 +2,8 @@
 
 It lives in ``core`` because the planner and the admission in ``core`` drive it: the core owns the
 contract, engines (:mod:`timely_llm_ros.engines`) implement it, so imports point from engines down
-to core and never back. :mod:`timely_llm_ros.engines.base` re-exports these names for engine code.
+to core and never back. :mod:`timely_llm_ros.engines.base` re-exports these names for external
+engine plug-ins.
 
 TimelyLLM (paper §3, §4.1) needs an engine that can run several generations in one batch, stop any
 of them after any decoding iteration, keep its context (token ids + KV) and continue it later without

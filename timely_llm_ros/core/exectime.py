@@ -50,7 +50,8 @@ import yaml
 from timely_llm_ros.core.paths import config_files, describe_search_path
 from timely_llm_ros.core.schema import SchemaError
 from timely_llm_ros.core.schema import validate as validate_schema
-from timely_llm_ros.core.skills import SkillCall, SkillSet, Var
+from timely_llm_ros.core.skills.model import SkillCall, Var
+from timely_llm_ros.core.skills.skillset import SkillSet
 
 MODEL_KINDS = ("poly", "argument", "constant", "iterations", "uniform", "samples", "reading")
 _GRID = 64  # points used to bound a polynomial over an argument range

@@ -33,7 +33,7 @@ import yaml
 
 from timely_llm_ros.core.exectime import ExecTimeModel
 from timely_llm_ros.core.paths import config_path
-from timely_llm_ros.core.skills import load_skill_set
+from timely_llm_ros.core.skills.loader import load_skill_set
 
 # a robot type from the wire becomes a file name: nothing that could leave the output directory
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_-]+")

@@ -26,7 +26,8 @@ from timely_llm_ros.core.tuf import TUF, segment_deadline
 if TYPE_CHECKING:
     from timely_llm_ros.core.engine import Context
     from timely_llm_ros.core.segmenter import SegmentChecker
-    from timely_llm_ros.core.skills import SkillCall, SkillSet
+    from timely_llm_ros.core.skills.model import SkillCall
+    from timely_llm_ros.core.skills.skillset import SkillSet
 
 NAN = math.nan
 

@@ -35,7 +35,8 @@ import re
 from dataclasses import dataclass
 from typing import cast
 
-from timely_llm_ros.core.skills import ArgSpec, SkillSet
+from timely_llm_ros.core.skills.model import ArgSpec
+from timely_llm_ros.core.skills.skillset import SkillSet
 
 
 class GrammarError(ValueError):

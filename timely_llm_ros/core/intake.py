@@ -40,7 +40,9 @@ from dataclasses import dataclass
 from timely_llm_ros.core.engine import Engine, EngineError
 from timely_llm_ros.core.limits import RecentIds, tuf_or_reject
 from timely_llm_ros.core.options.replay import ReplayError, reference_literal, replay_budget
-from timely_llm_ros.core.skills import SkillParseError, SkillSet, load_skill_set
+from timely_llm_ros.core.skills.loader import load_skill_set
+from timely_llm_ros.core.skills.model import SkillParseError
+from timely_llm_ros.core.skills.skillset import SkillSet
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
 
 

@@ -40,7 +40,9 @@ from typing import Any
 import yaml
 
 from timely_llm_ros.core.exectime import ExecTimeError, ExecTimeModel, UnknownRobotType, load_exec_time_model
-from timely_llm_ros.core.skills import TOKEN_RE, SkillCall, SkillParseError, SkillSet, Var
+from timely_llm_ros.core.skills.lexer import TOKEN_RE
+from timely_llm_ros.core.skills.model import SkillCall, SkillParseError, Var
+from timely_llm_ros.core.skills.skillset import SkillSet
 
 SECTION = "motion_budget"
 COST_DIMENSIONS = ("distance_cm", "rotation_deg")

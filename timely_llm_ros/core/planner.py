@@ -75,8 +75,10 @@ from timely_llm_ros.core.motion_budget import PlanBudgets
 from timely_llm_ros.core.options.planner_options import PlannerExtras, PlannerOptions
 from timely_llm_ros.core.options.replay import REFERENCE
 from timely_llm_ros.core.sched.agent_queue import AHEAD, WAITING, AgentQueueFull, AgentQueues
-from timely_llm_ros.core.sched.scheduler import Policy, Scheduler
-from timely_llm_ros.core.skills import SkillCall, SkillParseError, load_skill_set
+from timely_llm_ros.core.sched.policies import Policy
+from timely_llm_ros.core.sched.scheduler import Scheduler
+from timely_llm_ros.core.skills.loader import load_skill_set
+from timely_llm_ros.core.skills.model import SkillCall, SkillParseError
 from timely_llm_ros.core.task import TaskRejected, TaskSpec
 
 # The simulator and benchmarks queue every task of a robot (their workloads decide the load); the ROS

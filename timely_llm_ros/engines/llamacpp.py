@@ -100,7 +100,7 @@ from timely_llm_ros.core.options.replay import gbnf_literal
 from timely_llm_ros.core.profile import EngineProfile
 from timely_llm_ros.engines.llamacpp_batch import Batching
 from timely_llm_ros.engines.llamacpp_chat import ChatPrompt, Grammars
-from timely_llm_ros.engines.llamacpp_config import DEFAULT_COST_PROFILE, LlamaCppConfig, default_threads
+from timely_llm_ros.engines.llamacpp_config import LlamaCppConfig
 from timely_llm_ros.engines.llamacpp_kv import NO_COSTS, KVMemory
 from timely_llm_ros.engines.llamacpp_native import (
     GrammarConstraint,
@@ -111,7 +111,7 @@ from timely_llm_ros.engines.llamacpp_native import (
 from timely_llm_ros.engines.llamacpp_seq import LlamaSeq, Prefix, StepInfo
 from timely_llm_ros.engines.sequences import FINISHED, SequenceTable
 
-__all__ = ["DEFAULT_COST_PROFILE", "LlamaCppConfig", "LlamaCppEngine", "StepInfo", "default_threads"]
+__all__ = ["LlamaCppEngine"]
 
 
 class LlamaCppEngine(KVMemory, Batching, Engine):

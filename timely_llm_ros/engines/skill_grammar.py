@@ -30,7 +30,7 @@ def grammar_text(spec: GrammarSpec, key: str | None) -> str | None:
     if isinstance(spec, dict):
         return spec.get(key)
     from timely_llm_ros.core.grammar import GrammarError, build_gbnf
-    from timely_llm_ros.core.skills import load_skill_set
+    from timely_llm_ros.core.skills.loader import load_skill_set
 
     try:
         return build_gbnf(load_skill_set(key))

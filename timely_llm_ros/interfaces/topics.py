@@ -3,7 +3,7 @@
 Every node (planner, robots, time model, workload, recorder, replay) and the bag writer/reader
 (:mod:`timely_llm_ros.lrtrace`) take their names from here, so that a rename is one edit. Plain
 Python (no rclpy): ``timely-llm bench --bag`` and the report use it on machines without ROS;
-:mod:`timely_llm_ros.ros.topics` re-exports it for the nodes. All names are **relative**, so a
+the ROS nodes import it directly (it is their one home too). All names are **relative**, so a
 whole fleet can run in a namespace (launch argument ``namespace``, ``timely-llm fleet --namespace``)
 and two fleets share one ROS domain without seeing each other's tasks. Fleet-level nodes (planner,
 time model, recorder, workload, replay, rqt timeline) run in the fleet namespace ``<fleet>``

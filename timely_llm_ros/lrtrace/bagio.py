@@ -50,11 +50,8 @@ from timely_llm_ros.interfaces.topics import (
     TOPIC_TASKS,
     TOPIC_TRACE,
 )
-from timely_llm_ros.interfaces.topics import bag_segments_topic as segments_topic  # noqa: F401 (API)
 from timely_llm_ros.lrtrace import typestore as ts
 from timely_llm_ros.lrtrace.mcap import McapFile, scan_records
-
-make_typestore = ts.make_typestore  # re-exported: the recorder imports everything from here
 
 DEFAULT_TOPICS: dict[str, str] = {
     TOPIC_TASKS: ts.TASK,

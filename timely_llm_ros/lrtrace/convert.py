@@ -22,9 +22,8 @@ from typing import Any
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.task import TaskRejected
 from timely_llm_ros.core.tuf import TUF
-from timely_llm_ros.interfaces.mapping import tuf_from_msg
+from timely_llm_ros.interfaces.mapping import from_stamp, tuf_from_msg
 from timely_llm_ros.lrtrace import typestore as ts
-from timely_llm_ros.lrtrace.timeline_model import arrival_detail, parse_arrival_detail  # noqa: F401 (API)
 
 
 # ------------------------------------------------------------------------------ trace events
@@ -86,7 +85,7 @@ def task_info_from_msg(msg: Any, t_ns: int) -> TaskInfo:
         msg.skill_set,
         msg.instruction,
         tuf,
-        ts.from_stamp(msg.header.stamp),
+        from_stamp(msg.header.stamp),
         t_ns * 1e-9,
         int(msg.max_tokens),
         problem,

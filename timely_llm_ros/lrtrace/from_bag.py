@@ -21,6 +21,7 @@ from pathlib import Path
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.generation import Segment, TaskRecord
 from timely_llm_ros.core.tuf import tuf_class
+from timely_llm_ros.interfaces.mapping import from_stamp
 from timely_llm_ros.lrtrace import convert as cv
 from timely_llm_ros.lrtrace import typestore as ts
 from timely_llm_ros.lrtrace.bagio import BagContents, read_bag
@@ -169,7 +170,7 @@ def events_from_topics(contents: BagContents) -> list[ev.TraceEvent]:
             }[state]
             put(ev.TraceEvent(t, kind, tid, agent, detail=reason))
     for _topic, _t, msg in contents.by_type(ts.SEGMENT):
-        t = ts.from_stamp(msg.gen_end)
+        t = from_stamp(msg.gen_end)
         put(ev.TraceEvent(t, ev.SEGMENT_READY, msg.task_id, msg.agent_id, int(msg.index), detail=msg.text))
         put(
             ev.TraceEvent(

@@ -25,17 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from timely_llm_ros.core import events as ev
+from timely_llm_ros.interfaces.mapping import seconds_to_ns
+from timely_llm_ros.interfaces.topics import TOPIC_FEEDBACK, TOPIC_STATUS, TOPIC_TASKS, TOPIC_TRACE
+from timely_llm_ros.interfaces.topics import bag_segments_topic as segments_topic
 from timely_llm_ros.lrtrace import convert as cv
 from timely_llm_ros.lrtrace import typestore as ts
-from timely_llm_ros.lrtrace.bagio import (
-    DEFAULT_TOPICS,
-    TOPIC_FEEDBACK,
-    TOPIC_STATUS,
-    TOPIC_TASKS,
-    TOPIC_TRACE,
-    BagWriter,
-    segments_topic,
-)
+from timely_llm_ros.lrtrace.bagio import DEFAULT_TOPICS, BagWriter
+from timely_llm_ros.lrtrace.timeline_model import arrival_detail
 
 _STATE_OF = {
     ev.GEN_START: ev.GENERATING,
@@ -59,7 +55,7 @@ def write_sim_bag(
     out: list[tuple[int, int, str, Any]] = []  # (t_ns, order, topic, msg)
 
     def put(t: float, topic: str, msg: Any) -> None:
-        out.append((ts.seconds_to_ns(t), len(out), topic, msg))
+        out.append((seconds_to_ns(t), len(out), topic, msg))
 
     for spec in tasks:
         if not hasattr(spec, "task_id") or not isinstance(getattr(spec, "arrival", None), (int, float)):
@@ -73,9 +69,7 @@ def write_sim_bag(
             # ARRIVAL event can be up to one iteration late; the record (and so W(s_0)) uses the exact
             # arrival. The bag carries the exact one, which is what a recorder would see.
             t = rec.arrival if math.isfinite(rec.arrival) else e.t
-            e = dataclasses.replace(
-                e, t=t, detail=e.detail or cv.arrival_detail(rec.task_class, rec.trace_id)
-            )
+            e = dataclasses.replace(e, t=t, detail=e.detail or arrival_detail(rec.task_class, rec.trace_id))
         put(e.t, TOPIC_TRACE, cv.event_to_msg(store, e))
         _status(store, put, e, records.get(e.task_id))
         if executing.update(e):

@@ -19,7 +19,7 @@ from typing import Any
 
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
-from timely_llm_ros.interfaces.mapping import MessageAdapter, from_stamp, seconds_to_ns  # noqa: F401 (API)
+from timely_llm_ros.interfaces.mapping import MessageAdapter
 
 PACKAGE = "timely_llm_ros"
 # Order matters only for readability; rosbags resolves nested types after registering all of them.

@@ -56,11 +56,13 @@ from rclpy.parameter import Parameter
 from std_msgs.msg import Header
 
 from timely_llm_ros.core import limits
+from timely_llm_ros.core.engine import EngineError
 from timely_llm_ros.core.feedback import FeedbackRules
 from timely_llm_ros.core.options.replay import REFERENCE
 from timely_llm_ros.core.task import TaskRejected
 from timely_llm_ros.core.tuf import TUF
-from timely_llm_ros.engines.base import EngineError
+from timely_llm_ros.interfaces import topics
+from timely_llm_ros.interfaces.mapping import task_fields, task_from_checked_msg
 from timely_llm_ros.msg import Segment, SegmentFeedback, Task, TaskStatus, TraceEvent
 from timely_llm_ros.nodes.common import ParamError, declare_params, forget_destroyed, run_node
 from timely_llm_ros.nodes.planner_params import (
@@ -71,7 +73,7 @@ from timely_llm_ros.nodes.planner_params import (
     quote_mapping_args,
 )
 from timely_llm_ros.nodes.planner_setup import load_plans, make_engine, make_planner_options
-from timely_llm_ros.ros import convert, qos, topics
+from timely_llm_ros.ros import convert, qos
 from timely_llm_ros.ros.plan_task import PlanTaskServer
 from timely_llm_ros.service import handoff as ho
 from timely_llm_ros.service.journal import Journal, JournalError, OpenTask, default_path
@@ -332,9 +334,9 @@ class PlannerNode(LifecycleNode):
 
         def to_spec(task_id: str, now: float, tuf: TUF | None) -> Any:
             msg.task_id = task_id
-            return convert.task_from_checked_msg(msg, now, tuf, self.p["default_max_tokens"])
+            return task_from_checked_msg(msg, now, tuf, self.p["default_max_tokens"])
 
-        return self.svc.desk.intake(msg.task_id, msg.agent_id, lambda: convert.task_fields(msg), to_spec)
+        return self.svc.desk.intake(msg.task_id, msg.agent_id, lambda: task_fields(msg), to_spec)
 
     def request_cancel(self, task_id: str, reason: str) -> str | None:
         """Cancel an open task (None = under way, else why not): see the front desk."""

@@ -31,7 +31,7 @@ import yaml
 
 from timely_llm_ros.core.options.planner_options import PlannerOptions
 from timely_llm_ros.core.options.replay import MODEL, PLAN_SOURCES
-from timely_llm_ros.core.sched.scheduler import parse_policy
+from timely_llm_ros.core.sched.policies import parse_policy
 from timely_llm_ros.engines.registry import ENGINES
 from timely_llm_ros.nodes.common import Param, nonempty
 from timely_llm_ros.nodes.sim_support import CATALOG

@@ -13,10 +13,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from timely_llm_ros.core.engine import Engine, EngineError
 from timely_llm_ros.core.options.kv_policy import KVPolicyError
 from timely_llm_ros.core.options.planner_options import PlannerOptions
 from timely_llm_ros.core.options.replay import REFERENCE
-from timely_llm_ros.engines.base import Engine, EngineError
 from timely_llm_ros.engines.registry import create_engine
 from timely_llm_ros.nodes.common import ParamError
 from timely_llm_ros.nodes.planner_params import engine_options, planner_options

@@ -55,6 +55,7 @@ from rclpy.qos import QoSProfile
 from rclpy.serialization import deserialize_message
 from rclpy.timer import Timer
 
+from timely_llm_ros.interfaces import topics
 from timely_llm_ros.lrtrace import bagio
 from timely_llm_ros.msg import Segment, SegmentFeedback, Task, TaskStatus, TraceEvent
 from timely_llm_ros.nodes.common import (
@@ -65,7 +66,7 @@ from timely_llm_ros.nodes.common import (
     ros_param_args,
     run_node,
 )
-from timely_llm_ros.ros import qos, topics
+from timely_llm_ros.ros import qos
 
 SEGMENT_TYPE = "timely_llm_ros/msg/Segment"
 MAX_CONFIRMED = 100_000  # agents remembered as real, or as ghosts (bounded memory)

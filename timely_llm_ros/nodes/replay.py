@@ -43,6 +43,7 @@ from rclpy.publisher import Publisher
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 
+from timely_llm_ros.interfaces import topics
 from timely_llm_ros.nodes.common import (
     Param,
     ParamError,
@@ -51,7 +52,7 @@ from timely_llm_ros.nodes.common import (
     ros_param_args,
     run_node,
 )
-from timely_llm_ros.ros import qos, topics
+from timely_llm_ros.ros import qos
 
 DEPTHS = {  # by the bag's (absolute) topic names of a fleet in namespace /
     topics.join("/", topics.TASKS): qos.EVENT_DEPTH,

@@ -48,7 +48,10 @@ from rclpy.node import Node
 from std_msgs.msg import Header
 
 from timely_llm_ros.core import events as ev
-from timely_llm_ros.core.skills import SkillSet, UnknownSkillSet, available_skill_sets, load_skill_set
+from timely_llm_ros.core.skills.loader import available_skill_sets, load_skill_set
+from timely_llm_ros.core.skills.model import UnknownSkillSet
+from timely_llm_ros.core.skills.skillset import SkillSet
+from timely_llm_ros.interfaces import topics
 from timely_llm_ros.msg import Segment, Task, TaskStatus
 from timely_llm_ros.msg import SegmentFeedback as FeedbackMsg
 from timely_llm_ros.nodes.common import Param, ParamError, declare_params
@@ -59,7 +62,7 @@ from timely_llm_ros.robots.runner import SegmentRunner, clip
 from timely_llm_ros.robots.scene import SceneError, parse_scene
 from timely_llm_ros.robots.sim import EXEC_MODES, SimBackend
 from timely_llm_ros.robots.task_queue import Handout, SegmentItem, TaskQueue
-from timely_llm_ros.ros import convert, qos, topics
+from timely_llm_ros.ros import convert, qos
 
 IDLE_POLL_S = 0.2  # how often the idle worker wakes up to call backend.idle()
 MAX_ID = 256  # characters of a task id this robot accepts (the planner's own limit is lower)

@@ -26,7 +26,9 @@ import math
 import re
 from collections.abc import Iterable
 
-from timely_llm_ros.core.skills import SkillParseError, SkillSet, load_skill_set
+from timely_llm_ros.core.skills.loader import load_skill_set
+from timely_llm_ros.core.skills.model import SkillParseError
+from timely_llm_ros.core.skills.skillset import SkillSet
 from timely_llm_ros.core.task import TaskSpec
 
 CATALOG = "catalog"
@@ -77,7 +79,7 @@ class PlanTable:
                     self.add(v.skill_set, v.instruction, v.scene, v.plan)
                     n += 1
         else:
-            from timely_llm_ros.workload import resolve_workload
+            from timely_llm_ros.workload.fileformat import resolve_workload
 
             n = self.add_tasks(resolve_workload(source).tasks)
         self.sources.append(source)

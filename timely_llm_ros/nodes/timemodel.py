@@ -41,11 +41,13 @@ from rclpy.timer import Timer
 
 from timely_llm_ros.core.exectime import ExecTimeError, load_exec_time_model
 from timely_llm_ros.core.exectime_fit import Measurements, estimate_segment
-from timely_llm_ros.core.exectime_fit import fit_line as fit_line  # re-exported (moved to core)
-from timely_llm_ros.core.skills import SkillParseError, available_skill_sets, load_skill_set
+from timely_llm_ros.core.skills.loader import available_skill_sets, load_skill_set
+from timely_llm_ros.core.skills.model import SkillParseError
+from timely_llm_ros.interfaces import topics
+from timely_llm_ros.interfaces.mapping import Feedback
 from timely_llm_ros.msg import Segment, SegmentFeedback, Task
 from timely_llm_ros.nodes.common import Param, declare_params, forget_destroyed, run_node
-from timely_llm_ros.ros import convert, qos, topics
+from timely_llm_ros.ros import convert, qos
 from timely_llm_ros.srv import EstimateExecTime
 
 MAX_SEGMENTS_REMEMBERED = 100_000  # (task, index) -> calls; oldest forgotten first
@@ -114,7 +116,7 @@ class TimeModelNode(Node):
         self._segments: dict[tuple[str, int], Segment] = {}
         self._watched: dict[str, Any] = {}  # segment topic -> our subscription
         self._orphaned: dict[str, float] = {}  # watched topic -> since when it has no publisher nor robot
-        self._parked: deque[tuple[float, convert.Feedback]] = deque()
+        self._parked: deque[tuple[float, Feedback]] = deque()
         self.create_service(EstimateExecTime, topics.ESTIMATE_EXEC_TIME, self._serve)
         self.create_subscription(Task, topics.TASKS, self._on_task, qos.task_qos())
         self.create_subscription(
@@ -241,7 +243,7 @@ class TimeModelNode(Node):
         if not self._measure(fb):
             self._parked.append((time.monotonic(), fb))
 
-    def _measure(self, fb: convert.Feedback) -> bool:
+    def _measure(self, fb: Feedback) -> bool:
         """Record a DONE feedback if its segment and robot type are known; False to retry later."""
         seg = self._segments.get((fb.task_id, fb.index))
         rtype = self._task_type.get(fb.task_id) or self._agent_type.get(fb.agent_id)

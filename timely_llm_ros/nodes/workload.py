@@ -38,9 +38,10 @@ from rclpy.node import Node
 
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.core.task import TaskSpec
+from timely_llm_ros.interfaces import topics
 from timely_llm_ros.msg import Task, TaskStatus
 from timely_llm_ros.nodes.common import Param, ParamError, declare_params, nonempty, run_node
-from timely_llm_ros.ros import convert, qos, topics
+from timely_llm_ros.ros import convert, qos
 from timely_llm_ros.workload.ids import published_ids
 
 
@@ -245,7 +246,8 @@ class WorkloadNode(Node):
     def __init__(self, name: str = "workload", **kwargs: Any) -> None:
         super().__init__(name, **kwargs)
         self.p = declare_params(self, PARAMS)
-        from timely_llm_ros.workload import WorkloadError, resolve_workload
+        from timely_llm_ros.workload.errors import WorkloadError
+        from timely_llm_ros.workload.fileformat import resolve_workload
 
         try:
             wl = resolve_workload(self.p["workload"])

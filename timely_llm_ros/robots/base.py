@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from timely_llm_ros.core.skills import SkillSet
+from timely_llm_ros.core.skills.skillset import SkillSet
 from timely_llm_ros.robots.minispec import Call, SkillFailure
 from timely_llm_ros.robots.scene import Scene, SceneError, parse_scene
 

@@ -44,7 +44,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from timely_llm_ros.core.motion_budget import BudgetExceeded, MotionBudget
-from timely_llm_ros.core.skills import TOKEN_RE, VAR_RE, SkillParseError, SkillSet, Var, check_arg
+from timely_llm_ros.core.skills.lexer import TOKEN_RE, VAR_RE
+from timely_llm_ros.core.skills.model import SkillParseError, Var
+from timely_llm_ros.core.skills.parser import check_arg
+from timely_llm_ros.core.skills.skillset import SkillSet
 
 
 class SkillFailure(RuntimeError):

@@ -191,7 +191,7 @@ def check_robot(
 
     Returns (type, backend, skill set name); raises :class:`PluginError` or the loaders' errors.
     """
-    from timely_llm_ros.core.skills import load_skill_set
+    from timely_llm_ros.core.skills.loader import load_skill_set
 
     rtype = robot_type(type_name)
     backend = backend or rtype.backends[0]

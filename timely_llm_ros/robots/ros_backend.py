@@ -94,8 +94,9 @@ class RosBackend(RobotBackend):
         return self._clients[b.name][1]
 
     def _watch_status(self) -> None:
+        from timely_llm_ros.interfaces import topics
         from timely_llm_ros.msg import TaskStatus
-        from timely_llm_ros.ros import qos, topics
+        from timely_llm_ros.ros import qos
 
         ends = {TaskStatus.FAILED: "FAILED", TaskStatus.EXPIRED: "EXPIRED"}
         if hasattr(TaskStatus, "CANCELLED"):

@@ -24,13 +24,14 @@ from dataclasses import dataclass
 
 from timely_llm_ros.core.exectime import ExecTimeModel
 from timely_llm_ros.core.motion_budget import BudgetLimits, MotionBudget, budget_limits
-from timely_llm_ros.core.skills import SkillParseError, SkillSet
+from timely_llm_ros.core.skills.model import SkillParseError
+from timely_llm_ros.core.skills.skillset import SkillSet
 from timely_llm_ros.robots.base import RobotBackend, TaskContext
 from timely_llm_ros.robots.minispec import SkillFailure, new_program
 from timely_llm_ros.robots.scene import parse_scene
 from timely_llm_ros.robots.task_queue import SegmentItem
 
-__all__ = ["MAX_DETAIL", "MAX_SCENE", "SegmentItem", "SegmentOutcome", "SegmentRunner", "clip"]
+__all__ = ["MAX_DETAIL", "MAX_SCENE", "SegmentOutcome", "SegmentRunner", "clip"]
 
 MAX_DETAIL = 1000  # characters of any text the robot forwards (feedback detail); the planner's limit
 MAX_SCENE = 16_000  # characters of a task scene kept for perception (the planner's Task limit)

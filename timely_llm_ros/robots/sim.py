@@ -25,7 +25,8 @@ import time
 from typing import Any
 
 from timely_llm_ros.core.exectime import ExecTimeError, ExecTimeModel, load_exec_time_model
-from timely_llm_ros.core.skills import SkillCall, SkillSet
+from timely_llm_ros.core.skills.model import SkillCall
+from timely_llm_ros.core.skills.skillset import SkillSet
 from timely_llm_ros.robots.arm_world import ArmWorld
 from timely_llm_ros.robots.base import RobotBackend
 from timely_llm_ros.robots.minispec import Call, SkillFailure

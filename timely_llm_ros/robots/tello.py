@@ -45,7 +45,8 @@ import time
 from typing import Any
 
 from timely_llm_ros.core.exectime import ExecTimeModel, load_exec_time_model
-from timely_llm_ros.core.skills import SkillCall, SkillSet
+from timely_llm_ros.core.skills.model import SkillCall
+from timely_llm_ros.core.skills.skillset import SkillSet
 from timely_llm_ros.robots.base import RobotBackend, TaskContext
 from timely_llm_ros.robots.minispec import Call, SkillFailure
 from timely_llm_ros.robots.tello_link import TelloLink, is_number_reply, is_status_reply

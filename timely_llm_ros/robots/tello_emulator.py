@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from timely_llm_ros.core.exectime import ExecTimeModel, load_exec_time_model
-from timely_llm_ros.core.skills import SkillCall
+from timely_llm_ros.core.skills.model import SkillCall
 
 MOVE_SKILL = {"forward": "mf", "back": "mb", "left": "ml", "right": "mr", "up": "mu", "down": "md"}
 TURN_SKILL = {"cw": "tc", "ccw": "tu"}

@@ -24,21 +24,9 @@ from builtin_interfaces.msg import Time
 from std_msgs.msg import Header
 
 from timely_llm_ros.core.generation import Dispatch
-from timely_llm_ros.core.task import TaskRejected  # noqa: F401 (API: raised by task_from_msg)
 from timely_llm_ros.interfaces import mapping
-from timely_llm_ros.interfaces.mapping import (  # noqa: F401 (API: the nodes import them from here)
-    DEFAULT_MAX_TOKENS,
-    INT32_MAX,
-    UINT32_MAX,
+from timely_llm_ros.interfaces.mapping import (
     Feedback,
-    from_stamp,
-    is_auto_tuf,
-    split_call_args,
-    stamp_ns,
-    task_fields,
-    task_from_checked_msg,
-    task_from_msg,
-    tuf_from_msg,
 )
 from timely_llm_ros.msg import Segment, SegmentFeedback, SkillCall, Task, TaskStatus, TraceEvent, Tuf
 

@@ -76,7 +76,7 @@ def event_qos() -> QoSProfile:
 
 def is_latched_topic(name: str) -> bool:
     """True for a task-status or trace-event topic in any namespace (replay picks its QoS by name)."""
-    from timely_llm_ros.ros.topics import TASK_STATUS, TRACE_EVENTS
+    from timely_llm_ros.interfaces.topics import TASK_STATUS, TRACE_EVENTS
 
     return name.rstrip("/").rsplit("/", 1)[-1] in (TASK_STATUS, TRACE_EVENTS)
 

@@ -36,8 +36,8 @@ def attach(
     node: Any, widget: Any, trace_topic: str | None = None, tasks_topic: str | None = None
 ) -> list[Any]:
     """Create the subscriptions on ``node``; returns them (destroy them to detach)."""
+    from timely_llm_ros.interfaces import topics
     from timely_llm_ros.msg import Task, TraceEvent
-    from timely_llm_ros.ros import topics
     from timely_llm_ros.ros.convert import event_from_msg
     from timely_llm_ros.ros.qos import event_qos, task_qos
 

@@ -33,7 +33,6 @@ from timely_llm_ros.core.sched.priority import (
 )
 
 __all__ = [
-    "DEFAULT_MAX_BATCH",
     "POLICY_NAMES",
     "Policy",
     "PolicyName",

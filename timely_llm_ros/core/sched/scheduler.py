@@ -47,34 +47,13 @@ the policies are a closed set (:class:`~.policies.PolicyName`) built by a plain 
 from __future__ import annotations
 
 from timely_llm_ros.core.generation import Generation
-from timely_llm_ros.core.sched.admission import DEFAULT_MAX_BATCH, Admission, LatencyGuidedAdmission
 from timely_llm_ros.core.sched.policies import (
-    POLICY_NAMES,
     Policy,
-    PolicyName,
-    UnknownPolicy,
-    make_policy,
     parse_policy,
-    policy_names,
 )
-from timely_llm_ros.core.sched.priority import NUMPY_THRESHOLD, Ranking, check_estimate
+from timely_llm_ros.core.sched.priority import Ranking, check_estimate
 
-# Admission, Policy, parse_policy ... are re-exported: this was their home and callers import them here.
-__all__ = [
-    "DEFAULT_MAX_BATCH",
-    "NUMPY_THRESHOLD",
-    "POLICY_NAMES",
-    "Admission",
-    "LatencyGuidedAdmission",
-    "Policy",
-    "PolicyName",
-    "Ranking",
-    "Scheduler",
-    "UnknownPolicy",
-    "make_policy",
-    "parse_policy",
-    "policy_names",
-]
+__all__ = ["Scheduler"]
 
 
 class Scheduler:
