@@ -15,7 +15,7 @@ import struct
 import pytest
 import yaml
 
-from timely_llm_ros.lrtrace import bagio
+from timely_llm_ros.lrtrace import bagio, bagread
 from timely_llm_ros.lrtrace.mcap import MAGIC, OP_CHUNK_INDEX, OP_METADATA, OP_METADATA_INDEX
 
 TOPIC = "/trace_events"
@@ -119,7 +119,7 @@ def test_a_bag_for_humble_has_metadata_humbles_rosbag2_decodes(tmp_path):
     assert qos["reliability"] == 1  # RELIABLE as rmw's integer
     (channel,) = scan_records(bag / "humble_bag_0.mcap").channels.values()
     assert yaml.safe_load(channel.metadata["offered_qos_profiles"]) == [qos]  # the MCAP channel too
-    read = bagio.read_bag(bag, expected=[TOPIC])
+    read = bagread.read_bag(bag, expected=[TOPIC])
     assert not read.problems and len(read.messages(TOPIC)) == 50
 
 
@@ -154,7 +154,7 @@ def test_zstd_chunks_are_smaller_and_read_back(tmp_path):
     assert size["packed"] < size["plain"] / 2, size
     indexes = [body for op, body in _summary_records(packed / "packed_0.mcap") if op == OP_CHUNK_INDEX]
     assert indexes and all(b"zstd" in body for body in indexes)
-    read = bagio.read_bag(packed, expected=[TOPIC])  # through rosbags, which decompresses the chunks itself
+    read = bagread.read_bag(packed, expected=[TOPIC])  # through rosbags, which decompresses the chunks itself
     assert not read.problems and [m.task_id for _, m in read.messages(TOPIC)] == [f"t-{i}" for i in range(50)]
     from timely_llm_ros.lrtrace.mcap import scan_records
 

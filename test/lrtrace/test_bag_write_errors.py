@@ -14,7 +14,8 @@ from timely_llm_ros.interfaces.topics import TOPIC_TRACE
 from timely_llm_ros.lrtrace import convert as cv
 from timely_llm_ros.lrtrace import mcap
 from timely_llm_ros.lrtrace import typestore as ts
-from timely_llm_ros.lrtrace.bagio import BagWriteError, BagWriter, read_bag
+from timely_llm_ros.lrtrace.bagio import BagWriteError, BagWriter
+from timely_llm_ros.lrtrace.bagread import read_bag
 
 
 def _raw(i: int) -> bytes:

@@ -25,7 +25,8 @@ from timely_llm_ros.interfaces.topics import TOPIC_TRACE
 from timely_llm_ros.interfaces.topics import bag_segments_topic as segments_topic
 from timely_llm_ros.lrtrace import convert as cv
 from timely_llm_ros.lrtrace import typestore as ts
-from timely_llm_ros.lrtrace.bagio import DEFAULT_TOPICS, BagWriter, read_bag
+from timely_llm_ros.lrtrace.bagio import DEFAULT_TOPICS, BagWriter
+from timely_llm_ros.lrtrace.bagread import read_bag
 from timely_llm_ros.lrtrace.simbag import write_sim_bag
 from timely_llm_ros.lrtrace.typestore import make_typestore
 from timely_llm_ros.sim.simulator import SimConfig, simulate

@@ -64,7 +64,7 @@ def test_a_loop_split_over_two_segments_completes(tmp_path):
     assert summary["final"] == {"COMPLETED": 1}, text[-6000:]
     assert rc == 0, text[-6000:]
 
-    from timely_llm_ros.lrtrace.bagio import read_bag
+    from timely_llm_ros.lrtrace.bagread import read_bag
 
     bags = [p.parent for p in (tmp_path / "bag").rglob("metadata.yaml")] or [tmp_path / "bag"]
     segments = [m for _topic, _t, m in read_bag(bags[0]).by_type("timely_llm_ros/msg/Segment")]
@@ -98,7 +98,7 @@ def test_a_loop_closed_by_a_call_less_tail_runs_its_full_count_on_the_drone(tmp_
     assert rc == 0, text[-6000:]
     assert "backend {'calls': 4," in text, text[-6000:]  # mf, tc live + mf, tc replayed at the '}'
 
-    from timely_llm_ros.lrtrace.bagio import read_bag
+    from timely_llm_ros.lrtrace.bagread import read_bag
     from timely_llm_ros.msg import SegmentFeedback
 
     bag = read_bag(([p.parent for p in (tmp_path / "bag").rglob("metadata.yaml")] or [tmp_path / "bag"])[0])

@@ -60,7 +60,7 @@ def test_the_planner_serves_a_real_workload_on_the_embedded_llm(tmp_path):
     assert "warm-up: prefilled the tello_minispec prompt" in text
     assert summary["final"] == {"COMPLETED": 3}, summary
 
-    from timely_llm_ros.lrtrace.bagio import read_bag
+    from timely_llm_ros.lrtrace.bagread import read_bag
 
     bags = [p.parent for p in (tmp_path / "bag").rglob("metadata.yaml")] or [tmp_path / "bag"]
     events = read_bag(bags[0]).trace_events()

@@ -71,7 +71,7 @@ def test_the_planner_replays_the_reference_plans_of_a_wid2_slice(tmp_path):
     assert "replaying reference plans" in text and "engine llamacpp" in text
     assert summary["final"] == {"COMPLETED": N_TASKS}, summary
 
-    from timely_llm_ros.lrtrace.bagio import read_bag
+    from timely_llm_ros.lrtrace.bagread import read_bag
 
     bags = [p.parent for p in (tmp_path / "bag").rglob("metadata.yaml")] or [tmp_path / "bag"]
     segments: dict[str, list] = defaultdict(list)

@@ -91,7 +91,7 @@ def test_a_full_disk_stops_the_bag_cleanly_says_so_once_and_retries_or_exits(sub
     from diagnostic_msgs.msg import DiagnosticStatus
 
     from timely_llm_ros.interfaces import topics
-    from timely_llm_ros.lrtrace.bagio import read_bag
+    from timely_llm_ros.lrtrace.bagread import read_bag
     from timely_llm_ros.msg import TraceEvent
     from timely_llm_ros.ros import qos
 

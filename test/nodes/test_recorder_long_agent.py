@@ -21,7 +21,7 @@ def test_a_task_with_an_overlong_agent_id_is_recorded_and_the_recorder_survives(
 
     from timely_llm_ros.core.limits import MAX_AGENT_ID
     from timely_llm_ros.interfaces import topics
-    from timely_llm_ros.lrtrace.bagio import read_bag
+    from timely_llm_ros.lrtrace.bagread import read_bag
 
     assert topics.valid_agent_id("a" * MAX_AGENT_ID) and not topics.valid_agent_id("a" * (MAX_AGENT_ID + 1))
     bag = tmp_path / "bag"

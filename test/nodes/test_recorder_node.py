@@ -108,7 +108,7 @@ def test_recorder_bag_survives_sigkill_and_opens_with_rosbags(subprocess_env, tm
 def test_recorder_closes_cleanly_on_sigint_and_refuses_to_overwrite(subprocess_env, tmp_path):
     import robot_testkit as kit
 
-    from timely_llm_ros.lrtrace.bagio import read_bag
+    from timely_llm_ros.lrtrace.bagread import read_bag
 
     bag = tmp_path / "clean_bag"
     proc = kit.start_node(

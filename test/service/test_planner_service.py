@@ -217,3 +217,22 @@ def test_feedback_needs_the_nonce_and_the_robots_sequence_and_a_dead_robot_ends_
     h.svc.beat("d1")  # it is back: used again
     h.run()
     assert h.send("d") == "d" and ev.ACCEPTED in (h.run() or h.statuses("d"))
+
+
+def test_changed_parameters_reach_what_the_service_holds_and_the_backlog_is_warned(caplog):
+    host = Host()
+    svc = host.svc
+    assert svc.describe() == f"engine {host.engine.info.name}, policy {svc.core.policy.name}, journal off"
+    svc.p["robot_down_timeout"] = 9.5
+    svc.p["warn_period"] = 0.0
+    svc.p["feedback_min_exec_fraction"] = 0.25
+    for name in ("robot_down_timeout", "warn_period", "feedback_min_exec_fraction"):
+        svc.param_changed(name)
+    assert svc.liveness.timeout == 9.5 and svc.warn_limiter.period == 0.0
+    assert svc.core.feedback_rules.min_exec_fraction == 0.25
+    svc.p["max_inbound"] = 4
+    for i in range(3):
+        svc.inbound.put(ho.Cancel(f"t{i}", "test"))
+    with caplog.at_level(logging.WARNING, logger="test-planner-service"):
+        svc.warn_backlog()
+    assert "planner busy: 3 messages wait for the planner thread" in caplog.text

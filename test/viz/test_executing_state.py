@@ -7,7 +7,7 @@ import pytest
 
 from timely_llm_ros.core import events as ev
 from timely_llm_ros.lrtrace import typestore as ts
-from timely_llm_ros.lrtrace.bagio import read_bag
+from timely_llm_ros.lrtrace.bagread import read_bag
 from timely_llm_ros.lrtrace.convert import status_from_msg
 from timely_llm_ros.lrtrace.simbag import write_sim_bag
 from timely_llm_ros.lrtrace.timeline_model import TimelineModel

@@ -53,7 +53,7 @@ def test_per_task_overrun_is_recorded_in_the_bags_task_messages(tmp_path):
     """A task's own strategy (``TaskSpec.overrun`` = ``Task.overrun``) expires it under the planner's
     default ``continue`` and travels in the recorded ``Task``; the others record ``""`` (default)."""
     from timely_llm_ros.lrtrace import typestore as ts
-    from timely_llm_ros.lrtrace.bagio import read_bag
+    from timely_llm_ros.lrtrace.bagread import read_bag
 
     tasks = resolve_workload("sample1").tasks[:3]
     tasks[0] = dataclasses.replace(tasks[0], tuf=DOOMED, overrun="kill")

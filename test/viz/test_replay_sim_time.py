@@ -92,7 +92,7 @@ def test_a_replayed_bag_shows_in_the_widget_under_sim_time(sim_node, subprocess_
     from python_qt_binding.QtWidgets import QApplication
     from viz_testlib import SCENARIO, write_scenario_bag
 
-    from timely_llm_ros.lrtrace.bagio import read_bag
+    from timely_llm_ros.lrtrace.bagread import read_bag
     from timely_llm_ros.viz import ros_source
     from timely_llm_ros.viz.widget import TimelineWidget, wall_clock
 

@@ -15,7 +15,8 @@ from viz_testlib import write_scenario_bag
 
 from timely_llm_ros.cli import main
 from timely_llm_ros.interfaces.topics import TOPIC_TRACE
-from timely_llm_ros.lrtrace.bagio import BagWriter, read_bag
+from timely_llm_ros.lrtrace.bagio import BagWriter
+from timely_llm_ros.lrtrace.bagread import read_bag
 from timely_llm_ros.lrtrace.from_bag import load_run
 from timely_llm_ros.lrtrace.simbag import write_sim_bag
 from timely_llm_ros.sim.simulator import SimConfig, simulate

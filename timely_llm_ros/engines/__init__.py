@@ -1,9 +1,10 @@
 """LLM engines behind one small interface, the engine port :mod:`timely_llm_ros.core.engine`.
 
-What is here: the simulated engine on a virtual clock (:mod:`.sim`), llama.cpp embedded on the CPU
-(:mod:`.llamacpp`, the default; its options in :mod:`.llamacpp_config`), vLLM on a GPU
-(:mod:`.vllm`), inference servers over their OpenAI-compatible API (:mod:`.openai`), replica sets
-of any of them (:mod:`.replicas`), and the registry that maps an engine name to its class
+What is here: the simulated engine on a virtual clock (:mod:`.sim`; on the wall clock
+:mod:`.sim_realtime`), llama.cpp embedded on the CPU (:mod:`.llamacpp`, the default), vLLM on a GPU
+(:mod:`.vllm`), inference servers over their OpenAI-compatible API (:mod:`.openai`), each with its
+options in one dataclass (``*_config``), replica sets of any of them (:mod:`.replicas`), and the
+registry that maps an engine name to its class
 (:mod:`.registry`, the one list of engine names). :mod:`.base` is the documented shim that external
 engine plug-ins import the port from.
 
@@ -23,10 +24,13 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "engine_class",
     ),
     "timely_llm_ros.engines.sim": ("SimEngine",),
+    "timely_llm_ros.engines.sim_realtime": ("RealtimeSimEngine",),
     "timely_llm_ros.engines.replicas": ("ReplicaSetEngine", "simulated_replicas"),
     "timely_llm_ros.engines.llamacpp": ("LlamaCppEngine",),
     "timely_llm_ros.engines.llamacpp_config": ("LlamaCppConfig",),
     "timely_llm_ros.engines.vllm": ("VllmEngine",),
+    "timely_llm_ros.engines.vllm_config": ("VllmConfig",),
     "timely_llm_ros.engines.openai": ("OpenAIEngine",),
+    "timely_llm_ros.engines.openai_config": ("OpenAIConfig",),
 }
 __all__, __getattr__, __dir__ = lazy_face(__name__, _HOMES)

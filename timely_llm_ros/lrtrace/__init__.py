@@ -14,7 +14,8 @@ no ``rosbags`` (an optional extra), so it is not loaded with it.
 from timely_llm_ros.core.face import lazy_face
 
 _HOMES: dict[str, tuple[str, ...]] = {
-    "timely_llm_ros.lrtrace.bagio": ("BagWriter", "BagWriteError", "BagContents", "read_bag"),
+    "timely_llm_ros.lrtrace.bagio": ("BagWriter", "BagWriteError"),
+    "timely_llm_ros.lrtrace.bagread": ("BagContents", "read_bag"),
     "timely_llm_ros.lrtrace.typestore": ("make_typestore",),
     "timely_llm_ros.lrtrace.simbag": ("write_sim_bag",),
     "timely_llm_ros.lrtrace.timeline_model": ("TimelineModel", "Span", "TaskLane"),

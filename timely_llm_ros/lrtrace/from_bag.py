@@ -24,7 +24,7 @@ from timely_llm_ros.core.tuf import tuf_class
 from timely_llm_ros.interfaces.mapping import from_stamp
 from timely_llm_ros.lrtrace import convert as cv
 from timely_llm_ros.lrtrace import typestore as ts
-from timely_llm_ros.lrtrace.bagio import BagContents, read_bag
+from timely_llm_ros.lrtrace.bagread import BagContents, read_bag
 from timely_llm_ros.lrtrace.timeline_model import TimelineModel, parse_arrival_detail
 
 NAN = math.nan

@@ -23,18 +23,9 @@ executor thread, where they become messages. A robot is "there" when a node in n
 dropped silently: DDS queues are deep (:mod:`~timely_llm_ros.ros.qos`) and a sample DDS reports lost
 is counted and logged. Repeated warnings are rate-limited (``warn_period``).
 
-Crash recovery (parameter ``journal``): after a restart every task the journal shows open is, once its
-robot is discovered, re-planned for the rest (``on_restart: resume``) or ended FAILED "planner
-restarted" (default). A clean stop (SIGINT/SIGTERM) gives every open task a final FAILED status.
-
-Clocks: the planner runs on the engine clock (monotonic); stamps on messages are ROS (system) time,
-converted with one offset measured at configure. Robot feedback stamps are used when they lie within
-``feedback_clock_tolerance`` of the planner's own reading, else the receipt time (clock skew).
-
-Replay mode (``plan_source: reference``, :mod:`~timely_llm_ros.core.options.replay`): a real engine writes
-each task's reference plan exactly — the plan the simulated engine would emit, looked up in the
-``sim_plans`` sources as for ``engine: sim`` — as its structured-output constraint; a task for which
-no source has a plan keeps the skill grammar (the model writes its own).
+Crash recovery (``journal``), clocks (engine clock inside, ROS time on messages) and replay mode
+(``plan_source: reference``): see the service (:mod:`timely_llm_ros.service.planner_service`) and
+:mod:`.planner_setup`, which turns the parameters into engine, plans, options and journal.
 """
 
 from __future__ import annotations
@@ -46,6 +37,7 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
@@ -56,9 +48,6 @@ from rclpy.parameter import Parameter
 from std_msgs.msg import Header
 
 from timely_llm_ros.core import limits
-from timely_llm_ros.core.engine import EngineError
-from timely_llm_ros.core.feedback import FeedbackRules
-from timely_llm_ros.core.options.replay import REFERENCE
 from timely_llm_ros.core.task import TaskRejected
 from timely_llm_ros.core.tuf import TUF
 from timely_llm_ros.interfaces import topics
@@ -72,11 +61,11 @@ from timely_llm_ros.nodes.planner_params import (
     parse_agent_types,
     quote_mapping_args,
 )
-from timely_llm_ros.nodes.planner_setup import load_plans, make_engine, make_planner_options
+from timely_llm_ros.nodes.planner_setup import configure
 from timely_llm_ros.ros import convert, qos
 from timely_llm_ros.ros.plan_task import PlanTaskServer
 from timely_llm_ros.service import handoff as ho
-from timely_llm_ros.service.journal import Journal, JournalError, OpenTask, default_path
+from timely_llm_ros.service.journal import default_path
 from timely_llm_ros.service.planner_service import PlannerService, Ports
 
 
@@ -159,24 +148,14 @@ class PlannerNode(LifecycleNode):
         """Load the engine and warm it up, open the journal; no task is taken yet."""
         self._transition_error = None
         try:
-            options = make_planner_options(self.p, self._nested("planner_options"))
-            engine = make_engine(self.p, self._nested("engine_options"), self.svc.new_stop_event())
-            plans = load_plans(
-                engine, self.p["sim_plans"], self.get_logger(), options.plan_source == REFERENCE
-            )
-            try:
-                self.svc.configure(engine, plans, options)
-            except EngineError as exc:  # plan_source reference on an engine that cannot replay
-                raise ParamError(f"parameter 'plan_source': {exc}") from None
-            self._warm_up(self.p["warmup_skill_sets"])
-            self.svc.journal, self.svc.recovered_tasks = self._open_journal()
+            configure(self.svc, self.p, self._nested, self.get_logger(), self._journal_path)
         except ParamError as exc:
             self._transition_error = exc
             self.get_logger().error(f"configure failed: {exc}")
             self.svc.release_engine()
             return TransitionCallbackReturn.FAILURE
         self._configured = True
-        self.get_logger().info(f"planner configured: {self._describe()}")
+        self.get_logger().info(f"planner configured: {self.svc.describe()}")
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -189,7 +168,7 @@ class PlannerNode(LifecycleNode):
         if not self.svc.running:
             self.svc.start()
         self.svc.active = True
-        self.get_logger().info(f"planner ready: accepting tasks ({self._describe()})")
+        self.get_logger().info(f"planner ready: accepting tasks ({self.svc.describe()})")
         return TransitionCallbackReturn.SUCCESS
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -222,14 +201,6 @@ class PlannerNode(LifecycleNode):
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
         self._shutdown_work("planner shut down")
         return TransitionCallbackReturn.SUCCESS
-
-    def _describe(self) -> str:
-        svc = self.svc
-        journal = svc.journal.path if svc.journal else "off"
-        core, engine = svc.core, svc.engine
-        assert core is not None and engine is not None  # described once configured
-        replay = ", replaying reference plans" if core.intake.replay else ""
-        return f"engine {engine.info.name}, policy {core.policy.name}, journal {journal}{replay}"
 
     # ------------------------------------------------------------------ configure-time parameters
     def _declare_nested_options(self) -> None:
@@ -268,43 +239,14 @@ class PlannerNode(LifecycleNode):
                 )
         return SetParametersResult(successful=True)
 
-    # ------------------------------------------------------------------ set-up
-    def _warm_up(self, skill_sets: list[str]) -> None:
-        """Prefill the named skill prompts now; runs before /tasks is subscribed (see PARAMS)."""
-        if not skill_sets:
-            return
-        try:
-            assert self.svc.core is not None  # warmed up once configured
-            took = self.svc.core.warm_up(list(skill_sets))
-        except KeyError as exc:
-            raise ParamError(f"parameter 'warmup_skill_sets': {exc}") from None
-        except EngineError as exc:
-            raise ParamError(f"warm-up failed in the engine: {exc}") from None
-        for name, seconds in took.items():
-            self.get_logger().info(f"warm-up: prefilled the {name} prompt in {seconds:.2f} s")
-
-    def _open_journal(self) -> tuple[Journal | None, list[OpenTask]]:
-        where = self.p["journal"]
-        if where == "off":
-            return None, []
-        journal = Journal(
-            where or default_path(self.get_fully_qualified_name(), self.context.get_domain_id())
-        )
-        try:
-            return journal, journal.open()
-        except JournalError as exc:
-            raise ParamError(f"parameter 'journal': {exc}") from None
+    def _journal_path(self) -> Path:
+        return default_path(self.get_fully_qualified_name(), self.context.get_domain_id())
 
     def _param_changed(self, name: str, value: Any) -> None:
         self.p[name] = value
         if name == "agent_types":
-            self.svc.desk.agent_types = parse_agent_types(self.p[name])
-        elif name == "warn_period":
-            self.svc.warn_limiter.period = float(value)
-        elif name == "robot_down_timeout":
-            self.svc.liveness.timeout = float(value)
-        elif name == "feedback_min_exec_fraction" and self.svc.core is not None:
-            self.svc.core.feedback_rules = FeedbackRules(True, float(value))
+            self.svc.desk.agent_types = parse_agent_types(value)
+        self.svc.param_changed(name)
 
     def _tick(self) -> None:
         """Every 50 ms on the executor: tasks waiting for their robot; proof that the executor runs
@@ -337,10 +279,6 @@ class PlannerNode(LifecycleNode):
             return task_from_checked_msg(msg, now, tuf, self.p["default_max_tokens"])
 
         return self.svc.desk.intake(msg.task_id, msg.agent_id, lambda: task_fields(msg), to_spec)
-
-    def request_cancel(self, task_id: str, reason: str) -> str | None:
-        """Cancel an open task (None = under way, else why not): see the front desk."""
-        return self.svc.desk.request_cancel(task_id, reason)
 
     def _on_feedback(self, msg: SegmentFeedback) -> None:
         if self.svc.core is None:  # unconfigured: no task can be open
@@ -432,13 +370,7 @@ class PlannerNode(LifecycleNode):
                 entry.idle_since = now
             elif now - entry.idle_since >= self.p["publisher_idle_timeout"]:
                 self._drop_idle_publisher(agent)
-        backlog = self.svc.inbound.qsize()
-        if backlog > self.p["max_inbound"] // 2:
-            self.svc.warn(
-                "backlog",
-                f"planner busy: {backlog} messages wait for the planner thread "
-                f"(tasks beyond max_inbound = {self.p['max_inbound']} are rejected as overloaded)",
-            )
+        self.svc.warn_backlog()
 
     # ------------------------------------------------------------------ executor thread: output
     def _put(self, item: ho.Outbound) -> None:

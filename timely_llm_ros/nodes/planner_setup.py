@@ -1,5 +1,6 @@
 """The planner node's parameters turned into what its service runs on: the engine, the simulated
-engine's reference plans, the planner options.
+engine's reference plans, the planner options, the warmed-up prompts and the crash-recovery journal
+(:func:`configure`, the whole of the lifecycle configure transition but its ROS bookkeeping).
 
 Each failure is a :class:`~timely_llm_ros.nodes.common.ParamError` naming the parameter, so a bad
 ``engine:=`` or a missing model fails the lifecycle configure transition with one clear line.
@@ -10,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from timely_llm_ros.core.engine import Engine, EngineError
@@ -21,6 +23,8 @@ from timely_llm_ros.engines.registry import create_engine
 from timely_llm_ros.nodes.common import ParamError
 from timely_llm_ros.nodes.planner_params import engine_options, planner_options
 from timely_llm_ros.nodes.sim_support import PlanTable
+from timely_llm_ros.service.journal import Journal, JournalError, OpenTask
+from timely_llm_ros.service.planner_service import PlannerService
 
 # what the node itself gives the real-time simulated engine (never an engine option)
 NODE_SIM_ARGS = ("profile", "clock", "stop")
@@ -76,3 +80,50 @@ def load_plans(engine: Engine, sources: list[str], log: Any, replay: bool = Fals
             raise ParamError(f"parameter 'sim_plans': cannot load {source!r}: {exc}") from None
         log.info(f"{n} reference plans from {source!r}")
     return plans
+
+
+def configure(
+    svc: PlannerService,
+    p: Mapping[str, Any],
+    nested: Callable[[str], Mapping[Any, Any]],
+    log: Any,
+    journal_path: Callable[[], str | Path],
+) -> None:
+    """The configure transition: engine, plans and options into ``svc``, the skill prompts warmed
+    up, the journal opened (its open tasks wait in ``svc.recovered_tasks``). ``nested(name)``: the
+    ``<name>.<key>`` parameters; ``journal_path()``: the default journal file of this node."""
+    options = make_planner_options(p, nested("planner_options"))
+    engine = make_engine(p, nested("engine_options"), svc.new_stop_event())
+    plans = load_plans(engine, p["sim_plans"], log, options.plan_source == REFERENCE)
+    try:
+        svc.configure(engine, plans, options)
+    except EngineError as exc:  # plan_source reference on an engine that cannot replay
+        raise ParamError(f"parameter 'plan_source': {exc}") from None
+    warm_up(svc, p["warmup_skill_sets"], log)
+    svc.journal, svc.recovered_tasks = open_journal(p["journal"], journal_path)
+
+
+def warm_up(svc: PlannerService, skill_sets: list[str], log: Any) -> None:
+    """Prefill the named skill prompts now; runs before /tasks is subscribed (see PARAMS)."""
+    if not skill_sets or svc.core is None:
+        return
+    try:
+        took = svc.core.warm_up(list(skill_sets))
+    except KeyError as exc:
+        raise ParamError(f"parameter 'warmup_skill_sets': {exc}") from None
+    except EngineError as exc:
+        raise ParamError(f"warm-up failed in the engine: {exc}") from None
+    for name, seconds in took.items():
+        log.info(f"warm-up: prefilled the {name} prompt in {seconds:.2f} s")
+
+
+def open_journal(where: str, default: Callable[[], str | Path]) -> tuple[Journal | None, list[OpenTask]]:
+    """The crash-recovery journal (``journal`` parameter: ``off``, a path, or empty for the default)
+    and the tasks it shows open."""
+    if where == "off":
+        return None, []
+    journal = Journal(where or default())
+    try:
+        return journal, journal.open()
+    except JournalError as exc:
+        raise ParamError(f"parameter 'journal': {exc}") from None

@@ -2,15 +2,17 @@
 
 The field mapping is written once, in :mod:`timely_llm_ros.interfaces.mapping`, for both
 message-class back-ends; this module binds it to the rclpy classes of the interface build
-(:class:`RclpyTypes`) and keeps the functions the nodes call. The core (``timely_llm_ros.core``)
+(:class:`RclpyTypes`) and keeps the functions the nodes call with it; the back-end-free functions
+(:func:`~timely_llm_ros.interfaces.mapping.task_from_msg`, ``from_stamp``, ...) are imported from
+:mod:`timely_llm_ros.interfaces.mapping`, their one home. The core (``timely_llm_ros.core``)
 never imports ROS; nodes convert at their edges with these functions. Times: the core uses float
 seconds on the planner's clock; messages carry ``builtin_interfaces/Time`` (:func:`to_stamp` /
-:func:`from_stamp`). States and event kinds: the core uses the names (``"COMPLETED"``,
+``interfaces.mapping.from_stamp``). States and event kinds: the core uses the names (``"COMPLETED"``,
 ``"DISPATCH"``), messages the uint8 constants of the same names.
 
-Messages coming *in* are untrusted (any node may publish): :func:`task_from_msg` checks every field
+Messages coming *in* are untrusted (any node may publish): ``task_from_msg`` checks every field
 against :mod:`timely_llm_ros.core.limits` (lengths, TUF ranges that keep every derived time finite)
-and raises :class:`TaskRejected` with a reason meant for the sender instead of letting a bad field
+and raises ``TaskRejected`` with a reason meant for the sender instead of letting a bad field
 crash the planner later; :func:`feedback_from_msg` clips the detail text and raises ``ValueError``
 for an unknown state code or an id beyond its limit.
 """

@@ -159,6 +159,35 @@ class PlannerService:
             more = f" (and {suppressed} more like it since the last report)" if suppressed else ""
             self.log.warning(limits.clip(text, 500) + more)
 
+    def warn_backlog(self) -> None:
+        """Warn (rate-limited) while more than half of ``max_inbound`` items wait for the planner thread."""
+        backlog = self.inbound.qsize()
+        if backlog > self.p["max_inbound"] // 2:
+            self.warn(
+                "backlog",
+                f"planner busy: {backlog} messages wait for the planner thread "
+                f"(tasks beyond max_inbound = {self.p['max_inbound']} are rejected as overloaded)",
+            )
+
+    def param_changed(self, name: str) -> None:
+        """A parameter changed in the host's mapping: apply the ones held outside it (the host parses
+        ``agent_types`` into ``desk.agent_types`` itself)."""
+        value = self.p[name]
+        if name == "warn_period":
+            self.warn_limiter.period = float(value)
+        elif name == "robot_down_timeout":
+            self.liveness.timeout = float(value)
+        elif name == "feedback_min_exec_fraction" and self.core is not None:
+            self.core.feedback_rules = FeedbackRules(True, float(value))
+
+    def describe(self) -> str:
+        """One line for the log: engine, policy, journal, replay."""
+        if self.engine is None or self.core is None:
+            return "unconfigured"
+        journal = self.journal.path if self.journal else "off"
+        replay = ", replaying reference plans" if self.core.intake.replay else ""
+        return f"engine {self.engine.info.name}, policy {self.core.policy.name}, journal {journal}{replay}"
+
     def put_event(self, e: ev.TraceEvent) -> None:
         """Hand a core event (planner clock) to the host, stamped in its time."""
         self.ports.put(
