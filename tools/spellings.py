@@ -78,22 +78,38 @@ class Misuse:
         return f"{self.where}:{self.line}: {self.name} {how} {short}"
 
 
-def _defines(body: Iterable[ast.stmt], out: set[str]) -> None:
+def _is_alias(node: ast.stmt, imported: set[str]) -> bool:
+    """``name = module.name`` with ``module`` an imported name: the same object under the same name,
+    a re-export in disguise (``to_stamp = ADAPTER.to_stamp`` binds a new method: a definition)."""
+    return (
+        isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.Attribute)
+        and isinstance(node.value.value, ast.Name)
+        and node.value.value.id in imported
+        and node.value.attr == node.targets[0].id
+    )
+
+
+def _defines(body: Iterable[ast.stmt], out: set[str], imported: set[str]) -> None:
     for node in body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             out.add(node.name)
         elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            if _is_alias(node, imported):
+                continue  # ``make_typestore = ts.make_typestore``: another module's name, handed out
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:
                 out.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
         elif isinstance(node, ast.Import):  # a module object (``mcap.os`` for a test's monkeypatch)
             out.update((a.asname or a.name).split(".")[0] for a in node.names)
         elif isinstance(node, ast.If | ast.Try | ast.With):
-            _defines(node.body, out)
-            _defines(getattr(node, "orelse", []), out)
-            _defines(getattr(node, "finalbody", []), out)
+            _defines(node.body, out, imported)
+            _defines(getattr(node, "orelse", []), out, imported)
+            _defines(getattr(node, "finalbody", []), out, imported)
             for handler in getattr(node, "handlers", []):
-                _defines(handler.body, out)
+                _defines(handler.body, out, imported)
 
 
 def _assigned(tree: ast.Module, name: str) -> ast.expr | None:
@@ -134,8 +150,14 @@ def read_package(root: Path = REPO) -> dict[str, Module]:
     out = {}
     for name, path in ig.module_files(root).items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = {
+            (a.asname or a.name).split(".")[0]
+            for node in tree.body
+            if isinstance(node, ast.Import | ast.ImportFrom)
+            for a in node.names
+        }
         defines: set[str] = set()
-        _defines(tree.body, defines)
+        _defines(tree.body, defines, imported)
         out[name] = Module(name, path, frozenset(defines), _exports(tree))
     return out
 

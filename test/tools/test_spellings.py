@@ -61,6 +61,9 @@ def test_a_re_export_and_a_read_through_a_face_inside_the_package_fail(tmp_path:
             "timely_llm_ros/nodes/a.py": "from timely_llm_ros.core.sched import TUF\n",
             "timely_llm_ros/nodes/b.py": "from timely_llm_ros.core import TUF\n",  # through a face
             "timely_llm_ros/nodes/c.py": "from timely_llm_ros.core import tuf\n\ndef f():\n    return tuf.TUF, tuf.nope\n",
+            # a re-export in disguise: the same object under the same name
+            "timely_llm_ros/nodes/d.py": "from timely_llm_ros.core import tuf\n\nTUF = tuf.TUF\n",
+            "timely_llm_ros/nodes/e.py": "from timely_llm_ros.nodes.d import TUF\n",
             "test/test_user.py": "from timely_llm_ros.core import TUF\nfrom timely_llm_ros.core.sched import TUF as T\n",
         },
     )
@@ -69,6 +72,7 @@ def test_a_re_export_and_a_read_through_a_face_inside_the_package_fail(tmp_path:
         f"{P}nodes.a:TUF not defined in core.sched",
         f"{P}nodes.b:TUF through the face core",
         f"{P}nodes.c:nope not defined in core.tuf",
+        f"{P}nodes.e:TUF not defined in nodes.d",
         "test/test_user.py:TUF not defined in core.sched",  # users may use the face, not a re-export
     }
 
