@@ -9,7 +9,7 @@ engine run in real time, see :mod:`.sim_support` — or ``llamacpp`` / ``vllm`` 
 creates the ROS entities, converts messages, answers the service's questions about the ROS graph
 (:class:`~timely_llm_ros.service.planner_service.Ports`) and drives the lifecycle.
 
-Topics (:mod:`timely_llm_ros.ros.topics`, QoS in :mod:`timely_llm_ros.ros.qos`):
+Topics (:mod:`timely_llm_ros.interfaces.topics`, QoS in :mod:`timely_llm_ros.ros.qos`):
 ``/tasks`` (Task, in) → front door (:mod:`~timely_llm_ros.service.front_desk`: every check and its
 rejection reason) → core; each segment → ``/<agent>/skill_segments`` (Segment, one publisher per
 robot, so the order on the topic is the dispatch order); ``/segment_feedback`` (in) →
