@@ -110,17 +110,21 @@ def test_security_on_gives_every_node_its_enclave_and_the_ros_security_environme
             load_fleet(_fleet(tmp_path, bad, "bad.yaml"))
 
 
-def test_security_init_writes_the_policy_and_says_how_to_make_the_keystore(tmp_path):
-    fleet = _fleet(tmp_path, {"enabled": True, "keystore": "keys"})
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable))  # no `ros2` here
-    out = subprocess.run(
+def _security_init(fleet: Path, cwd: Path, path: list[str]) -> subprocess.CompletedProcess[str]:
+    """`timely-llm security init FLEET` with only ``path`` on PATH (which tools it may find)."""
+    return subprocess.run(
         [sys.executable, "-m", "timely_llm_ros.cli", "security", "init", str(fleet)],
         capture_output=True,
         text=True,
-        env=env,
-        timeout=120,
-        cwd=tmp_path,
+        env=dict(os.environ, PATH=os.pathsep.join(path)),
+        timeout=300,
+        cwd=cwd,
     )
+
+
+def test_security_init_writes_the_policy_and_says_how_to_make_the_keystore(tmp_path):
+    fleet = _fleet(tmp_path, {"enabled": True, "keystore": "keys"})
+    out = _security_init(fleet, tmp_path, [os.path.dirname(sys.executable)])  # no `ros2` here
     assert out.returncode == 0, out.stderr
     policy = tmp_path / "keys_policy.xml"
     assert f"policy: {policy}" in out.stdout
@@ -134,17 +138,8 @@ def test_security_init_makes_the_keystore_with_openssl_where_sros2_is_missing(tm
     each enclave's certificate named after it, permissions signed by the CA and mangled as the RMW
     names DDS topics — drone_1 may read only its own segments and may not read /segment_feedback."""
     fleet = _fleet(tmp_path, {"enabled": True, "keystore": "keys"})
-    env = dict(
-        os.environ,
-        PATH=os.pathsep.join([os.path.dirname(sys.executable), os.path.dirname(shutil.which("openssl"))]),
-    )
-    out = subprocess.run(
-        [sys.executable, "-m", "timely_llm_ros.cli", "security", "init", str(fleet)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        cwd=tmp_path,
+    out = _security_init(
+        fleet, tmp_path, [os.path.dirname(sys.executable), os.path.dirname(shutil.which("openssl"))]
     )
     assert out.returncode == 0, out.stderr
     keys = tmp_path / "keys"

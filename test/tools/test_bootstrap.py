@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from tool_loader import load_tool
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "tools" / "bootstrap.py"
 
 
-def _load_bootstrap():
-    spec = importlib.util.spec_from_file_location("timely_bootstrap", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["timely_bootstrap"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bootstrap = _load_bootstrap()
+bootstrap = load_tool("bootstrap.py", "timely_bootstrap")
 
 
 def _fake_environment(tmp_path: Path):

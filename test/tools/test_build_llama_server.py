@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = REPO_ROOT / "tools" / "build_llama_server.py"
+from tool_loader import load_tool
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("timely_build_llama_server", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["timely_build_llama_server"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("build_llama_server.py", "timely_build_llama_server")
 
 
 def test_install_replaces_a_running_binary(tmp_path: Path):
