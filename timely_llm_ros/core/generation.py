@@ -246,6 +246,7 @@ class Generation:
         "text",
         "held",
         "parked",
+        "chain",
     )
 
     def __init__(
@@ -287,6 +288,10 @@ class Generation:
         self.text: list[str] = []
         self.held: list[Dispatch] = []  # segments planned while its robot executes another task
         self.parked = False  # out of the scheduler until its robot is free (see core.sched.agent_queue)
+        # (ref, ERT, α, β) of the first segment of the next task waiting for this one's robot (set by
+        # the planner while this task is its robot's active one; None if nothing waits): that task's
+        # response cannot start before this plan ends, so a policy may rank this generation by it
+        self.chain: tuple[float, float, float, float] | None = None
 
     def deadline(self) -> float:
         """Latest generation end of the current segment for its action to start on time:

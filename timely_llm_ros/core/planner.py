@@ -74,7 +74,7 @@ from timely_llm_ros.core.intake import Intake
 from timely_llm_ros.core.motion_budget import PlanBudgets
 from timely_llm_ros.core.options.planner_options import PlannerExtras, PlannerOptions
 from timely_llm_ros.core.options.replay import REFERENCE
-from timely_llm_ros.core.sched.agent_queue import AHEAD, WAITING, AgentQueueFull, AgentQueues
+from timely_llm_ros.core.sched.agent_queue import ACTIVE, AHEAD, WAITING, AgentQueueFull, AgentQueues
 from timely_llm_ros.core.sched.policies import Policy
 from timely_llm_ros.core.sched.scheduler import Scheduler
 from timely_llm_ros.core.skills.loader import load_skill_set
@@ -212,6 +212,8 @@ class PlannerCore:
             self._expire(gen, t, skipped)
             return rec
         gen.parked = role == WAITING
+        if role != ACTIVE:
+            self._rechain(rec.agent_id)
         if self.extras.wants_llm(sent):  # the embedded LLM classifies it first (a probe generation)
             self.extras.wait(gen, sent.task_class)
             self._state(rec, ev.QUEUED, "deriving its urgency from the instruction")
@@ -235,8 +237,33 @@ class PlannerCore:
     def _push(self, gen: Generation) -> None:
         """Queue a generation for its next segment: G from the length predictor (option), horizon."""
         self.extras.estimate(gen, self.engine.speed(), self._costs)
+        gen.chain = self._chain_of(gen)
         self.scheduler.push(gen)
         self.extras.overrun.track(gen)
+
+    def _chain_of(self, gen: Generation) -> tuple[float, float, float, float] | None:
+        """(ref, ERT, α, β) of the first segment of the task that waits for ``gen``'s robot to end
+        ``gen``'s task (robot chain: its action cannot start before this plan ends); None when
+        ``gen``'s task is not its robot's active one or nothing waits behind it."""
+        rec = gen.record
+        if not self.agents.may_dispatch(rec.agent_id, rec.task_id):
+            return None
+        nxt = self.agents.next_of(rec.agent_id)
+        w = self._tasks.get(nxt) if nxt is not None else None
+        if w is None or w.finished or (w.record.segments and not math.isnan(w.record.segments[0].exec_start)):
+            return None
+        return (w.record.arrival, w.ert, w.alpha, w.beta)
+
+    def _rechain(self, agent: str) -> None:
+        """The robot's queue changed: re-rank its active task's queued generation (robot chain)."""
+        act = self.agents.active(agent)
+        gen = self._tasks.get(act) if act is not None else None
+        if gen is None or gen.finished:
+            return
+        chain = self._chain_of(gen)
+        if chain != gen.chain:
+            gen.chain = chain
+            self.scheduler.update(gen)
 
     def _unpark(self, gen: Generation) -> None:
         """Its robot is free for it: schedule it (unless it still waits for its urgency probe, whose
@@ -804,6 +831,7 @@ class PlannerCore:
             ahead = self._tasks.get(tid)
             if ahead is not None and ahead.parked and ahead.context is None and not ahead.finished:
                 self._unpark(ahead)
+        self._rechain(rec.agent_id)
         self._retire(rec)
 
     def _activate(self, gen: Generation, t: float) -> None:
@@ -825,7 +853,8 @@ class PlannerCore:
                 ),
             )
         rec = gen.record
-        gen.ref = estimated_action_end(rec, self.net)
+        if rec.segments:  # a first segment still generating keeps its task's arrival as ref
+            gen.ref = estimated_action_end(rec, self.net)
         if gen.parked and not gen.finished:
             self._unpark(gen)
         elif gen.finished:

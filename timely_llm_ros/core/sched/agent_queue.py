@@ -109,6 +109,11 @@ class AgentQueues:
         a = self._agents.get(agent)
         return None if a is None else a.active
 
+    def next_of(self, agent: str) -> str | None:
+        """The task that waits first for ``agent``'s active task to end (None if none)."""
+        a = self._agents.get(agent)
+        return a.queued[0] if a is not None and a.queued else None
+
     def may_dispatch(self, agent: str, task_id: str) -> bool:
         """True if ``task_id`` is its robot's active task (its segments may be sent)."""
         return self.active(agent) == task_id

@@ -147,6 +147,9 @@ class TimelyOptions:
     # per second, so it is ranked by that cost, never parked) or "clamped" at 0 (late work is
     # worthless: the late tier). See the module docstring.
     objective: str = "unclamped"
+    # robot chain: a robot's active task's generation is ranked by the first segment of the robot's
+    # next task when that one's deadline is earlier (its action cannot start before this plan ends)
+    chain: bool = False
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -233,7 +236,11 @@ class UtilityAccrualPriority(PriorityStrategy):
         self.unclamped = opt.objective == "unclamped"
         # unclamped: no late tier (late work keeps costing), and it counts in the tardy slope
         self.index = PhaseIndex(
-            opt.aging, opt.critical_zero, opt.late_tier and not self.unclamped, late_costs=self.unclamped
+            opt.aging,
+            opt.critical_zero,
+            opt.late_tier and not self.unclamped,
+            late_costs=self.unclamped,
+            chain=opt.chain,
         )
         self._hint = 0  # least removals of the last decision (search start)
 
@@ -737,4 +744,5 @@ VARIANTS: dict[str, TimelyOptions] = {
     "timely-floor1": TimelyOptions(adm_gain_floor=0.01),
     "timely-floor2": TimelyOptions(adm_gain_floor=0.02),
     "timely-floor1-idle2": TimelyOptions(adm_gain_floor=0.01, adm_floor_free=2),
+    "timely-chain": TimelyOptions(chain=True),
 }

@@ -155,13 +155,18 @@ class Entry:
         "ver",
     )
 
-    def __init__(self, gen: Generation, aging: float) -> None:
+    def __init__(self, gen: Generation, aging: float, chain: bool = False) -> None:
         self.gen = gen
         self.slot = gen.slot
         self.seq = gen.seq
         self.ref, self.e, self.al, self.be = gen.ref, gen.ert_k, gen.alpha, gen.beta
         self.g, self.net = gen.g, gen.net
         self.d = segment_deadline(self.ref, self.e, self.net)
+        if chain and gen.chain is not None:  # robot chain: ranked as the task waiting behind it
+            d = segment_deadline(gen.chain[0], gen.chain[1], self.net)
+            if d < self.d:
+                self.ref, self.e, self.al, self.be = gen.chain
+                self.d = d
         span = utility_span(self.al, self.be) if self.al < 0.0 else self.e + self.g
         self.z = self.d + span
         self.t_tardy = self.d - self.g
@@ -203,8 +208,16 @@ class Entry:
 class PhaseIndex:
     """Sorted tiers of the queued generations, kept current by phase-change events (module doc)."""
 
-    def __init__(self, aging: float, critical_zero: bool, late_tier: bool, late_costs: bool = False) -> None:
+    def __init__(
+        self,
+        aging: float,
+        critical_zero: bool,
+        late_tier: bool,
+        late_costs: bool = False,
+        chain: bool = False,
+    ) -> None:
         self.aging = aging
+        self.chain = chain  # rank a robot's active generation by the task waiting behind it (Entry)
         self.critical_zero = critical_zero
         self.late_tier = late_tier
         # LATE entries still lose |α| per second (unclamped Eq. 1): they count in the tardy slope
@@ -222,7 +235,7 @@ class PhaseIndex:
 
     # -- membership ----------------------------------------------------------------------------
     def add(self, gen: Generation) -> Entry:
-        e = Entry(gen, self.aging)
+        e = Entry(gen, self.aging, self.chain)
         self.entries[e.slot] = e
         self._place(e, e.phase_at(self.t))
         return e
