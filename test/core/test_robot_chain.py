@@ -1,4 +1,4 @@
-"""Robot chain (variant ``timely-chain``): a task queued behind its robot's active task cannot start
+"""Robot chain (``timely``; ablation ``timely-no-chain``): a task queued behind its robot's active task cannot start
 before that plan ends, so the active task's next segment is ranked by the waiting task's first
 segment when that deadline is earlier. Planner bookkeeping, the order, and a hand-built run on the
 simulated engine's virtual clock."""
@@ -19,7 +19,7 @@ from timely_llm_ros.sim.simulator import SimConfig, simulate
 
 
 def test_the_planner_tells_the_active_generation_who_waits_behind_it():
-    p = PlannerCore(SimEngine(), "timely-chain")
+    p = PlannerCore(SimEngine(), "timely")
     f0, f1, f2 = flood(n=3, other=0)
     for spec in (f0, f1, f2):
         p.submit(spec)
@@ -37,9 +37,9 @@ def test_the_planner_tells_the_active_generation_who_waits_behind_it():
 def test_the_active_generation_is_ranked_by_the_task_waiting_behind_it():
     # t = 0.6. a: the robot's active task, its next segment due when its action ends at 2.0
     # (D = 1.992); an urgent task of the same robot arrived at 0.5 (D = 0.692) waits behind it.
-    # b: another robot's urgent task, arrived at 0.6 (D = 0.792). timely: b first (its own
-    # deadlines); timely-chain: a first (it carries the waiting task's deadline).
-    for policy, first in (("timely", "b"), ("timely-chain", "a")):
+    # b: another robot's urgent task, arrived at 0.6 (D = 0.792). timely-no-chain: b first (own
+    # deadlines only); timely: a first (it carries the waiting task's deadline).
+    for policy, first in (("timely-no-chain", "b"), ("timely", "a")):
         s = Scheduler(policy)
         a, b = gen(arrival=0.0, k=1, ref=2.0), gen(arrival=0.6, tuf=URGENT_TUF)
         a.chain = (0.5, URGENT_TUF.ert, URGENT_TUF.alpha, URGENT_TUF.beta)
@@ -47,7 +47,7 @@ def test_the_active_generation_is_ranked_by_the_task_waiting_behind_it():
         s.push(b)
         assert s.order(0.6)[0] is {"a": a, "b": b}[first], policy
     # a later deadline behind it changes nothing: the own one is earlier
-    s = Scheduler("timely-chain")
+    s = Scheduler("timely")
     a, b = gen(arrival=0.0, k=1, ref=0.7), gen(arrival=0.6, tuf=URGENT_TUF)
     a.chain = (5.0, URGENT_TUF.ert, URGENT_TUF.alpha, URGENT_TUF.beta)
     s.push(a)
@@ -81,16 +81,16 @@ def chain_workload(n: int = 8) -> list[TaskSpec]:
 
 
 def test_an_urgent_task_behind_its_robot_is_not_left_to_the_backlog():
-    # timely ranks A's second segment by A's own deadline (its first action's end), behind the
+    # timely-no-chain ranks A's second segment by A's own deadline (its first action's end), behind the
     # other robots' first segments, so B — already generated and held — waits for A's plan:
     # measured B response 1.084 s (U -3.89) and all tasks 5.11; with the chain A's second segment
     # goes first: B 0.748 s (U -1.65), all 7.35, the other robots' tasks unchanged (8.00)
     got = {}
-    for p in ("timely", "timely-chain"):
+    for p in ("timely-no-chain", "timely"):
         recs = {r.task_id: r for r in simulate(chain_workload(), SimConfig(policy=f"{p}@b1")).records}
         assert all(r.state == "COMPLETED" for r in recs.values())
         others = sum(r.utility for k, r in recs.items() if k not in ("A", "B"))
         got[p] = (recs["B"].response_time, sum(r.utility for r in recs.values()), others)
-    assert got["timely-chain"][0] < got["timely"][0] - 0.2
-    assert got["timely-chain"][1] > got["timely"][1] + 1.0
-    assert got["timely-chain"][2] >= got["timely"][2] - 1e-9
+    assert got["timely"][0] < got["timely-no-chain"][0] - 0.2
+    assert got["timely"][1] > got["timely-no-chain"][1] + 1.0
+    assert got["timely"][2] >= got["timely-no-chain"][2] - 1e-9

@@ -20,6 +20,8 @@ timely-adm-keepdue  a due promise whose candidate would lose utility overtakes a
 timely-floor05/1/2  a deferral must expect to gain > 0.5 / 1 / 2 % of the candidates' β
 timely-floor1-idle2 the 1 % floor only where at least two batch slots are free
 timely-full-ua      the utility-accrual test over the whole live queue (no lookahead window)
+timely-no-chain     a robot's active generation ranked by its own deadline only, not by the task
+                    waiting behind it for the same robot (robot chain)
 timely-no-adm       no admission check (batch + memory only)
 timely-edf-dyn      all off: EDF on segment deadlines, no admission check
 timely-paper        the paper's Eq. 4 + §4.4 literally (reference)

@@ -76,7 +76,7 @@ class PolicyName(enum.StrEnum):
     TIMELY_FLOOR_1 = "timely-floor1"
     TIMELY_FLOOR_2 = "timely-floor2"
     TIMELY_FLOOR_1_IDLE_2 = "timely-floor1-idle2"
-    TIMELY_CHAIN = "timely-chain"
+    TIMELY_NO_CHAIN = "timely-no-chain"
     # the paper's baselines as its public code runs them where that differs from ours (bench --suite paper)
     FCFS_REQUEUE = "fcfs-requeue"
 
