@@ -139,6 +139,28 @@ def test_suspended_generation_resumes_without_reprefill_and_matches_unsuspended_
     engine.release(1)
 
 
+def test_preempted_mid_segment_resumes_to_the_same_tokens(engine, reference):
+    # preemption (core/sched/preemption.py) suspends a generation inside a segment, not at its end:
+    # the engine keeps the partial segment's KV and the grammar's place, so the rest is token for
+    # token the unsuspended run
+    admit(engine, 5, TASKS[0])
+    before = [o.token_id for _ in range(3) for o in engine.step() if o.gen_id == 5]
+    assert len(before) == 3 and SSET.new_checker().feed(engine.detokenize(before)) is False
+    ctx = engine.suspend(5, resume_hint=engine.now() + 0.1)
+    assert ctx.token_ids[ctx.n_prompt :] == before
+    admit(engine, 6, TASKS[2])  # the urgent one takes the slot for a few steps
+    for _ in range(4):
+        assert all(o.gen_id == 6 for o in engine.step())
+    engine.resume(5, ctx, max_tokens=40)
+    outs = engine.step()
+    (out,) = [o for o in outs if o.gen_id == 5]
+    assert engine.last_step.tokens_by_gen[5] == 1 and not engine.last_step.reprefilled
+    after = [out.token_id] + ([] if out.finished else finish(engine, 5))
+    assert before + after == reference
+    engine.release(5)
+    engine.release(6)
+
+
 def test_resume_step_submits_exactly_one_token(engine):
     admit(engine, 3, TASKS[0])
     until_first_segment(engine, 3)

@@ -19,6 +19,10 @@ timely-adm-nopromise a refusal does not promise admission at its deferral point
 timely-adm-keepdue  a due promise whose candidate would lose utility overtakes a refused candidate
 timely-floor05/1/2  a deferral must expect to gain > 0.5 / 1 / 2 % of the candidates' β
 timely-floor1-idle2 the 1 % floor only where at least two batch slots are free
+timely-no-preempt   a running segment is never suspended for urgent work (no core.sched.preemption)
+timely-preempt2     a segment may be preempted twice (default: once)
+timely-preempt-again a running segment past its estimate G is expected to run as long again
+timely-preempt-late an urgent candidate already late may preempt too
 timely-full-ua      the utility-accrual test over the whole live queue (no lookahead window)
 timely-no-chain     a robot's active generation ranked by its own deadline only, not by the task
                     waiting behind it for the same robot (robot chain)

@@ -151,6 +151,7 @@ class Run:
     pieces: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     tap: PhaseTap | None = None
     span: float = 0.0  # the run's length on the engine's clock (virtual time on the simulated engine)
+    preemptions: int = 0  # running segments suspended mid-segment for urgent work (timely-preempt)
 
 
 def drive(
@@ -254,8 +255,18 @@ def drive(
     tokens = {tid: counts.get(gid, 0) for tid, gid in gens.items()}
     own = {tid: len(engine.tokenize(text)) if text else 0 for tid, text in plans.items()}
     pieces = {tid: list(texts.get(gid, [])) for tid, gid in gens.items()}
+    pre = planner.policy.preemption
     return Run(
-        policy, list(planner.records), plans, wall, tokens, own, pieces, tap, span=engine.now() - begin
+        policy,
+        list(planner.records),
+        plans,
+        wall,
+        tokens,
+        own,
+        pieces,
+        tap,
+        span=engine.now() - begin,
+        preemptions=pre.count if pre is not None else 0,
     )
 
 
@@ -448,6 +459,7 @@ def compare(real: Run, pred: Run, references: dict[str, str] | None = None) -> d
         "completed": sum(r.state == ev.COMPLETED for r in real.records),
         "tasks": len(real.records),
         "wall_s": real.wall,
+        "preemptions": {"real": real.preemptions, "sim": pred.preemptions},
     }
     if references is not None:
         out["replay"] = replay_summary(per_task)

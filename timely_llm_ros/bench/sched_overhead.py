@@ -84,7 +84,7 @@ def measure(policy: str, n: int, repeats: int, seed: int = 0) -> dict:
     t = T0
     for rep in range(WARMUP + repeats):
         c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
-        picked = sched.select(t, running, None, MEM)
+        picked = sched.decide(t, running, None, MEM).admit
         t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
         if rep >= WARMUP:
             wall.append((t1 - t0) / 1e6)

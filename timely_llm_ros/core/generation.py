@@ -247,6 +247,9 @@ class Generation:
         "held",
         "parked",
         "chain",
+        "partial",
+        "preempted",
+        "seg_first",
     )
 
     def __init__(
@@ -292,6 +295,12 @@ class Generation:
         # the planner while this task is its robot's active one; None if nothing waits): that task's
         # response cannot start before this plan ends, so a policy may rank this generation by it
         self.chain: tuple[float, float, float, float] | None = None
+        # preemption (core.sched.preemption): suspended mid-segment (its partial segment is kept:
+        # seg_tokens, the checker's state), how often its current segment was preempted, and when
+        # that segment's generation first started (seg_start is shifted by the pause on resumption)
+        self.partial = False
+        self.preempted = 0
+        self.seg_first = NAN
 
     def deadline(self) -> float:
         """Latest generation end of the current segment for its action to start on time:

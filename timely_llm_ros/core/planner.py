@@ -5,6 +5,9 @@ One :meth:`PlannerCore.step` = one scheduling point + one engine iteration:
 
 1. the scheduler picks generations to admit (new) or resume (suspended) — priorities recomputed at
    the current time, batch size, KV memory and the policy's admission check (:mod:`.sched.scheduler`);
+   with the batch full, ``timely`` may first have running generations suspended mid-segment for
+   urgent ones (:mod:`.sched.preemption`, :meth:`PlannerCore._preempt`: the partial segment is kept
+   and continues after its resumption, without a GEN_START);
 2. ``engine.step()`` advances every running generation by one token;
 3. each token's text goes to that generation's :class:`SegmentChecker`. When it reports an
    executable segment, the segment is parsed and validated — a segment that does not parse is never
@@ -385,14 +388,23 @@ class PlannerCore:
             self._overrun(gen, t)
         for gen, exc in ex.admit_probes(self.engine, self._new_id, t):
             self._fail(gen, t, f"urgency classifier: the engine refused its probe: {exc}")
-        picked = self.scheduler.select(
+        decision = self.scheduler.decide(
             t, list(self._running.values()), self.engine.speed(), self.engine.memory().free
         )
+        picked = decision.admit
+        preempted: list[Generation] = []
+        for victim, cand in decision.suspend:  # free the slots first (the batch never grows)
+            if self._preempt(victim, cand, t):
+                preempted.append(victim)
+            else:
+                picked.remove(cand)
         for gen in picked:
             try:
                 self._start(gen, t)
             except EngineError as exc:  # a real engine refused the sequence: that task fails, not all
                 self._fail(gen, t, f"engine refused the generation: {exc}")
+        for gen in preempted:  # after the admissions: a victim never retakes its slot in this step
+            self._push(gen)
         probing = ex.probes is not None and len(ex.probes) > 0
         if not self._running and not probing:
             return bool(picked)
@@ -455,6 +467,32 @@ class PlannerCore:
             gen = self.extras.waiting[tid].gen
             self._fail(gen, self.clock(), f"urgency classifier: {reason}")
 
+    def _preempt(self, gen: Generation, by: Generation, t: float) -> bool:
+        """Suspend a running generation mid-segment so that ``by`` takes its slot (the scheduler's
+        preemption, :mod:`.sched.preemption`); False (``by`` goes back to the queue) if the engine
+        cannot suspend it now. Its partial segment stays: tokens so far (in the context), the stop
+        checker's state, ``seg_tokens``; the caller re-queues it after this step's admissions."""
+        try:
+            ctx = self.engine.suspend(gen.gen_id, resume_hint=t + by.g)
+        except EngineError:  # e.g. its prompt is still being fed: not preempted
+            self._push(by)
+            return False
+        del self._running[gen.gen_id]
+        gen.context = ctx
+        private = len(ctx.token_ids) - gen.prefix_len
+        if ctx.location == "device" and self.engine.memory().pinned:
+            private = 0
+        gen.mem_need = private + max(1, gen.max_seg_tokens - gen.seg_tokens)
+        gen.state = ev.SUSPENDED
+        gen.partial = True
+        gen.preempted += 1
+        gen.seg_start = t - gen.seg_start  # the time it ran; shifted back on resumption
+        gen.record.n_suspensions += 1
+        why = f"preempted mid-segment (after {gen.seg_tokens} tokens) for task {by.record.task_id!r}"
+        self._state(gen.record, ev.SUSPENDED, why)
+        self._emit(t, ev.SUSPEND, gen.record, gen.k, detail=why)
+        return True
+
     def _start(self, gen: Generation, t: float) -> None:
         rec = gen.record
         self.extras.started(gen.gen_id, gen.context is None or gen.context.location == "discarded")
@@ -470,6 +508,10 @@ class PlannerCore:
             )
             rec.first_admit = t
             self._emit(t, ev.GEN_START, rec, gen.k)
+        elif gen.partial:  # preempted mid-segment: the same segment goes on, no GEN_START
+            self.engine.resume(gen.gen_id, gen.context, max_tokens=gen.max_tokens)
+            gen.context = None
+            self._emit(t, ev.RESUME, rec, gen.k, detail="mid-segment")
         else:
             self.engine.resume(gen.gen_id, gen.context, max_tokens=gen.max_tokens)
             gen.context = None
@@ -479,8 +521,13 @@ class PlannerCore:
         # task's initial utility ranks its KV in engines that evict by importance (paper 001)
         self.engine.set_priority(gen.gen_id, gen.deadline())
         self.engine.set_importance(gen.gen_id, gen.beta)
-        gen.seg_tokens = 0
-        gen.seg_start = t
+        if gen.partial:  # seg_start: as if it had run without the pause (the scheduler's end estimate)
+            gen.partial = False
+            gen.seg_start = t - gen.seg_start
+        else:
+            gen.seg_tokens = 0
+            gen.seg_start = gen.seg_first = t
+            gen.preempted = 0
         gen.state = ev.GENERATING
         self._state(rec, ev.GENERATING)
         self._running[gen.gen_id] = gen
@@ -560,7 +607,8 @@ class PlannerCore:
                 self._push(gen)
         else:
             gen.seg_tokens = 0
-            gen.seg_start = t
+            gen.seg_start = gen.seg_first = t
+            gen.preempted = 0
 
     def _dispatch_segment(
         self, gen: Generation, text: str, calls: list[SkillCall], t: float, final: bool = False
@@ -584,7 +632,7 @@ class PlannerCore:
             text=text,
             skills=tuple(c.name for c in calls),
             n_tokens=gen.seg_tokens,
-            gen_start=gen.seg_start,
+            gen_start=gen.seg_first,
             gen_end=t,
             dispatch=t,
             min_exec=est.minimum,

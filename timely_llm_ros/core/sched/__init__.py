@@ -7,6 +7,8 @@ TimelyLLM's scheduling point (paper §4.4) is here, split by the question each m
 * :mod:`.policy_timely` and its index :mod:`.ua_index` — the robust ``timely`` policy
   (utility-accrual order and utility-guided admission) beside the paper's literal ``timely-paper``;
 * :mod:`.admission` — may a candidate join the batch in this step (paper §4.4's latency check);
+* :mod:`.preemption` — which running segment an urgent one may suspend mid-segment when no slot
+  is free (``timely``; the planner carries it out through the engine's ``suspend``);
 * :mod:`.policies` — the closed set of policy names and the factory that pairs a priority
   strategy with an admission check (``parse_policy("timely@b8")``);
 * :mod:`.scheduler` — :class:`~.scheduler.Scheduler`, which runs whichever policy it is given;
@@ -36,6 +38,7 @@ from timely_llm_ros.core.sched.policy_timely import (
     UtilityAccrualPriority,
     UtilityGuidedAdmission,
 )
+from timely_llm_ros.core.sched.preemption import Preemption
 from timely_llm_ros.core.sched.priority import (
     EDFPriority,
     FCFSPriority,
@@ -44,13 +47,14 @@ from timely_llm_ros.core.sched.priority import (
     Ranking,
     pud_priority,
 )
-from timely_llm_ros.core.sched.scheduler import Scheduler
+from timely_llm_ros.core.sched.scheduler import Decision, Scheduler
 from timely_llm_ros.core.sched.ua_index import PhaseIndex
 
 __all__ = [
     "DEFAULT_MAX_BATCH",
     "POLICY_NAMES",
     "Admission",
+    "Decision",
     "AgentQueueFull",
     "AgentQueues",
     "EDFPriority",
@@ -60,6 +64,7 @@ __all__ = [
     "PhaseIndex",
     "Policy",
     "PolicyName",
+    "Preemption",
     "PriorityStrategy",
     "Ranking",
     "Scheduler",

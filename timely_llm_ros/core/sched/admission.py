@@ -37,6 +37,10 @@ class Admission:
     def decided(self, t: float, running: list[Generation], picked: list[Generation]) -> None:
         """Called at the end of every decision with what it admitted or resumed (default: ignored)."""
 
+    def taken(self, t: float, cand: Generation) -> None:
+        """``cand`` takes a preempted generation's slot in this decision, without :meth:`allow`
+        (:mod:`.preemption`; default: ignored)."""
+
     def due(self, t: float) -> list[Generation]:
         """Queued generations an earlier refusal promised admission by ``t`` (default: none): the
         scheduler admits them past a refused candidate."""

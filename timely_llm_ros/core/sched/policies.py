@@ -23,7 +23,13 @@ import re
 from dataclasses import dataclass
 
 from timely_llm_ros.core.sched.admission import DEFAULT_MAX_BATCH, Admission, LatencyGuidedAdmission
-from timely_llm_ros.core.sched.policy_timely import VARIANTS, timely_strategies
+from timely_llm_ros.core.sched.policy_timely import (
+    VARIANTS,
+    UtilityAccrualPriority,
+    UtilityGuidedAdmission,
+    timely_strategies,
+)
+from timely_llm_ros.core.sched.preemption import Preemption
 from timely_llm_ros.core.sched.priority import (
     EDFPriority,
     FCFSPriority,
@@ -77,6 +83,11 @@ class PolicyName(enum.StrEnum):
     TIMELY_FLOOR_2 = "timely-floor2"
     TIMELY_FLOOR_1_IDLE_2 = "timely-floor1-idle2"
     TIMELY_NO_CHAIN = "timely-no-chain"
+    TIMELY_NO_PREEMPT = "timely-no-preempt"
+    TIMELY_PREEMPT_2 = "timely-preempt2"
+    TIMELY_PREEMPT_AGAIN = "timely-preempt-again"
+    TIMELY_PREEMPT_LATE = "timely-preempt-late"
+    TIMELY_PREEMPT_LATE_0 = "timely-preempt-late0"
     # the paper's baselines as its public code runs them where that differs from ours (bench --suite paper)
     FCFS_REQUEUE = "fcfs-requeue"
 
@@ -93,6 +104,8 @@ class Policy:
     admission: Admission
     max_batch: int = DEFAULT_MAX_BATCH
     admit_per_step: int | None = None  # at most this many admissions per engine step (None: no limit)
+    # suspends running segments for urgent queued ones (core.sched.preemption; None: never)
+    preemption: Preemption | None = None
 
 
 _SPEC = re.compile(r"^([a-z][a-z0-9-]*)(?:@b(\d+))?(?:@a(\d+))?$")
@@ -146,6 +159,16 @@ def make_policy(
     prio, adm = _strategies(kind)
     segmented = kind not in (PolicyName.VLLM, PolicyName.VLLM_STREAM)
     stream = kind is not PolicyName.VLLM
+    opt = prio.opt if isinstance(prio, UtilityAccrualPriority) else None
+    preemption = None
+    if opt is not None and opt.preempt > 0 and isinstance(adm, UtilityGuidedAdmission):
+        preemption = Preemption(
+            adm.model,
+            max_per_segment=opt.preempt,
+            outrun=opt.preempt_outrun,
+            tardy=opt.preempt_tardy,
+            tardy_live=opt.preempt_tardy_live,
+        )
     return Policy(
         name=spec,
         base=kind.value,
@@ -155,6 +178,7 @@ def make_policy(
         admission=adm,
         max_batch=max_batch,
         admit_per_step=admit_per_step,
+        preemption=preemption,
     )
 
 

@@ -31,7 +31,11 @@ engine behind late work; ``timely-paper`` keeps it.
 
 Every policy also needs a free batch slot and ``mem_need ≤`` free KV memory (suspended contexts
 are evictable); a candidate that fails any check blocks the ones behind it (no overtaking), as in
-vLLM's FCFS waiting queue. There is no mid-segment preemption. Every scheduling point (before every
+vLLM's FCFS waiting queue. Only a policy with a :class:`~.preemption.Preemption` (``timely``
+and its variants but ``timely-no-preempt``) preempts: when no slot is free, :meth:`Scheduler.decide`
+may name running generations to suspend mid-segment, each for a queued one that takes its slot
+(:class:`Decision`; the planner suspends them through the engine's ``suspend`` and re-queues them);
+the other policies never suspend a segment before its end. Every scheduling point (before every
 engine iteration) asks the priority strategy for one :class:`~.priority.Ranking` — the service order
 at that time; the clock does not move within one decision, so that one ranking orders every
 admission of the step, and the admission check of each candidate gets it (the explicit decision
@@ -46,6 +50,8 @@ the policies are a closed set (:class:`~.policies.PolicyName`) built by a plain 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from timely_llm_ros.core.generation import Generation
 from timely_llm_ros.core.sched.policies import (
     Policy,
@@ -53,7 +59,18 @@ from timely_llm_ros.core.sched.policies import (
 )
 from timely_llm_ros.core.sched.priority import Ranking, check_estimate
 
-__all__ = ["Scheduler"]
+__all__ = ["Decision", "Scheduler"]
+
+
+@dataclass(slots=True)
+class Decision:
+    """One scheduling decision: generations to admit or resume (removed from the queue), and
+    running ones to suspend mid-segment first (``(victim, candidate)``: the candidate, one of
+    ``admit``, takes the victim's slot; the caller re-queues the victim, or re-queues the candidate
+    if the engine refuses to suspend the victim)."""
+
+    admit: list[Generation]
+    suspend: list[tuple[Generation, Generation]] = field(default_factory=list)
 
 
 class Scheduler:
@@ -122,31 +139,48 @@ class Scheduler:
     def select(
         self, t: float, running: list[Generation], speed: float | None, mem_free: int
     ) -> list[Generation]:
-        """Generations to admit or resume before the next engine step (removed from the queue)."""
+        """Generations to admit or resume before the next engine step (removed from the queue), never
+        preempting (for a caller that cannot suspend running generations; the planner uses
+        :meth:`decide`)."""
+        return self.decide(t, running, speed, mem_free, preempt=False).admit
+
+    def decide(
+        self, t: float, running: list[Generation], speed: float | None, mem_free: int, preempt: bool = True
+    ) -> Decision:
+        """The decision before the next engine step: what to admit or resume, and (a policy with a
+        preemption, ``preempt``) which running generations to suspend first."""
         self._adm.observe(t, running, self.policy.max_batch)
-        picked = self._select(t, running, speed, mem_free)
-        self._adm.decided(t, running, picked)
-        return picked
+        got = self._select(t, running, speed, mem_free, preempt)
+        after = running
+        if got.suspend:
+            gone = {v.gen_id for v, _ in got.suspend}
+            after = [r for r in running if r.gen_id not in gone]
+            for _, cand in got.suspend:
+                self._adm.taken(t, cand)
+        self._adm.decided(t, after, got.admit)
+        return got
 
     def _select(
-        self, t: float, running: list[Generation], speed: float | None, mem_free: int
-    ) -> list[Generation]:
+        self, t: float, running: list[Generation], speed: float | None, mem_free: int, may_preempt: bool
+    ) -> Decision:
         free = self.policy.max_batch - len(running)
         if self.policy.admit_per_step is not None:
             free = min(free, self.policy.admit_per_step)
-        if free <= 0 or not self._gens:
-            return []
+        preempt = self.policy.preemption if may_preempt else None
+        if (free <= 0 and preempt is None) or not self._gens:
+            return Decision([])
         ranking = self._prio.rank(t, list(running), self.policy.max_batch)
         self.decisions += 1
         picked: list[Generation] = []
         active = list(running)
         order = iter(ranking)
-        refused = False
+        refused = full = False
         while free > 0:  # ask for the next candidate only while a slot is free (rankings are lazy)
             cand = next(order, None)
             if cand is None:
                 break
             if cand.mem_need > mem_free:
+                full = True
                 break
             if not self._adm.allow(t, cand, active, speed, ranking):
                 refused = True
@@ -164,6 +198,14 @@ class Scheduler:
                     active.append(cand)
                     mem_free -= cand.mem_need
                     free -= 1
+        swaps: list[tuple[Generation, Generation]] = []
+        if preempt is not None and free <= 0 and not refused and not full and len(running) > 0:
+            per_step = self.policy.admit_per_step
+            if per_step is None or len(picked) < per_step:
+                swaps = preempt.choose(t, order, active, picked, mem_free)
+                if per_step is not None:
+                    swaps = swaps[: per_step - len(picked)]
+                picked.extend(c for _, c in swaps)
         for gen in picked:
             self.remove(gen)
-        return picked
+        return Decision(picked, swaps)
