@@ -10,6 +10,7 @@ from schedkit import gen
 
 from timely_llm_ros.core.sched.scheduler import Scheduler
 from timely_llm_ros.core.tuf import URGENT_TUF
+from timely_llm_ros.engines.sim import SimEngine
 from timely_llm_ros.sim.simulator import SimConfig, simulate
 from timely_llm_ros.workload.tasks import load_catalog
 
@@ -131,3 +132,29 @@ def test_simulated_clump_urgent_preempts_and_the_victim_resumes_its_segment():
     assert [e.task_id for e in resumed] == ["n1"] and resumed[0].t > pre[0].t
     assert got["n1"].segments[0].gen_start == ref["n1"].segments[0].gen_start
     assert got["n1"].n_suspensions == ref["n1"].n_suspensions + 1
+
+
+class _BoundaryOnlySim(SimEngine):
+    """A simulated engine that, like vLLM or an HTTP server with the skill grammar, cannot resume a
+    generation mid-statement (its resumed request would start a new grammar derivation)."""
+
+    def resumes_mid_segment(self, gen_id: int) -> bool:
+        return False
+
+
+def test_no_preemption_on_an_engine_that_cannot_resume_mid_segment():
+    cfg = SimConfig(policy="timely@b2")
+    base = simulate(clump(), SimConfig(policy="timely-no-preempt@b2"))
+    res = simulate(clump(), cfg, engine=_BoundaryOnlySim(cfg.profile))
+    assert not [e for e in res.events if e.kind == "SUSPEND" and e.detail.startswith("preempted")]
+    # the same run as without preemption: the urgent task waits for a slot
+    assert [(r.task_id, r.response_time) for r in res.records] == [
+        (r.task_id, r.response_time) for r in base.records
+    ]
+
+
+def test_which_engines_resume_mid_segment():
+    from timely_llm_ros.core.engine import Engine
+
+    assert Engine.resumes_mid_segment(_BoundaryOnlySim(SimConfig().profile), 1) is False  # the port's default
+    assert SimEngine(SimConfig().profile).resumes_mid_segment(1) is True

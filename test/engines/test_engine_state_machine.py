@@ -63,3 +63,14 @@ def test_http_generation_life_cycle_on_the_shared_table():
     assert ep.running() == 0 and not ep.holds(1)
     with pytest.raises(EngineError, match="unknown generation 1"):
         ep.suspend(1)
+
+
+def test_http_generation_resumes_mid_segment_only_without_the_skill_grammar():
+    """A resumed HTTP request is a new derivation: under the skill grammar it gets the continuation
+    grammar (what may follow a complete statement), so preemption must not suspend it mid-statement;
+    a replayed literal (its rest) or an unconstrained generation goes on where it stopped."""
+    ep = _offline_endpoint()
+    ep.admit(1, [1, 2, 3], max_tokens=4, prefix_key="tello_minispec", prefix_len=1)
+    ep.admit(2, [1, 2, 3], max_tokens=4, prefix_key="tello_minispec", prefix_len=1, plan="tp();")
+    ep.admit(3, [1, 2, 3], max_tokens=4)  # no skill set: no grammar
+    assert [ep.resumes_mid_segment(g) for g in (1, 2, 3, 4)] == [False, True, True, False]

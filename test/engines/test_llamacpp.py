@@ -144,6 +144,7 @@ def test_preempted_mid_segment_resumes_to_the_same_tokens(engine, reference):
     # the engine keeps the partial segment's KV and the grammar's place, so the rest is token for
     # token the unsuspended run
     admit(engine, 5, TASKS[0])
+    assert engine.resumes_mid_segment(5)  # so the planner lets the scheduler preempt it
     before = [o.token_id for _ in range(3) for o in engine.step() if o.gen_id == 5]
     assert len(before) == 3 and SSET.new_checker().feed(engine.detokenize(before)) is False
     ctx = engine.suspend(5, resume_hint=engine.now() + 0.1)

@@ -73,6 +73,34 @@ def test_a_replayed_request_is_resubmitted_with_the_rest_of_its_literal(engine):
     engine.reset()
 
 
+def test_a_replayed_request_resumes_mid_segment_at_every_token(engine):
+    """Preemption (core.sched.preemption) suspends a generation mid-statement: a replayed one goes on
+    under the rest of its literal, so the engine says it may; one under the skill grammar would get the
+    continuation grammar ("what may follow a complete statement"), so the engine says it may not."""
+    engine.reset()
+    plan = "tp();d(3);"
+    pre = engine.tokenize(SSET.prompt)
+    ids = pre + engine.tokenize(SSET.format_request("[A] Take off.")[len(SSET.prompt) :])
+    engine.admit(3, ids, max_tokens=60, prefix_key=SSET.name, prefix_len=len(pre), plan=plan)
+    assert engine.resumes_mid_segment(3)
+    text, ended = "", False
+    for _ in range(DEADLINE_STEPS):
+        outs = engine.step()
+        for out in outs:
+            assert out.gen_id == 3 and out.reason != "error", out
+            text += out.text
+            ended = out.finished
+        if ended:
+            break
+        if outs:  # a token arrived: suspend mid-statement and resume at once
+            engine.resume(3, engine.suspend(3), max_tokens=60)
+    assert ended and text == plan
+    engine.admit(4, ids, max_tokens=60, prefix_key=SSET.name, prefix_len=len(pre))
+    assert engine.resumes_mid_segment(4) is (engine._grammars.get(SSET.name, True) is None)
+    assert not engine.resumes_mid_segment(99)  # unknown generation
+    engine.reset()
+
+
 def test_realbench_replays_every_plan_of_a_wid2_slice_on_vllm(engine):
     engine.reset()
     tasks = realbench.load_tasks("wid2", 10, 120.0)  # vLLM-CPU's TUF scale (README)

@@ -223,6 +223,15 @@ class Engine(ABC):
         until the engine needs the space. ``resume_hint``: expected resumption time (engine clock),
         which an engine may use to choose what to evict first."""
 
+    def resumes_mid_segment(self, gen_id: int) -> bool:
+        """True if ``gen_id``, suspended at any token (not only at a segment boundary), resumes under
+        the same constraint it was generating under (its grammar's state, or the rest of a replayed
+        literal), so the scheduler may preempt it mid-segment (:mod:`timely_llm_ros.core.sched.preemption`;
+        the planner asks before every admission). False by default: an engine whose resumed request
+        starts a new grammar derivation (the continuation grammar is "what may follow a complete
+        statement") would force a new statement into the middle of one."""
+        return False
+
     def set_priority(self, gen_id: int, priority: float) -> None:  # noqa: B027 (optional hook)
         """Urgency of a running generation's work inside a step (smaller = more urgent; the planner
         passes the segment deadline). Admission stays with the planner's scheduler; an engine that

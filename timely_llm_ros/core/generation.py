@@ -249,6 +249,7 @@ class Generation:
         "chain",
         "partial",
         "preempted",
+        "mid_resume",
         "seg_first",
     )
 
@@ -300,6 +301,9 @@ class Generation:
         # that segment's generation first started (seg_start is shifted by the pause on resumption)
         self.partial = False
         self.preempted = 0
+        # the engine resumes it exactly mid-segment (Engine.resumes_mid_segment; the planner sets it
+        # when the generation starts): only then may the scheduler preempt it
+        self.mid_resume = True
         self.seg_first = NAN
 
     def deadline(self) -> float:

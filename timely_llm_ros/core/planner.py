@@ -521,6 +521,7 @@ class PlannerCore:
         # task's initial utility ranks its KV in engines that evict by importance (paper 001)
         self.engine.set_priority(gen.gen_id, gen.deadline())
         self.engine.set_importance(gen.gen_id, gen.beta)
+        gen.mid_resume = self.engine.resumes_mid_segment(gen.gen_id)
         if gen.partial:  # seg_start: as if it had run without the pause (the scheduler's end estimate)
             gen.partial = False
             gen.seg_start = t - gen.seg_start

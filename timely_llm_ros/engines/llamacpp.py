@@ -352,6 +352,11 @@ class LlamaCppEngine(KVMemory, Batching, Engine):
     def resume(self, gen_id: int, context: Context, *, max_tokens: int) -> None:
         self._table.resume(self._table.resumable(gen_id, context, max_tokens), max_tokens)
 
+    def resumes_mid_segment(self, gen_id: int) -> bool:
+        """Always: each generation's grammar sampler (or replay literal) persists across suspensions,
+        so a resumption mid-statement goes on in the same derivation."""
+        return True
+
     def suspend(self, gen_id: int, resume_hint: float | None = None) -> Context:
         seq = self._table.running_one(gen_id)
         self._table.suspend(seq, resume_hint, self.now())

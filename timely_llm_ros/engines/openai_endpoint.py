@@ -253,6 +253,15 @@ class OpenAIEndpointEngine(ServerFacts, Engine):
     def resume(self, gen_id: int, context: Context, *, max_tokens: int) -> None:
         self._table.resume(self._table.resumable(gen_id, context, max_tokens), max_tokens)
 
+    def resumes_mid_segment(self, gen_id: int) -> bool:
+        """As vLLM: a resumed request is a new server request, so only a replayed literal (its rest)
+        or an unconstrained generation goes on mid-statement; the skill grammar's continuation
+        assumes a complete statement before it."""
+        gen = self._table.seqs.get(gen_id)
+        if gen is None:
+            return False
+        return gen.plan is not None or self._grammars.get(gen.key, True) is None
+
     def suspend(self, gen_id: int, resume_hint: float | None = None) -> Context:
         gen = self._table.running_one(gen_id, RUNNING, *_PENDING)
         self._close(gen)

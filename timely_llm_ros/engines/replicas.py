@@ -415,6 +415,13 @@ class ReplicaSetEngine(Engine):
             kind,
         )
 
+    def resumes_mid_segment(self, gen_id: int) -> bool:
+        """Only for simulated replicas, and then what the one holding it says: a failover (HTTP
+        replicas) re-places a suspended generation at its segment boundary, which a partial segment
+        does not have."""
+        idx = self._where.get(gen_id)
+        return self.needs_script and idx is not None and self.replicas[idx].engine.resumes_mid_segment(gen_id)
+
     def suspend(self, gen_id: int, resume_hint: float | None = None) -> Context:
         idx = self._where.get(gen_id)
         if idx is None:

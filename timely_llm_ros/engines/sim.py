@@ -274,6 +274,10 @@ class SimEngine(Engine):
     def resume(self, gen_id: int, context: Context, *, max_tokens: int) -> None:
         self._table.resume(self._table.suspended(gen_id, context), max_tokens)
 
+    def resumes_mid_segment(self, gen_id: int) -> bool:
+        """Always: a scripted output goes on where it stopped."""
+        return True
+
     def suspend(self, gen_id: int, resume_hint: float | None = None) -> Context:
         seq = self._table.get(gen_id)
         if seq.state != _RUNNING or seq.todo > 0:

@@ -428,6 +428,15 @@ class VllmEngine(Engine):
         self._table.resume(req, max_tokens)
         req.state = RUNNING
 
+    def resumes_mid_segment(self, gen_id: int) -> bool:
+        """A resumed request is a new vLLM request: exact mid-segment only when its constraint is
+        the rest of a replayed literal or there is none; the skill grammar's continuation assumes a
+        complete statement before it."""
+        req = self._table.seqs.get(gen_id)
+        if req is None:
+            return False
+        return req.plan is not None or self._grammars.get(req.key, True) is None
+
     def suspend(self, gen_id: int, resume_hint: float | None = None) -> Context:
         req = self._table.running_one(gen_id)
         action = self._kv_action(req, resume_hint)

@@ -96,7 +96,11 @@ class Preemption:
         pool = [
             r
             for r in running
-            if r not in fresh and r.preempted < self.max_per_segment and r.seg_tokens > 0 and r.alpha < 0.0
+            if r not in fresh
+            and r.mid_resume
+            and r.preempted < self.max_per_segment
+            and r.seg_tokens > 0
+            and r.alpha < 0.0
         ]
         out: list[tuple[Generation, Generation]] = []
         for cand in islice(order, self.lookahead):
