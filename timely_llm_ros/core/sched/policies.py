@@ -88,6 +88,8 @@ class PolicyName(enum.StrEnum):
     TIMELY_PREEMPT_AGAIN = "timely-preempt-again"
     TIMELY_PREEMPT_LATE = "timely-preempt-late"
     TIMELY_PREEMPT_LATE_0 = "timely-preempt-late0"
+    TIMELY_PREEMPT_LATE_MAX = "timely-preempt-late-max"
+    TIMELY_PREEMPT_LATE_AGAIN = "timely-preempt-late-again"
     # the paper's baselines as its public code runs them where that differs from ours (bench --suite paper)
     FCFS_REQUEUE = "fcfs-requeue"
 
@@ -168,6 +170,7 @@ def make_policy(
             outrun=opt.preempt_outrun,
             tardy=opt.preempt_tardy,
             tardy_live=opt.preempt_tardy_live,
+            tardy_victim=opt.preempt_tardy_victim,
         )
     return Policy(
         name=spec,

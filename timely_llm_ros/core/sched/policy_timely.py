@@ -178,6 +178,7 @@ class TimelyOptions:
     preempt_outrun: str = "expected"  # ... and how a running segment past its G is timed (Preemption.outrun)
     preempt_tardy: bool = False  # ... and whether a candidate already late may preempt (Preemption.tardy)
     preempt_tardy_live: bool = False  # ... only while its utility is still positive (Preemption.tardy_live)
+    preempt_tardy_victim: str = "expected"  # ... and how its victim is timed (Preemption.tardy_victim)
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -202,6 +203,10 @@ class TimelyOptions:
             raise ValueError(f"preempt must be an integer >= 0, got {self.preempt!r}")
         if self.preempt_outrun not in ("expected", "again"):
             raise ValueError(f"preempt_outrun must be 'expected' or 'again', got {self.preempt_outrun!r}")
+        if self.preempt_tardy_victim not in ("expected", "again", "max"):
+            raise ValueError(
+                f"preempt_tardy_victim must be 'expected', 'again' or 'max', got {self.preempt_tardy_victim!r}"
+            )
 
 
 ADMISSIONS = ("utility", "paper", "none")
@@ -785,4 +790,6 @@ VARIANTS: dict[str, TimelyOptions] = {
     "timely-preempt-again": TimelyOptions(preempt=1, preempt_outrun="again"),
     "timely-preempt-late": TimelyOptions(preempt=1, preempt_tardy=True),
     "timely-preempt-late0": TimelyOptions(preempt=1, preempt_tardy=True, preempt_tardy_live=True),
+    "timely-preempt-late-max": TimelyOptions(preempt=1, preempt_tardy=True, preempt_tardy_victim="max"),
+    "timely-preempt-late-again": TimelyOptions(preempt=1, preempt_tardy=True, preempt_tardy_victim="again"),
 }
