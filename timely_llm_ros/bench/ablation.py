@@ -25,7 +25,6 @@ timely-preempt-again a running segment past its estimate G is expected to run as
 timely-preempt-late an urgent candidate already late may preempt too
 timely-preempt-late0 ... only while its utility is still positive
 timely-preempt-late-max ... only a victim whose deadline holds even at its maximum segment length
-timely-preempt-late-again ... only one whose deadline holds if its segment runs as long again
 timely-full-ua      the utility-accrual test over the whole live queue (no lookahead window)
 timely-no-chain     a robot's active generation ranked by its own deadline only, not by the task
                     waiting behind it for the same robot (robot chain)

@@ -89,7 +89,6 @@ class PolicyName(enum.StrEnum):
     TIMELY_PREEMPT_LATE = "timely-preempt-late"
     TIMELY_PREEMPT_LATE_0 = "timely-preempt-late0"
     TIMELY_PREEMPT_LATE_MAX = "timely-preempt-late-max"
-    TIMELY_PREEMPT_LATE_AGAIN = "timely-preempt-late-again"
     # the paper's baselines as its public code runs them where that differs from ours (bench --suite paper)
     FCFS_REQUEUE = "fcfs-requeue"
 

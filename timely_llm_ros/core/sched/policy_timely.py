@@ -203,9 +203,9 @@ class TimelyOptions:
             raise ValueError(f"preempt must be an integer >= 0, got {self.preempt!r}")
         if self.preempt_outrun not in ("expected", "again"):
             raise ValueError(f"preempt_outrun must be 'expected' or 'again', got {self.preempt_outrun!r}")
-        if self.preempt_tardy_victim not in ("expected", "again", "max"):
+        if self.preempt_tardy_victim not in ("expected", "max"):
             raise ValueError(
-                f"preempt_tardy_victim must be 'expected', 'again' or 'max', got {self.preempt_tardy_victim!r}"
+                f"preempt_tardy_victim must be 'expected' or 'max', got {self.preempt_tardy_victim!r}"
             )
 
 
@@ -791,5 +791,4 @@ VARIANTS: dict[str, TimelyOptions] = {
     "timely-preempt-late": TimelyOptions(preempt=1, preempt_tardy=True),
     "timely-preempt-late0": TimelyOptions(preempt=1, preempt_tardy=True, preempt_tardy_live=True),
     "timely-preempt-late-max": TimelyOptions(preempt=1, preempt_tardy=True, preempt_tardy_victim="max"),
-    "timely-preempt-late-again": TimelyOptions(preempt=1, preempt_tardy=True, preempt_tardy_victim="again"),
 }

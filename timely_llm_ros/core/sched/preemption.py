@@ -32,9 +32,8 @@ preempt); ``preempt_tardy`` (variant ``timely-preempt-late``): a candidate alrea
 now may preempt as well, as long as waiting for the earliest end delays it further — under the
 unclamped objective each further second still costs it ``|α|``, and the victim loses nothing if
 its slack holds (``timely-preempt-late0``: only while its utility is still positive;
-``preempt_tardy_victim`` = ``"max"``/``"again"``, variants ``timely-preempt-late-max``/``-again``:
-only a victim whose deadline holds even if its segment runs to the skill set's maximum length /
-as long again as it has run, see :func:`_left_worst`);
+``preempt_tardy_victim="max"``, variant ``timely-preempt-late-max``: only a victim whose deadline
+holds even if its segment runs to the skill set's maximum length, see :func:`_left_max`);
 ``preempt_outrun="again"`` (variant ``timely-preempt-again``): a running segment
 that has outrun its expected length is expected to run as long again (see :func:`_left_again`).
 """
@@ -75,7 +74,7 @@ class Preemption:
     # ... but only while its utility if admitted now is still positive (before its zero-utility time)
     tardy_live: bool = False
     # ... and how the victim's end is timed when the candidate is late: "expected" (as for an on-time
-    # candidate), "again" (:func:`_left_again`) or "max" (its segment runs to the maximum length)
+    # candidate) or "max" (its segment runs to the skill set's maximum length: :func:`_left_max`)
     tardy_victim: str = "expected"
     count: int = 0  # preemptions decided so far (diagnostics)
 
@@ -120,7 +119,7 @@ class Preemption:
                 continue  # too late to be on time, and late candidates may not preempt
             if min(ends.values()) + e_c <= d_c:
                 continue  # cannot be saved now, or can wait for a slot without missing
-            worst = t + e_c > d_c and self.tardy_victim != "expected"  # a late candidate: time victims long
+            worst = t + e_c > d_c and self.tardy_victim == "max"  # a late candidate: time victims long
             dens = cost_density(cand)
             best: tuple[float, float, int] | None = None
             victim = None
@@ -128,7 +127,7 @@ class Preemption:
                 dv = cost_density(v)
                 if dv >= dens:
                     continue
-                end_v = t + _left_worst(v, t1, self.tardy_victim) * tb if worst else ends[v.gen_id]
+                end_v = t + _left_max(v, t1) * tb if worst else ends[v.gen_id]
                 slack = v.deadline() - (end_v + e_c + tb)
                 if slack < 0.0:
                     continue
@@ -152,18 +151,17 @@ def _left(g: Generation, t1: float) -> int:
     return n if n > 1 else 1
 
 
-def _left_worst(r: Generation, t1: float, how: str) -> int:
-    """Tokens left of a running victim timed pessimistically for a late candidate: "again"
-    (:func:`_left_again`) or "max" (up to the skill set's maximum segment length).
+def _left_max(r: Generation, t1: float) -> int:
+    """Tokens left of a running victim timed pessimistically for a late candidate: up to the skill
+    set's maximum segment length (never fewer than expected).
 
     Why: an on-time candidate preempts to avoid missing its deadline; a late one gains only ``|α|``
     per second saved. The victim's slack is judged on one estimate G per skill set (which cannot
     tell a short segment from a long one), and a victim pushed past its deadline loses as much, so
     the late candidate's marginal gain is taken only where the victim keeps its deadline even if
     its segment runs long (seed 13 urgent-heavy bursts ×0.35 at cap 2: a late urgent task preempted
-    a normal segment judged 27 ms from missing, which then missed)."""
-    if how == "again":
-        return _left_again(r, t1)
+    a normal segment judged 27 ms from missing, which then missed; timing the victim "as long again"
+    as it has run, like :func:`_left_again`, still preempted it)."""
     n = max(r.max_seg_tokens - r.seg_tokens, _tokens_left(r, t1))
     return n if n > 1 else 1
 
