@@ -24,7 +24,7 @@ KNOWN = (
     "timely-adm-paper, timely-no-adm, timely-edf-dyn, timely-full-ua, timely-adm-nopromise, timely-adm-g, "
     "timely-clamped, timely-adm-keepdue, timely-floor05, timely-floor1, timely-floor2, timely-floor1-idle2, timely-no-chain, "
     "timely-no-preempt, timely-preempt2, timely-preempt-again, timely-preempt-late, timely-preempt-late0, "
-    "timely-preempt-late-max, fcfs-requeue"
+    "timely-preempt-ontime, fcfs-requeue"
 )
 
 

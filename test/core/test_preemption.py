@@ -75,29 +75,29 @@ def test_no_preemption_when_the_victim_would_miss_or_was_preempted_or_the_candid
     d = decide(scheduler("timely@b2", [fresh, almost]), [fresh, almost], gen(arrival=T, tuf=URGENT_TUF))
     assert d.suspend == []
     # a candidate already too late to be on time if admitted now (arrived 0.1 s ago) preempts
-    # nothing in timely; timely-preempt-late lets it (each further second still costs |α|)
-    for policy, swaps in (("timely@b2", 0), ("timely-preempt-late@b2", 1)):
+    # nothing in timely-preempt-ontime; timely lets it (each further second still costs |α|)
+    for policy, swaps in (("timely-preempt-ontime@b2", 0), ("timely@b2", 1)):
         run = [running(0.9), other]
         d = decide(scheduler(policy, run), run, gen(arrival=T - 0.1, tuf=URGENT_TUF))
         assert len(d.suspend) == swaps, policy
 
 
-def test_a_late_candidate_preempts_in_late_max_only_a_victim_safe_at_its_maximum_segment():
+def test_a_late_candidate_preempts_only_a_victim_safe_at_its_maximum_segment():
     # a late urgent candidate (arrived 0.1 s ago); the victim is a normal later segment whose
     # deadline (1.302) holds if its segment ends as expected (1.03 + the candidate's segment + a
     # resume step ~ 1.18) but not if it runs to the skill set's maximum (10 tokens: ~1.42)
     other = running(0.95, URGENT_TUF)
-    for policy, swaps in (("timely-preempt-late@b2", 1), ("timely-preempt-late-max@b2", 0)):
+    for policy, swaps in (("timely-preempt-late@b2", 1), ("timely@b2", 0)):
         run = [running(0.0, k=1, ref=1.31), other]
         d = decide(scheduler(policy, run), run, gen(arrival=T - 0.1, tuf=URGENT_TUF))
         assert len(d.suspend) == swaps, policy
     # a victim with slack even at its maximum (a fresh normal first segment, deadline 1.892) yields
     run = [running(0.9), other]
-    d = decide(scheduler("timely-preempt-late-max@b2", run), run, gen(arrival=T - 0.1, tuf=URGENT_TUF))
+    d = decide(scheduler("timely@b2", run), run, gen(arrival=T - 0.1, tuf=URGENT_TUF))
     assert [v for v, _ in d.suspend] == [run[0]]
     # an on-time candidate still times the victim as expected (the tight one yields, as in timely)
     run = [running(0.0, k=1, ref=1.31), other]
-    d = decide(scheduler("timely-preempt-late-max@b2", run), run, gen(arrival=T, tuf=URGENT_TUF))
+    d = decide(scheduler("timely@b2", run), run, gen(arrival=T, tuf=URGENT_TUF))
     assert [v for v, _ in d.suspend] == [run[0]]
 
 

@@ -22,9 +22,10 @@ timely-floor1-idle2 the 1 % floor only where at least two batch slots are free
 timely-no-preempt   a running segment is never suspended for urgent work (no core.sched.preemption)
 timely-preempt2     a segment may be preempted twice (default: once)
 timely-preempt-again a running segment past its estimate G is expected to run as long again
-timely-preempt-late an urgent candidate already late may preempt too
+timely-preempt-ontime only an urgent candidate still on time may preempt (default: a late one
+                    too, of a victim whose deadline holds even at its maximum segment length)
+timely-preempt-late a late candidate preempts a victim safe at its expected length (not maximum)
 timely-preempt-late0 ... only while its utility is still positive
-timely-preempt-late-max ... only a victim whose deadline holds even at its maximum segment length
 timely-full-ua      the utility-accrual test over the whole live queue (no lookahead window)
 timely-no-chain     a robot's active generation ranked by its own deadline only, not by the task
                     waiting behind it for the same robot (robot chain)

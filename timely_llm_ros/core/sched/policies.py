@@ -88,7 +88,7 @@ class PolicyName(enum.StrEnum):
     TIMELY_PREEMPT_AGAIN = "timely-preempt-again"
     TIMELY_PREEMPT_LATE = "timely-preempt-late"
     TIMELY_PREEMPT_LATE_0 = "timely-preempt-late0"
-    TIMELY_PREEMPT_LATE_MAX = "timely-preempt-late-max"
+    TIMELY_PREEMPT_ONTIME = "timely-preempt-ontime"
     # the paper's baselines as its public code runs them where that differs from ours (bench --suite paper)
     FCFS_REQUEUE = "fcfs-requeue"
 

@@ -108,7 +108,10 @@ ending at ``F`` (past its zero-utility point a generation loses nothing more, so
 candidate that is on time now but would miss its deadline waiting for the earliest running end
 takes the slot of the running segment of lowest ``|α|/G`` whose own deadline survives the delay;
 that segment is suspended mid-segment and continues later (at most once per segment;
-``timely-no-preempt`` never preempts). It recovers the clump that the admission's holds can cause
+``timely-no-preempt`` never preempts). A candidate already late may preempt too, but only a victim
+whose deadline survives even if its segment runs to the skill set's maximum length (option
+``preempt_tardy_victim="max"``; ``timely-preempt-ontime``: on-time candidates only,
+``timely-preempt-late``: a late one on the victim's expected length). It recovers the clump that the admission's holds can cause
 below: a burst no longer waits behind ~290 ms normal segments admitted together.
 
 So a normal request with plenty of slack waits a few steps while urgent first segments finish, a
@@ -176,9 +179,9 @@ class TimelyOptions:
     # mid-segment suspensions per segment (0: never preempt, the paper's behaviour: timely-no-preempt)
     preempt: int = 1
     preempt_outrun: str = "expected"  # ... and how a running segment past its G is timed (Preemption.outrun)
-    preempt_tardy: bool = False  # ... and whether a candidate already late may preempt (Preemption.tardy)
+    preempt_tardy: bool = True  # ... and whether a candidate already late may preempt (Preemption.tardy)
     preempt_tardy_live: bool = False  # ... only while its utility is still positive (Preemption.tardy_live)
-    preempt_tardy_victim: str = "expected"  # ... and how its victim is timed (Preemption.tardy_victim)
+    preempt_tardy_victim: str = "max"  # ... and how its victim is timed (Preemption.tardy_victim)
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -788,7 +791,9 @@ VARIANTS: dict[str, TimelyOptions] = {
     "timely-no-preempt": TimelyOptions(preempt=0),
     "timely-preempt2": TimelyOptions(preempt=2),
     "timely-preempt-again": TimelyOptions(preempt=1, preempt_outrun="again"),
-    "timely-preempt-late": TimelyOptions(preempt=1, preempt_tardy=True),
-    "timely-preempt-late0": TimelyOptions(preempt=1, preempt_tardy=True, preempt_tardy_live=True),
-    "timely-preempt-late-max": TimelyOptions(preempt=1, preempt_tardy=True, preempt_tardy_victim="max"),
+    "timely-preempt-ontime": TimelyOptions(preempt=1, preempt_tardy=False),
+    "timely-preempt-late": TimelyOptions(preempt=1, preempt_tardy_victim="expected"),
+    "timely-preempt-late0": TimelyOptions(
+        preempt=1, preempt_tardy_victim="expected", preempt_tardy_live=True
+    ),
 }

@@ -11,14 +11,15 @@ so far, the stop checker's state) and re-queues it; it continues where it stoppe
 The rule (:meth:`Preemption.choose`), at a decision that found no free slot, for the next
 candidates of the ranking in order (at most ``lookahead`` of them):
 
-* the candidate ``c`` must be worth a slot now: on time if admitted now (``t + E_c ≤ D_c``; see
-  ``tardy`` below) and late if it waits for the earliest expected end of a running segment
+* the candidate ``c`` must be worth a slot now: on time if admitted now (``t + E_c ≤ D_c``; or late,
+  see ``tardy`` below) and late (or later) if it waits for the earliest expected end of a running segment
   (``F_min + E_c > D_c``), with
   ``E_c`` = a prefill pass (new prompts) + its expected tokens at the current step time;
 * the victim ``v`` is the running generation with the lowest cost density ``|α|/G`` (the
   unclamped objective's deferral order) strictly below ``c``'s, whose own deadline still holds
   after the delay: ``F_v + E_c + T(B) ≤ D_v`` (its expected end, plus ``c``'s whole segment, plus one
-  step to resume it); ties: the most slack left. Such a ``v`` is on time, hence neither tardy nor
+  step to resume it; for a late candidate ``F_v`` at its maximum segment length); ties: the most
+  slack left. Such a ``v`` is on time, hence neither tardy nor
   promoted (promotion only follows lateness), so late or promoted work is never preempted;
 * a segment is preempted at most ``max_per_segment`` times (the count restarts with each segment),
   and a generation admitted or resumed in this very step is never a victim (its prompt may not be
@@ -28,12 +29,13 @@ candidates of the ranking in order (at most ``lookahead`` of them):
 Each victim frees exactly the slot its candidate takes, so the batch never grows.
 
 Options (:class:`~.policy_timely.TimelyOptions`): ``preempt`` = ``max_per_segment`` (0: never
-preempt); ``preempt_tardy`` (variant ``timely-preempt-late``): a candidate already late if admitted
-now may preempt as well, as long as waiting for the earliest end delays it further — under the
-unclamped objective each further second still costs it ``|α|``, and the victim loses nothing if
-its slack holds (``timely-preempt-late0``: only while its utility is still positive;
-``preempt_tardy_victim="max"``, variant ``timely-preempt-late-max``: only a victim whose deadline
-holds even if its segment runs to the skill set's maximum length, see :func:`_left_max`);
+preempt); ``preempt_tardy`` (default on; off: variant ``timely-preempt-ontime``): a candidate
+already late if admitted now may preempt as well, as long as waiting for the earliest end delays it
+further — under the unclamped objective each further second still costs it ``|α|`` — but with
+``preempt_tardy_victim="max"`` (the default) only a victim whose deadline holds even if its segment
+runs to the skill set's maximum length (:func:`_left_max`); ``"expected"`` (variant
+``timely-preempt-late``) times the victim as for an on-time candidate, ``timely-preempt-late0``
+also only while the candidate's utility is still positive;
 ``preempt_outrun="again"`` (variant ``timely-preempt-again``): a running segment
 that has outrun its expected length is expected to run as long again (see :func:`_left_again`).
 """
@@ -70,12 +72,12 @@ class Preemption:
     outrun: str = "expected"
     # a candidate already late if admitted now may preempt too (each further second still costs it
     # |α| under the unclamped objective); default: only one that is still on time
-    tardy: bool = False
+    tardy: bool = True
     # ... but only while its utility if admitted now is still positive (before its zero-utility time)
     tardy_live: bool = False
     # ... and how the victim's end is timed when the candidate is late: "expected" (as for an on-time
     # candidate) or "max" (its segment runs to the skill set's maximum length: :func:`_left_max`)
-    tardy_victim: str = "expected"
+    tardy_victim: str = "max"
     count: int = 0  # preemptions decided so far (diagnostics)
 
     def choose(
