@@ -75,9 +75,10 @@ def tiny():
 
 def test_run_applies_the_suffix_and_returns_class_metrics():
     # one slot: the urgent request waits for the normal one's whole first segment (no mid-segment
-    # preemption); two slots: it runs beside it and answers sooner
-    one = sc.run(sc.Scenario("tiny", tiny(), "@b1"), "timely")
-    out = sc.run(sc.Scenario("tiny", tiny(), "@b2"), "timely")
+    # preemption: timely would suspend it, the urgent request being late by then); two slots: it
+    # runs beside it and answers sooner
+    one = sc.run(sc.Scenario("tiny", tiny(), "@b1"), "timely-no-preempt")
+    out = sc.run(sc.Scenario("tiny", tiny(), "@b2"), "timely-no-preempt")
     assert set(out) == {"normal", "urgent", "all"}
     assert out["urgent"]["n"] == 1 and one["urgent"]["n"] == 1
     assert out["urgent"]["response_max"] < one["urgent"]["response_max"]
