@@ -48,13 +48,9 @@ from itertools import islice
 
 from timely_llm_ros.core.generation import Generation
 from timely_llm_ros.core.sched.policy_timely import StepModel, _gen_utility, _tokens_expected, _tokens_left
+from timely_llm_ros.core.sched.ua_index import cost_density
 
 __all__ = ["Preemption"]
-
-
-def cost_density(g: Generation) -> float:
-    """``|α|/G``: utility lost per second of delay past the deadline, per second of engine time."""
-    return (-g.alpha if g.alpha < 0.0 else 0.0) / g.g if g.g > 0.0 else 0.0
 
 
 @dataclass
@@ -122,11 +118,11 @@ class Preemption:
             if min(ends.values()) + e_c <= d_c:
                 continue  # cannot be saved now, or can wait for a slot without missing
             worst = t + e_c > d_c and self.tardy_victim == "max"  # a late candidate: time victims long
-            dens = cost_density(cand)
+            dens = cost_density(cand.alpha, cand.g)
             best: tuple[float, float, int] | None = None
             victim = None
             for v in pool:
-                dv = cost_density(v)
+                dv = cost_density(v.alpha, v.g)
                 if dv >= dens:
                     continue
                 end_v = t + _left_max(v, t1) * tb if worst else ends[v.gen_id]

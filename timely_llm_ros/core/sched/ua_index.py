@@ -132,6 +132,12 @@ class SortedTuples:
         raise IndexError(k)
 
 
+def cost_density(alpha: float, g: float) -> float:
+    """|α|/G: utility lost per second of delay past the deadline, per second of engine time (the
+    unclamped objective's deferral order, and preemption's victim order; 0 for a flat TUF)."""
+    return (-alpha if alpha < 0.0 else 0.0) / g if g > 0.0 else 0.0
+
+
 class Entry:
     """One queued generation's static inputs, derived times and current place in the index."""
 
@@ -196,9 +202,8 @@ class Entry:
         return INF
 
     def cost_density(self) -> float:
-        """|α|/G: utility lost per second of delay past the deadline, per second of engine time
-        (the unclamped objective's deferral order; 0 for a flat TUF)."""
-        return (-self.al if self.al < 0.0 else 0.0) / self.g
+        """:func:`cost_density` of this entry (its α may be the chained task's, ``Generation.chain``)."""
+        return cost_density(self.al, self.g)
 
     def utility(self, t: float) -> float:
         """Eq. 4's numerator: the utility if its generation starts at ``t`` (unclamped below)."""
