@@ -182,6 +182,14 @@ class TimelyOptions:
     preempt_tardy: bool = True  # ... and whether a candidate already late may preempt (Preemption.tardy)
     preempt_tardy_live: bool = False  # ... only while its utility is still positive (Preemption.tardy_live)
     preempt_tardy_victim: str = "max"  # ... and how its victim is timed (Preemption.tardy_victim)
+    # unclamped objective: weight κ of the still-live part of a segment's TUF (before its zero-utility
+    # time), i.e. the objective Σ U + κ·Σ max(U, 0): live segments defer by (1 + κ)|α|/G, late ones by
+    # |α|/G, and a tardy segment is tested against its zero-utility time (0: plain unclamped Eq. 1)
+    live_weight: float = 0.0
+    # a preempted generation (suspended mid-segment) takes the next free slot before all other work:
+    # the preemption chose it on the premise that it resumes when its candidate's segment ends
+    # (Preemption: "its own deadline still holds after the delay"), which later arrivals must not undo
+    preempt_claim: bool = False
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -202,6 +210,8 @@ class TimelyOptions:
             or self.adm_floor_free < 1
         ):
             raise ValueError(f"adm_floor_free must be a positive integer, got {self.adm_floor_free!r}")
+        if not self.live_weight >= 0.0:  # also rejects nan
+            raise ValueError(f"live_weight must be >= 0, got {self.live_weight!r}")
         if isinstance(self.preempt, bool) or not isinstance(self.preempt, int) or self.preempt < 0:
             raise ValueError(f"preempt must be an integer >= 0, got {self.preempt!r}")
         if self.preempt_outrun not in ("expected", "again"):
@@ -213,7 +223,7 @@ class TimelyOptions:
 
 
 ADMISSIONS = ("utility", "paper", "none")
-OBJECTIVES = ("unclamped", "clamped")
+OBJECTIVES = ("unclamped", "clamped", "lex")
 
 
 # -------------------------------------------------------------------------------- ordering
@@ -229,8 +239,10 @@ class TimelyRanking(Ranking):
         n_window: int,
         deferred: list[Entry],
         tardy_slope: float,
+        claims: list[Generation] | None = None,
     ) -> None:
         super().__init__(t)
+        self._claims = claims or []
         self._ix = index
         self._q = first_promoted
         self._kept = kept
@@ -243,6 +255,7 @@ class TimelyRanking(Ranking):
         ix = self._ix
         ent = ix.entries
         q = self._q
+        yield from self._claims
         for item in islice(ix.promoted, q):
             yield ent[item[2]].gen
         for e in self._kept:
@@ -257,6 +270,8 @@ class TimelyRanking(Ranking):
             yield ent[item[2]].gen
 
     def promoted(self, gen: Generation) -> bool:
+        if gen in self._claims:  # a preemption victim's claim is kept like a promotion
+            return True
         e = self._ix.entries.get(gen.slot)
         if e is None or e.gen is not gen or e.phase != PROMOTED:
             return False
@@ -273,7 +288,9 @@ class UtilityAccrualPriority(PriorityStrategy):
     def __init__(self, options: TimelyOptions | None = None) -> None:
         self.opt = opt = options or TimelyOptions()
         self.max_batch = DEFAULT_MAX_BATCH
-        self.unclamped = opt.objective == "unclamped"
+        # "lex" keeps late work in the order and costing like "unclamped"; only the test differs
+        self.unclamped = opt.objective in ("unclamped", "lex")
+        self.lex = opt.objective == "lex"
         # unclamped: no late tier (late work keeps costing), and it counts in the tardy slope
         self.index = PhaseIndex(
             opt.aging,
@@ -283,16 +300,21 @@ class UtilityAccrualPriority(PriorityStrategy):
             chain=opt.chain,
         )
         self._hint = 0  # least removals of the last decision (search start)
+        self._claims: dict[int, Generation] = {}  # queued preemption victims (option preempt_claim)
 
     def fixed_key(self, arrival: float, ert: float) -> float:
         return arrival
 
     def add(self, gen: Generation) -> None:
         check_estimate(gen)
-        self.index.add(gen)
+        if self.opt.preempt_claim and gen.partial:
+            self._claims[gen.slot] = gen
+        else:
+            self.index.add(gen)
 
     def discard(self, gen: Generation) -> None:
-        self.index.discard(gen.slot)
+        if self._claims.pop(gen.slot, None) is None:
+            self.index.discard(gen.slot)
 
     def update(self, gen: Generation) -> None:
         check_estimate(gen)
@@ -307,6 +329,10 @@ class UtilityAccrualPriority(PriorityStrategy):
         ix.advance(t)
         ends = []
         run_promoted = 0
+        claims = sorted(self._claims.values(), key=lambda g: (g.deadline(), g.slot))
+        for c in claims:  # they take the first free slots: the test sees them as running
+            left = c.g - c.seg_start  # seg_start of a victim: the time its segment ran
+            ends.append(t + left if left > 0.0 else t)
         for r in running:
             end = r.seg_start + r.g
             ends.append(end if end > t else t)  # nan seg_start (not started): free now
@@ -330,12 +356,14 @@ class UtilityAccrualPriority(PriorityStrategy):
                 if gone:
                     kept = [e for e in window if e.slot not in gone]
                     deferred = sorted(
-                        (e for e in window if e.slot in gone), key=lambda e: (-gone[e.slot], e.item)
+                        (e for e in window if e.slot in gone),
+                        key=lambda e: (-gone[e.slot][0], -gone[e.slot][1], e.item),
                     )
-        return TimelyRanking(t, ix, q, kept, len(window), deferred, ix.tardy_slope())
+        return TimelyRanking(t, ix, q, kept, len(window), deferred, ix.tardy_slope(), claims)
 
-    def _ua_removed(self, t: float, slots: list[float], live: list[Entry]) -> dict[int, float]:
-        """The live generations the utility-accrual test defers: slot -> PUD (module docstring)."""
+    def _ua_removed(self, t: float, slots: list[float], live: list[Entry]) -> dict[int, tuple[float, float]]:
+        """The live generations the utility-accrual test defers: slot -> (tier, density) (module
+        docstring; deferred ones are served highest first)."""
         m = len(slots)
         s0 = 0.0
         for f in slots:
@@ -345,7 +373,12 @@ class UtilityAccrualPriority(PriorityStrategy):
         crit = [e.item[0] for e in live]  # type: ignore[index]  # live: indexed (no check per decision)
         g = [e.g for e in live]
         rank = [k] * k  # removal rank of each live item (k: never removed)
-        if self.unclamped:  # only on-time work can still be saved; tardy work only takes its slot
+        kappa = self.opt.live_weight
+        if self.lex or (
+            self.unclamped and kappa > 0.0
+        ):  # live work can still be saved (ONTIME by D, TARDY by Z)
+            crit = [c if e.phase != LATE else INF for c, e in zip(crit, live, strict=True)]
+        elif self.unclamped:  # only on-time work can still be saved; tardy work only takes its slot
             crit = [c if e.phase == ONTIME else INF for c, e in zip(crit, live, strict=True)]
 
         def feasible(r: int) -> bool:
@@ -373,10 +406,14 @@ class UtilityAccrualPriority(PriorityStrategy):
         # removal order: lowest PUD first; ties: latest critical time, then newest. Unclamped, deferring
         # a segment costs |α| per second past its deadline whatever its utility: the density is |α|/G
         # (Smith's rule for weighted tardiness), so normal work yields to urgent work first.
-        if self.unclamped:
-            pud = [e.cost_density() for e in live]
+        if self.lex:  # clamped Eq. 1 first (PUD of what is left), then unclamped for the late work
+            pud = [(1.0, e.utility(t) / e.g) if e.phase != LATE else (0.0, e.cost_density()) for e in live]
+        elif self.unclamped and math.isinf(kappa):  # lexicographic: live work before late work
+            pud = [(float(e.phase != LATE), e.cost_density()) for e in live]
+        elif self.unclamped:
+            pud = [(0.0, e.cost_density() * (1.0 + kappa if e.phase != LATE else 1.0)) for e in live]
         else:
-            pud = [e.utility(t) / e.g for e in live]
+            pud = [(0.0, e.utility(t) / e.g) for e in live]
         removal = sorted(range(k), key=lambda i: (pud[i], -live[i].item[0], -live[i].seq))  # type: ignore[index]  # live: indexed
         for pos, i in enumerate(removal):
             rank[i] = pos
@@ -782,6 +819,14 @@ VARIANTS: dict[str, TimelyOptions] = {
     "timely-adm-nopromise": TimelyOptions(adm_promise=False),
     "timely-adm-g": TimelyOptions(adm_bare_g=True, adm_promise=False),
     "timely-clamped": TimelyOptions(objective="clamped"),
+    "timely-mix1": TimelyOptions(live_weight=1.0),
+    "timely-mix3": TimelyOptions(live_weight=3.0),
+    "timely-lex": TimelyOptions(live_weight=math.inf),
+    "timely-claim": TimelyOptions(preempt_claim=True),
+    "timely-lex-claim": TimelyOptions(live_weight=math.inf, preempt_claim=True),
+    "timely-clamped-claim": TimelyOptions(objective="clamped", preempt_claim=True),
+    "timely-lexpud": TimelyOptions(objective="lex"),
+    "timely-lexpud-claim": TimelyOptions(objective="lex", preempt_claim=True),
     "timely-adm-keepdue": TimelyOptions(adm_keep_due=True),
     "timely-floor05": TimelyOptions(adm_gain_floor=0.005),
     "timely-floor1": TimelyOptions(adm_gain_floor=0.01),
