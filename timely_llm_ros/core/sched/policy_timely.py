@@ -167,10 +167,12 @@ class TimelyOptions:
     # UtilityGuidedAdmission.gain_floor says why a floor, docs/scheduling.md what it measured)
     adm_gain_floor: float = 0.0
     adm_floor_free: int = 1  # ... applied only when at least this many batch slots are free
-    # What the policy maximises: "unclamped" Eq. 1 (the reported metric: late work keeps costing |α|
-    # per second, so it is ranked by that cost, never parked) or "clamped" at 0 (late work is
-    # worthless: the late tier). See the module docstring.
-    objective: str = "unclamped"
+    # What the policy maximises (module docstring, "Objective"): "lex" = Eq. 1 clamped at 0 first
+    # (the utility still to be saved), then unclamped Eq. 1 for the work that is past saving (it keeps
+    # costing |α| per second, so it stays in the order, ranked by that cost, never parked);
+    # "unclamped" Eq. 1 alone (timely-unclamped); "clamped" alone (late work is worthless: the late
+    # tier, timely-clamped).
+    objective: str = "lex"
     # robot chain: a robot's active task's generation is ranked by the first segment of the robot's
     # next task when that one's deadline is earlier (its action cannot start before this plan ends;
     # module docstring "Robot chain")
@@ -182,14 +184,11 @@ class TimelyOptions:
     preempt_tardy: bool = True  # ... and whether a candidate already late may preempt (Preemption.tardy)
     preempt_tardy_live: bool = False  # ... only while its utility is still positive (Preemption.tardy_live)
     preempt_tardy_victim: str = "max"  # ... and how its victim is timed (Preemption.tardy_victim)
-    # unclamped objective: weight κ of the still-live part of a segment's TUF (before its zero-utility
-    # time), i.e. the objective Σ U + κ·Σ max(U, 0): live segments defer by (1 + κ)|α|/G, late ones by
-    # |α|/G, and a tardy segment is tested against its zero-utility time (0: plain unclamped Eq. 1)
-    live_weight: float = 0.0
     # a preempted generation (suspended mid-segment) takes the next free slot before all other work:
     # the preemption chose it on the premise that it resumes when its candidate's segment ends
     # (Preemption: "its own deadline still holds after the delay"), which later arrivals must not undo
-    preempt_claim: bool = False
+    # ("slot"; "keep": the utility-accrual test never defers it, the order stays EDF; "none")
+    preempt_claim: str = "slot"
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -210,12 +209,12 @@ class TimelyOptions:
             or self.adm_floor_free < 1
         ):
             raise ValueError(f"adm_floor_free must be a positive integer, got {self.adm_floor_free!r}")
-        if not self.live_weight >= 0.0:  # also rejects nan
-            raise ValueError(f"live_weight must be >= 0, got {self.live_weight!r}")
         if isinstance(self.preempt, bool) or not isinstance(self.preempt, int) or self.preempt < 0:
             raise ValueError(f"preempt must be an integer >= 0, got {self.preempt!r}")
         if self.preempt_outrun not in ("expected", "again"):
             raise ValueError(f"preempt_outrun must be 'expected' or 'again', got {self.preempt_outrun!r}")
+        if self.preempt_claim not in ("slot", "keep", "none"):
+            raise ValueError(f"preempt_claim must be 'slot', 'keep' or 'none', got {self.preempt_claim!r}")
         if self.preempt_tardy_victim not in ("expected", "max"):
             raise ValueError(
                 f"preempt_tardy_victim must be 'expected' or 'max', got {self.preempt_tardy_victim!r}"
@@ -307,7 +306,7 @@ class UtilityAccrualPriority(PriorityStrategy):
 
     def add(self, gen: Generation) -> None:
         check_estimate(gen)
-        if self.opt.preempt_claim and gen.partial:
+        if self.opt.preempt_claim == "slot" and gen.partial:
             self._claims[gen.slot] = gen
         else:
             self.index.add(gen)
@@ -373,10 +372,7 @@ class UtilityAccrualPriority(PriorityStrategy):
         crit = [e.item[0] for e in live]  # type: ignore[index]  # live: indexed (no check per decision)
         g = [e.g for e in live]
         rank = [k] * k  # removal rank of each live item (k: never removed)
-        kappa = self.opt.live_weight
-        if self.lex or (
-            self.unclamped and kappa > 0.0
-        ):  # live work can still be saved (ONTIME by D, TARDY by Z)
+        if self.lex:  # live work can still be saved: ONTIME by D, TARDY by Z; late work only takes its slot
             crit = [c if e.phase != LATE else INF for c, e in zip(crit, live, strict=True)]
         elif self.unclamped:  # only on-time work can still be saved; tardy work only takes its slot
             crit = [c if e.phase == ONTIME else INF for c, e in zip(crit, live, strict=True)]
@@ -403,17 +399,19 @@ class UtilityAccrualPriority(PriorityStrategy):
         if feasible(0):
             self._hint = 0
             return {}
-        # removal order: lowest PUD first; ties: latest critical time, then newest. Unclamped, deferring
-        # a segment costs |α| per second past its deadline whatever its utility: the density is |α|/G
-        # (Smith's rule for weighted tardiness), so normal work yields to urgent work first.
-        if self.lex:  # clamped Eq. 1 first (PUD of what is left), then unclamped for the late work
+        # removal order: lowest (tier, density) first; ties: latest critical time, then newest.
+        # "lex": late work (tier 0) yields before live work (tier 1); late work by cost density |α|/G
+        # (each further second still costs |α|: Smith's rule for weighted tardiness), live work by
+        # PUD U/G (the utility still to be saved). "unclamped": every segment by |α|/G, so normal
+        # work yields to urgent work first. "clamped": PUD.
+        if self.lex:
             pud = [(1.0, e.utility(t) / e.g) if e.phase != LATE else (0.0, e.cost_density()) for e in live]
-        elif self.unclamped and math.isinf(kappa):  # lexicographic: live work before late work
-            pud = [(float(e.phase != LATE), e.cost_density()) for e in live]
         elif self.unclamped:
-            pud = [(0.0, e.cost_density() * (1.0 + kappa if e.phase != LATE else 1.0)) for e in live]
+            pud = [(0.0, e.cost_density()) for e in live]
         else:
             pud = [(0.0, e.utility(t) / e.g) for e in live]
+        if self.opt.preempt_claim == "keep":  # a preemption victim is deferred last
+            pud = [(2.0, p[1]) if e.gen.partial else p for p, e in zip(pud, live, strict=True)]
         removal = sorted(range(k), key=lambda i: (pud[i], -live[i].item[0], -live[i].seq))  # type: ignore[index]  # live: indexed
         for pos, i in enumerate(removal):
             rank[i] = pos
@@ -819,14 +817,9 @@ VARIANTS: dict[str, TimelyOptions] = {
     "timely-adm-nopromise": TimelyOptions(adm_promise=False),
     "timely-adm-g": TimelyOptions(adm_bare_g=True, adm_promise=False),
     "timely-clamped": TimelyOptions(objective="clamped"),
-    "timely-mix1": TimelyOptions(live_weight=1.0),
-    "timely-mix3": TimelyOptions(live_weight=3.0),
-    "timely-lex": TimelyOptions(live_weight=math.inf),
-    "timely-claim": TimelyOptions(preempt_claim=True),
-    "timely-lex-claim": TimelyOptions(live_weight=math.inf, preempt_claim=True),
-    "timely-clamped-claim": TimelyOptions(objective="clamped", preempt_claim=True),
-    "timely-lexpud": TimelyOptions(objective="lex"),
-    "timely-lexpud-claim": TimelyOptions(objective="lex", preempt_claim=True),
+    "timely-unclamped": TimelyOptions(objective="unclamped", preempt_claim="none"),
+    "timely-no-claim": TimelyOptions(preempt_claim="none"),
+    "timely-claim-keep": TimelyOptions(preempt_claim="keep"),
     "timely-adm-keepdue": TimelyOptions(adm_keep_due=True),
     "timely-floor05": TimelyOptions(adm_gain_floor=0.005),
     "timely-floor1": TimelyOptions(adm_gain_floor=0.01),
