@@ -90,12 +90,15 @@ def three_urgent(policy):
 
 
 def test_overload_defers_the_lowest_utility_density():
-    # the clamped objective saves b and c (4 > 3.63); unclamped, a served last ends at 0.27
-    # (W = 0.658, U = -1.05): 2.95 < 3.63, and deferring a tardy segment only moves its cost, so EDF
-    s, a, b, c = three_urgent("timely-clamped@b1")
-    assert order(s, 0.0) == [b, c, a]
-    assert s.ranking(0.0).n_deferred == 1
-    s, a, b, c = three_urgent("timely@b1")
+    # the clamped objective saves b and c (4 > 3.63), and so does the default "lex" one, which saves
+    # what can still be saved first (a is tardy but live: its PUD 0.1467/0.09 is the lowest);
+    # unclamped alone, a served last ends at 0.27 (W = 0.658, U = -1.05): 2.95 < 3.63, and deferring a
+    # tardy segment only moves its cost, so EDF
+    for policy in ("timely-clamped@b1", "timely@b1"):
+        s, a, b, c = three_urgent(policy)
+        assert order(s, 0.0) == [b, c, a]
+        assert s.ranking(0.0).n_deferred == 1
+    s, a, b, c = three_urgent("timely-unclamped@b1")
     assert order(s, 0.0) == [a, b, c]
     s, a, b, c = three_urgent("timely-no-ua@b1")
     assert order(s, 0.0) == [a, b, c]
@@ -104,13 +107,14 @@ def test_overload_defers_the_lowest_utility_density():
 def test_busy_slots_count_in_the_feasibility_test():
     # same three with two slots: b and c both start at once -> feasible, EDF a, b, c; but if one of
     # the two slots is busy until 0.15 (a running generation, seg_start 0.06 + G), c cannot make it
-    # (clamped objective: the unclamped one keeps tardy a first, as in the test above)
-    s, a, b, c = three_urgent("timely-clamped@b2")
-    assert order(s, 0.0) == [a, b, c]
+    # (clamped and lex objectives: the unclamped one keeps tardy a first, as in the test above)
     busy = gen(arrival=-0.5)
     busy.seg_start = 0.06
-    assert order(s, 0.0, running=[busy]) == [b, c, a]
-    s, a, b, c = three_urgent("timely@b2")
+    for policy in ("timely-clamped@b2", "timely@b2"):
+        s, a, b, c = three_urgent(policy)
+        assert order(s, 0.0) == [a, b, c]
+        assert order(s, 0.0, running=[busy]) == [b, c, a]
+    s, a, b, c = three_urgent("timely-unclamped@b2")
     assert order(s, 0.0, running=[busy]) == [a, b, c]
 
 
@@ -145,28 +149,74 @@ def test_late_tier_and_aging():
 
 
 def test_late_work_is_ranked_by_what_each_further_second_costs():
-    # Unclamped Eq. 1 (the default objective): a task past its zero-utility time still loses |α| per
-    # second, so it is never parked behind work that can wait for free. t = 2.0, one slot:
+    # Unclamped Eq. 1 (the default objective's second criterion, timely-unclamped's only one): a task
+    # past its zero-utility time still loses |α| per second, so it is never parked behind work that
+    # can wait for free. t = 2.0, one slot:
     #   late_n: normal, arrived 0 (Z = 1.492: U < 0) ; fresh_n: normal, arrived 1.95 (D = 2.942)
     #   late_u: urgent, arrived 1.3 (Z = 1.792, not yet promoted: P = 2.292) ; fresh_u: urgent,
     #   arrived 1.99 (D = 2.182)
     # Both late ones go before the fresh normal one, which still ends on time after them (2.27 <=
     # 2.942); the fresh urgent one (ends 2.27 > 2.182 behind both) makes the schedule infeasible, so
-    # the lowest cost density |α|/G is deferred first: late_n (2/0.09) yields, late_u (6.67/0.09) stays.
+    # late work yields first, lowest cost density |α|/G first: late_n (2/0.09) yields, late_u
+    # (6.67/0.09) stays, and the rest is feasible. Unclamped alone, fresh_n (also 2/0.09, the later
+    # critical time) yields instead, and late_n keeps its place.
     late_n, fresh_n = gen(arrival=0.0), gen(arrival=1.95)
     late_u, fresh_u = gen(arrival=1.3, tuf=URGENT_TUF), gen(arrival=1.99, tuf=URGENT_TUF)
-    s = Scheduler("timely@b1")
-    for g in (fresh_n, late_n, late_u):
-        s.push(g)
-    assert order(s, 2.0)[-1] is fresh_n
-    s.push(fresh_u)
-    assert order(s, 2.0) == [late_u, fresh_u, late_n, fresh_n]
+    for policy, after in (("timely@b1", [fresh_n, late_n]), ("timely-unclamped@b1", [late_n, fresh_n])):
+        s = Scheduler(policy)
+        for g in (fresh_n, late_n, late_u):
+            g.slot = -1
+            s.push(g)
+        assert order(s, 2.0)[-1] is fresh_n
+        s.push(fresh_u)
+        assert order(s, 2.0) == [late_u, fresh_u, *after]
     # the clamped objective parks both late ones behind every live one
     c = Scheduler("timely-clamped@b1")
     for g in (fresh_n, late_n, late_u, fresh_u):
         g.slot = -1
         c.push(g)
     assert order(c, 2.0)[:2] == [fresh_u, fresh_n]
+
+
+def test_work_that_can_still_be_saved_goes_before_late_work():
+    # The default objective saves first what can still be saved. t = 2.0, one slot, G = 0.09: six
+    # urgent tasks arrived at 1.3 are late (Z = 1.792, promoted only at 2.142), a normal one that
+    # arrived at 1.0 is tardy but live (D = 1.992, Z = 2.492). EDF on critical times serves the six
+    # first; the normal one would end at 2.63 > Z and lose all its utility. "lex" defers two late
+    # ones so that it ends at 2.45 <= Z: just in time, behind four late ones (late work is never
+    # parked: it still goes first wherever it costs no live work its utility). Unclamped alone, the
+    # late urgent ones cost more per second (6.67 > 2) and it is served last, at U < 0. (The
+    # row this comes from: urgent-heavy bursts x0.5, one robot per task, seed 12, cap 2: normal
+    # clamped %Σβ 0.01 -> 1.45, fcfs-seg 1.37.)
+    live = gen(arrival=1.0)
+    late = [gen(arrival=1.3, tuf=URGENT_TUF) for _ in range(6)]
+    for policy, pos in (("timely@b1", 4), ("timely-unclamped@b1", 6)):
+        s = Scheduler(policy)
+        for g in (*late, live):
+            g.slot = -1
+            s.push(g)
+        assert order(s, 2.0).index(live) == pos, policy
+
+
+def test_a_preemption_victim_keeps_the_deadline_its_preemption_promised():
+    # t = 0, one slot. A normal segment (arrived -0.5: D = 0.492) was preempted after running 0.05 s
+    # (Preemption: its deadline holds if it resumes when its candidate ends); five fresh urgent ones
+    # (D = 0.192) queued since. EDF serves the five first and the victim would end at 0.54 > D, so
+    # the test defers the lowest PUD: the victim (1/0.09 < 2/0.09), last, and later urgent arrivals
+    # keep pushing it back (urgent-heavy bursts x0.5, seed 33, cap 2: a normal task preempted at
+    # 6.56 s resumed at 9.29 s). "keep" (default): the test never defers it: only two urgent ones can
+    # end on time (0.09, 0.18 <= 0.192), the other three yield, and it ends at 0.27 <= D; "slot": it
+    # takes the next free slot before everything.
+    for claim, pos in (("timely@b1", 2), ("timely-claim-slot@b1", 0), ("timely-no-claim@b1", 5)):
+        s = Scheduler(claim)
+        victim = gen(arrival=-0.5)
+        victim.partial, victim.preempted, victim.seg_tokens, victim.seg_start = True, 1, 2, 0.05
+        urgent = [gen(arrival=0.0, tuf=URGENT_TUF) for _ in range(5)]
+        for g in (*urgent, victim):
+            s.push(g)
+        ranking = s.ranking(0.0)
+        assert list(ranking).index(victim) == pos, claim
+        assert ranking.promoted(victim) is (pos == 0)  # the admission keeps a claim like a promotion
 
 
 def burst_of_urgent(n=12):

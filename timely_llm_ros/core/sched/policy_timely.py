@@ -17,14 +17,21 @@ with ``W = t + G + net − ref`` (TUF_0 for a first segment, TUF_1 after, §4.2)
 TARDY (what is left to save; ordering a tardy segment by its missed deadline — ablation
 ``timely-crit-d`` — puts the most overdue work first: EDF's domino effect under overload).
 
-**Objective** (option ``objective``). ``"unclamped"`` (default, policy ``timely``): the paper's Eq. 1
-as reported, unbounded below — a segment past its deadline loses |α| per further second whether its
-utility is still positive or not. So there is no late tier: LATE segments stay in the live order
-(by ``Z``, like TARDY ones) and in the tardy slope; the utility-accrual test checks only ONTIME
-segments (a tardy one cannot be saved, it only takes its slot) and defers by cost density |α|/G
-(Smith's rule for weighted tardiness) instead of PUD, ties to the latest critical time — so a tardy
-segment is never deferred for on-time work of the same class, which would only move its cost.
-``"clamped"`` (policy ``timely-clamped``): utility below 0 is worth 0, the tiers and PUD below.
+**Objective** (option ``objective``). ``"lex"`` (default, policy ``timely``): save first what can
+still be saved, then charge the rest by the paper's Eq. 1 as reported, unbounded below — a
+lexicographic objective. (1) *Clamped*: a live segment (ONTIME or TARDY: it still ends before its
+zero-utility time if started now) is tested against its critical time ``C``, and when not all can
+make it, the lowest PUD ``U/G`` (the utility still left to save per second of engine time) yields
+first. (2) *Unclamped*: a LATE segment cannot be saved, but each further second still costs it
+|α|: it keeps its place in the live order (by ``Z``, so it goes first wherever that costs no live
+segment its critical time — never parked in a tier), counts in the tardy slope, and yields before
+any live segment, by cost density |α|/G (Smith's rule for weighted tardiness). Why both, measured on
+the stress matrix (docs/scheduling.md, "Objective"): ``"unclamped"`` alone (``timely-unclamped``,
+the default before) ranks every segment by |α|/G and tests only ONTIME ones, so a normal task that
+could still be answered in time waits behind late urgent work that gains only |α|·G from going
+first, and ``fcfs-seg`` answered more normal tasks in time on five rows; ``"clamped"`` alone
+(``timely-clamped``: utility below 0 is worth 0, the late tier, PUD) parks late work behind work
+that has slack to spare.
 
 Order (first = served first):
 
@@ -112,7 +119,12 @@ that segment is suspended mid-segment and continues later (at most once per segm
 whose deadline survives even if its segment runs to the skill set's maximum length (option
 ``preempt_tardy_victim="max"``; ``timely-preempt-ontime``: on-time candidates only,
 ``timely-preempt-late``: a late one on the victim's expected length). It recovers the clump that the admission's holds can cause
-below: a burst no longer waits behind ~290 ms normal segments admitted together.
+below: a burst no longer waits behind ~290 ms normal segments admitted together. The victim was
+chosen on the premise that it still ends by its deadline, so that promise is kept (option
+``preempt_claim``): the utility-accrual test never defers a preempted segment (``"keep"``,
+default), though EDF may still serve earlier deadlines first; ``"slot"`` (variant
+``timely-claim-slot``) resumes it at the next free slot before everything, ``"none"``
+(``timely-no-claim``) lets later urgent arrivals push it back until it misses.
 
 So a normal request with plenty of slack waits a few steps while urgent first segments finish, a
 fresh urgent one waits at most for losing segments that end within its real slack, and under
@@ -184,11 +196,11 @@ class TimelyOptions:
     preempt_tardy: bool = True  # ... and whether a candidate already late may preempt (Preemption.tardy)
     preempt_tardy_live: bool = False  # ... only while its utility is still positive (Preemption.tardy_live)
     preempt_tardy_victim: str = "max"  # ... and how its victim is timed (Preemption.tardy_victim)
-    # a preempted generation (suspended mid-segment) takes the next free slot before all other work:
-    # the preemption chose it on the premise that it resumes when its candidate's segment ends
-    # (Preemption: "its own deadline still holds after the delay"), which later arrivals must not undo
-    # ("slot"; "keep": the utility-accrual test never defers it, the order stays EDF; "none")
-    preempt_claim: str = "slot"
+    # a preempted generation (suspended mid-segment) was chosen on the premise that its deadline
+    # still holds after the delay (core.sched.preemption), which later arrivals must not undo:
+    # "keep" = the utility-accrual test never defers it (the order stays EDF); "slot" = it takes the
+    # next free slot before all other work; "none" = ranked like any other segment
+    preempt_claim: str = "keep"
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -819,7 +831,7 @@ VARIANTS: dict[str, TimelyOptions] = {
     "timely-clamped": TimelyOptions(objective="clamped"),
     "timely-unclamped": TimelyOptions(objective="unclamped", preempt_claim="none"),
     "timely-no-claim": TimelyOptions(preempt_claim="none"),
-    "timely-claim-keep": TimelyOptions(preempt_claim="keep"),
+    "timely-claim-slot": TimelyOptions(preempt_claim="slot"),
     "timely-adm-keepdue": TimelyOptions(adm_keep_due=True),
     "timely-floor05": TimelyOptions(adm_gain_floor=0.005),
     "timely-floor1": TimelyOptions(adm_gain_floor=0.01),
