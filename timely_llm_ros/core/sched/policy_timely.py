@@ -29,7 +29,7 @@ any live segment, by cost density |α|/G (Smith's rule for weighted tardiness). 
 the stress matrix (docs/scheduling.md, "Objective"): ``"unclamped"`` alone (``timely-unclamped``,
 the default before) ranks every segment by |α|/G and tests only ONTIME ones, so a normal task that
 could still be answered in time waits behind late urgent work that gains only |α|·G from going
-first, and ``fcfs-seg`` answered more normal tasks in time on five rows; ``"clamped"`` alone
+first, and ``fcfs-seg`` answered more normal tasks in time on eight rows; ``"clamped"`` alone
 (``timely-clamped``: utility below 0 is worth 0, the late tier, PUD) parks late work behind work
 that has slack to spare.
 
