@@ -31,7 +31,12 @@ def test_kill_expires_with_the_reason_and_an_auto_tuf_task_runs_next(tmp_path):
         assert peer.final_state("po-late") == ev.EXPIRED
         assert late.reason.startswith("overrun (kill): its first segment could no longer start")
         assert not late.has_response
-        assert ev.EXPIRE in [convert.EVENT_KIND_NAME[e.kind] for e in peer.events_of("po-late")]
+        wait_for(  # trace events come on their own topic, in no fixed order with the status
+            lambda: ev.EXPIRE in [convert.EVENT_KIND_NAME[e.kind] for e in peer.events_of("po-late")],
+            WAIT,
+            "po-late's EXPIRE trace event",
+            procs=(proc,),
+        )
         assert not [s for s in peer.segments.get("po_drone", []) if s.task_id == "po-late"]
         # the auto task: the lexical classifier's normal TUF; it ran once the robot was free
         assert peer.final_state("po-auto") == ev.COMPLETED, peer.final("po-auto").reason
