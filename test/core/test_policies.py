@@ -22,7 +22,7 @@ KNOWN = (
     "timely-paper, timely, fcfs-seg, edf-seg, vllm, vllm-stream, timely-no-ua, timely-no-late, "
     "timely-no-aging, timely-promote-half, timely-crit-d, timely-adm-group, timely-adm-nocap, "
     "timely-adm-paper, timely-no-adm, timely-edf-dyn, timely-full-ua, timely-adm-nopromise, timely-adm-g, "
-    "timely-clamped, timely-unclamped, timely-no-claim, timely-claim-slot, timely-adm-keepdue, timely-floor05, timely-floor1, timely-floor2, timely-floor1-idle2, timely-no-chain, "
+    "timely-clamped, timely-unclamped, timely-no-claim, timely-adm-keepdue, timely-floor05, timely-floor1, timely-floor2, timely-floor1-idle2, timely-no-chain, "
     "timely-no-preempt, timely-preempt2, timely-preempt-again, timely-preempt-late, timely-preempt-late0, "
     "timely-preempt-ontime, fcfs-requeue"
 )

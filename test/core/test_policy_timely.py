@@ -204,10 +204,9 @@ def test_a_preemption_victim_keeps_the_deadline_its_preemption_promised():
     # (D = 0.192) queued since. EDF serves the five first and the victim would end at 0.54 > D, so
     # the test defers the lowest PUD: the victim (1/0.09 < 2/0.09), last, and later urgent arrivals
     # keep pushing it back (urgent-heavy bursts x0.5, seed 33, cap 2: a normal task preempted at
-    # 6.56 s resumed at 9.29 s). "keep" (default): the test never defers it: only two urgent ones can
-    # end on time (0.09, 0.18 <= 0.192), the other three yield, and it ends at 0.27 <= D; "slot": it
-    # takes the next free slot before everything.
-    for claim, pos in (("timely@b1", 2), ("timely-claim-slot@b1", 0), ("timely-no-claim@b1", 5)):
+    # 6.56 s resumed at 9.29 s). With the claim (default) the test never defers it: only two urgent
+    # ones can end on time (0.09, 0.18 <= 0.192), the other three yield, and it ends at 0.27 <= D.
+    for claim, pos in (("timely@b1", 2), ("timely-no-claim@b1", 5)):
         s = Scheduler(claim)
         victim = gen(arrival=-0.5)
         victim.partial, victim.preempted, victim.seg_tokens, victim.seg_start = True, 1, 2, 0.05
@@ -216,7 +215,7 @@ def test_a_preemption_victim_keeps_the_deadline_its_preemption_promised():
             s.push(g)
         ranking = s.ranking(0.0)
         assert list(ranking).index(victim) == pos, claim
-        assert ranking.promoted(victim) is (pos == 0)  # the admission keeps a claim like a promotion
+        assert not ranking.promoted(victim)  # a claim is no promotion: the admission still trades
 
 
 def burst_of_urgent(n=12):

@@ -10,7 +10,6 @@ timely-unclamped    objective unclamped Eq. 1 alone (every segment by |α|/G, on
                     tested; no preemption claim): the default before the "lex" objective
 timely-clamped      objective clamped at 0 alone (late work worthless: the late tier, PUD order)
 timely-no-claim     a preemption victim is ranked like any other segment (may be pushed back)
-timely-claim-slot   a preemption victim takes the next free slot before all other work
 timely-no-ua        no utility-accrual deferral (EDF among live segments even under overload)
 timely-no-late      late segments in EDF order (by zero-utility time) among the live ones
 timely-no-aging     late tier without promotion (a late task may wait while live work exists)

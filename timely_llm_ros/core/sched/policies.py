@@ -79,7 +79,6 @@ class PolicyName(enum.StrEnum):
     TIMELY_CLAMPED = "timely-clamped"
     TIMELY_UNCLAMPED = "timely-unclamped"
     TIMELY_NO_CLAIM = "timely-no-claim"
-    TIMELY_CLAIM_SLOT = "timely-claim-slot"
     TIMELY_ADM_KEEPDUE = "timely-adm-keepdue"
     TIMELY_FLOOR_05 = "timely-floor05"
     TIMELY_FLOOR_1 = "timely-floor1"

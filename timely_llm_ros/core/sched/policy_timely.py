@@ -121,10 +121,9 @@ whose deadline survives even if its segment runs to the skill set's maximum leng
 ``timely-preempt-late``: a late one on the victim's expected length). It recovers the clump that the admission's holds can cause
 below: a burst no longer waits behind ~290 ms normal segments admitted together. The victim was
 chosen on the premise that it still ends by its deadline, so that promise is kept (option
-``preempt_claim``): the utility-accrual test never defers a preempted segment (``"keep"``,
-default), though EDF may still serve earlier deadlines first; ``"slot"`` (variant
-``timely-claim-slot``) resumes it at the next free slot before everything, ``"none"``
-(``timely-no-claim``) lets later urgent arrivals push it back until it misses.
+``preempt_claim``, default on): the utility-accrual test never defers a preempted segment, though
+EDF may still serve earlier deadlines first; without it (``timely-no-claim``) later urgent arrivals
+push it back until it misses.
 
 So a normal request with plenty of slack waits a few steps while urgent first segments finish, a
 fresh urgent one waits at most for losing segments that end within its real slack, and under
@@ -197,10 +196,9 @@ class TimelyOptions:
     preempt_tardy_live: bool = False  # ... only while its utility is still positive (Preemption.tardy_live)
     preempt_tardy_victim: str = "max"  # ... and how its victim is timed (Preemption.tardy_victim)
     # a preempted generation (suspended mid-segment) was chosen on the premise that its deadline
-    # still holds after the delay (core.sched.preemption), which later arrivals must not undo:
-    # "keep" = the utility-accrual test never defers it (the order stays EDF); "slot" = it takes the
-    # next free slot before all other work; "none" = ranked like any other segment
-    preempt_claim: str = "keep"
+    # still holds after the delay (core.sched.preemption), which later arrivals must not undo: the
+    # utility-accrual test never defers it (the order stays EDF); off: ranked like any other segment
+    preempt_claim: bool = True
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -225,8 +223,6 @@ class TimelyOptions:
             raise ValueError(f"preempt must be an integer >= 0, got {self.preempt!r}")
         if self.preempt_outrun not in ("expected", "again"):
             raise ValueError(f"preempt_outrun must be 'expected' or 'again', got {self.preempt_outrun!r}")
-        if self.preempt_claim not in ("slot", "keep", "none"):
-            raise ValueError(f"preempt_claim must be 'slot', 'keep' or 'none', got {self.preempt_claim!r}")
         if self.preempt_tardy_victim not in ("expected", "max"):
             raise ValueError(
                 f"preempt_tardy_victim must be 'expected' or 'max', got {self.preempt_tardy_victim!r}"
@@ -250,10 +246,8 @@ class TimelyRanking(Ranking):
         n_window: int,
         deferred: list[Entry],
         tardy_slope: float,
-        claims: list[Generation] | None = None,
     ) -> None:
         super().__init__(t)
-        self._claims = claims or []
         self._ix = index
         self._q = first_promoted
         self._kept = kept
@@ -266,7 +260,6 @@ class TimelyRanking(Ranking):
         ix = self._ix
         ent = ix.entries
         q = self._q
-        yield from self._claims
         for item in islice(ix.promoted, q):
             yield ent[item[2]].gen
         for e in self._kept:
@@ -281,8 +274,6 @@ class TimelyRanking(Ranking):
             yield ent[item[2]].gen
 
     def promoted(self, gen: Generation) -> bool:
-        if gen in self._claims:  # a preemption victim's claim is kept like a promotion
-            return True
         e = self._ix.entries.get(gen.slot)
         if e is None or e.gen is not gen or e.phase != PROMOTED:
             return False
@@ -311,21 +302,16 @@ class UtilityAccrualPriority(PriorityStrategy):
             chain=opt.chain,
         )
         self._hint = 0  # least removals of the last decision (search start)
-        self._claims: dict[int, Generation] = {}  # queued preemption victims (option preempt_claim)
 
     def fixed_key(self, arrival: float, ert: float) -> float:
         return arrival
 
     def add(self, gen: Generation) -> None:
         check_estimate(gen)
-        if self.opt.preempt_claim == "slot" and gen.partial:
-            self._claims[gen.slot] = gen
-        else:
-            self.index.add(gen)
+        self.index.add(gen)
 
     def discard(self, gen: Generation) -> None:
-        if self._claims.pop(gen.slot, None) is None:
-            self.index.discard(gen.slot)
+        self.index.discard(gen.slot)
 
     def update(self, gen: Generation) -> None:
         check_estimate(gen)
@@ -340,10 +326,6 @@ class UtilityAccrualPriority(PriorityStrategy):
         ix.advance(t)
         ends = []
         run_promoted = 0
-        claims = sorted(self._claims.values(), key=lambda g: (g.deadline(), g.slot))
-        for c in claims:  # they take the first free slots: the test sees them as running
-            left = c.g - c.seg_start  # seg_start of a victim: the time its segment ran
-            ends.append(t + left if left > 0.0 else t)
         for r in running:
             end = r.seg_start + r.g
             ends.append(end if end > t else t)  # nan seg_start (not started): free now
@@ -370,7 +352,7 @@ class UtilityAccrualPriority(PriorityStrategy):
                         (e for e in window if e.slot in gone),
                         key=lambda e: (-gone[e.slot][0], -gone[e.slot][1], e.item),
                     )
-        return TimelyRanking(t, ix, q, kept, len(window), deferred, ix.tardy_slope(), claims)
+        return TimelyRanking(t, ix, q, kept, len(window), deferred, ix.tardy_slope())
 
     def _ua_removed(self, t: float, slots: list[float], live: list[Entry]) -> dict[int, tuple[float, float]]:
         """The live generations the utility-accrual test defers: slot -> (tier, density) (module
@@ -422,7 +404,7 @@ class UtilityAccrualPriority(PriorityStrategy):
             pud = [(0.0, e.cost_density()) for e in live]
         else:
             pud = [(0.0, e.utility(t) / e.g) for e in live]
-        if self.opt.preempt_claim == "keep":  # a preemption victim is deferred last
+        if self.opt.preempt_claim:  # a preemption victim is deferred last
             pud = [(2.0, p[1]) if e.gen.partial else p for p, e in zip(pud, live, strict=True)]
         removal = sorted(range(k), key=lambda i: (pud[i], -live[i].item[0], -live[i].seq))  # type: ignore[index]  # live: indexed
         for pos, i in enumerate(removal):
@@ -829,9 +811,8 @@ VARIANTS: dict[str, TimelyOptions] = {
     "timely-adm-nopromise": TimelyOptions(adm_promise=False),
     "timely-adm-g": TimelyOptions(adm_bare_g=True, adm_promise=False),
     "timely-clamped": TimelyOptions(objective="clamped"),
-    "timely-unclamped": TimelyOptions(objective="unclamped", preempt_claim="none"),
-    "timely-no-claim": TimelyOptions(preempt_claim="none"),
-    "timely-claim-slot": TimelyOptions(preempt_claim="slot"),
+    "timely-unclamped": TimelyOptions(objective="unclamped", preempt_claim=False),
+    "timely-no-claim": TimelyOptions(preempt_claim=False),
     "timely-adm-keepdue": TimelyOptions(adm_keep_due=True),
     "timely-floor05": TimelyOptions(adm_gain_floor=0.005),
     "timely-floor1": TimelyOptions(adm_gain_floor=0.01),

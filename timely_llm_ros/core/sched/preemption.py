@@ -27,7 +27,7 @@ candidates of the ranking in order (at most ``lookahead`` of them):
   from slack the victim is expected to keep.
 
 Each victim frees exactly the slot its candidate takes, so the batch never grows. Once re-queued,
-the victim keeps the promise it was chosen on (``TimelyOptions.preempt_claim``, default "keep"):
+the victim keeps the promise it was chosen on (``TimelyOptions.preempt_claim``, default on):
 the utility-accrual test never defers it for later arrivals, which would otherwise push it back
 until it misses (urgent-heavy bursts ×0.5, seed 33, cap 2: a normal segment preempted at 6.56 s
 resumed at 9.29 s).
