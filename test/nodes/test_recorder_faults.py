@@ -98,7 +98,20 @@ def test_a_full_disk_stops_the_bag_cleanly_says_so_once_and_retries_or_exits(sub
     log = tmp_path / "rec.log"
     with tiny_dir(tmp_path / "tiny") as mounted:
         bag = tmp_path / "tiny" / "bag"
-        params = {"output": str(bag), "flush_period": 0.1, "on_write_error": mode, "retry_period": 0.3}
+        # Room the operator can make in one step (a single unlink). Moving the full bag off the
+        # filesystem instead copies it and then deletes it file by file: a retry in between finds a
+        # few KiB free, opens bag_1, fills it and fails a second time (CI saw that once).
+        filler, crumb = tmp_path / "tiny" / "filler", tmp_path / "tiny" / "crumb"
+        filler.write_bytes(b"\0" * (TINY // 2))
+        crumb.write_bytes(b"\0" * (TINY // 16))
+        params = {
+            "output": str(bag),
+            "flush_period": 0.1,
+            "on_write_error": mode,
+            "retry_period": 0.3,
+            # more than a failed flush gives back (about 40 KiB here) and the crumb, less than the filler
+            "retry_min_free_mib": TINY * 3 / 8 / 2**20,
+        }
         proc = start_recorder(params, subprocess_env, log, limit_files=not mounted)
         peer = kit.Peer()
         diag = Diagnostics(peer)
@@ -119,16 +132,21 @@ def test_a_full_disk_stops_the_bag_cleanly_says_so_once_and_retries_or_exits(sub
                 assert proc.wait(timeout=60) == 1, log.read_text()
             else:
                 assert proc.poll() is None, log.read_text()
-                # the operator makes room (moves the full bag away): recording goes on in a new bag
-                shutil.move(str(bag), str(tmp_path / "bag_full"))
+                if mounted:
+                    # a few KiB of room (the crumb, and what the failed flush gave back) over several
+                    # retry periods is no room: a bag opened there would fail at its first flush
+                    crumb.unlink()
+                    _flood(peer, pub, 60, sent + 20)
+                    assert diag.last().level == DiagnosticStatus.ERROR, log.read_text()
+                # the operator makes room: recording goes on in a new bag beside the full one
+                filler.unlink()
                 ok = lambda: diag.last().level == DiagnosticStatus.OK and "bag_1" in diag.last().message  # noqa: E731
                 assert peer.spin_until(ok), log.read_text()
                 assert kit.stop_node(proc, signal.SIGINT) == 0, log.read_text()
         finally:
             kit.stop_node(proc, signal.SIGKILL)
             peer.close()
-            if mode == "exit":
-                shutil.move(str(bag), str(tmp_path / "bag_full"))
+            shutil.move(str(bag), str(tmp_path / "bag_full"))
     text = log.read_text()
     assert "Traceback" not in text
     lines = [line for line in text.splitlines() if "recording stopped:" in line]

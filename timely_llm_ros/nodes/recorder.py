@@ -22,7 +22,9 @@ bag is closed at its last complete state (readable, ``metadata.yaml`` matching),
 why, and ``/diagnostics`` (``diagnostic_msgs/DiagnosticArray``, level ERROR, name
 ``lrtrace_recorder: bag``; OK once a second while recording) tells operators. Then, by
 ``on_write_error``: ``retry`` — every ``retry_period`` a new bag ``<output>_<n>`` is tried, and
-recording goes on there once the disk has room — or ``exit`` (status 1). Messages received while
+recording goes on there once the disk has room (``retry_min_free_mib`` free: the few KiB a failed
+write gives back when the bag rolls back are not room, and a bag opened there would fail again at its
+first flush, one more error line each retry) — or ``exit`` (status 1). Messages received while
 nothing can be written are counted (``lost``), never silently. An output directory that cannot be
 created (read-only, no permission) is one line and exit status 2.
 
@@ -137,6 +139,15 @@ PARAMS = (
         read_only=True,
     ),
     Param(
+        "retry_min_free_mib",
+        8.0,
+        "a new bag is tried only once its filesystem has this much free (MiB): the space a failed "
+        "write gives back is not room, and a bag opened there fails again at its first flush",
+        low=0.0,
+        high=1e6,
+        read_only=True,
+    ),
+    Param(
         "policy",
         "",
         "scheduling policy of the recorded planner, stored in the bag's metadata so reports can name "
@@ -241,6 +252,15 @@ class RecorderNode(Node):
             self._retry_timer = self.create_timer(self.p["retry_period"], self._retry)
 
     def _retry(self) -> None:
+        need = self.p["retry_min_free_mib"] * 2**20
+        try:
+            free = shutil.disk_usage(self.first_path.parent).free
+        except OSError as exc:  # the directory is gone or unreadable: opening will say why
+            self.get_logger().debug(f"free space of {self.first_path.parent} unknown: {exc}")
+        else:
+            if free < need:
+                self.get_logger().debug(f"new bag not tried yet: {free} bytes free, {need:.0f} wanted")
+                return
         self.parts += 1
         path = self.first_path.with_name(f"{self.first_path.name}_{self.parts}")
         try:
