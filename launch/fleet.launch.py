@@ -116,6 +116,7 @@ def _planner_overrides(context, params: dict) -> None:
 def _fleet_nodes(context, *args, **kwargs):
     # imported at launch time: the package's Python modules are installed next to its messages
     from timely_llm_ros.fleet import fleet_nodes, load_fleet
+    from timely_llm_ros.ros.parent_watch import parent_env
 
     share = get_package_share_directory(PACKAGE)
     cfg = load_fleet(_arg(context, "config"))
@@ -152,7 +153,9 @@ def _fleet_nodes(context, *args, **kwargs):
                 package=PACKAGE,
                 executable=spec.executable,
                 arguments=spec.arguments or None,  # a robot's type: `robot TYPE` (byo-robot)
-                additional_env=spec.env or None,  # the fleet's config_path as TIMELY_LLM_CONFIG
+                # the fleet's config_path as TIMELY_LLM_CONFIG, and this launch's pid: ros2 launch
+                # orphans its nodes on SIGTERM, so each node stops when this process dies (parent_watch)
+                additional_env={**spec.env, **parent_env()},
                 name=spec.name,
                 # LifecycleNode requires a namespace ("" = root); a plain Node takes None for the root
                 namespace="/" + spec.namespace

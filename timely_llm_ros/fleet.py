@@ -35,7 +35,9 @@ group. The planner is a managed (lifecycle) node (``autostart: false``): once ev
 started, the fleet drives it through configure (engine loaded, warmed up) and activate (tasks
 accepted) with :mod:`timely_llm_ros.ros.lifecycle_client`, as fleet.launch.py does with launch_ros. The fleet stops on SIGINT/SIGTERM, after ``--duration``, when the workload node exits (with
 ``exit_when_done``), or when any node dies; it then sends SIGINT to every group in reverse start
-order (the recorder last, so it records the final statuses), SIGKILL after ``--stop-timeout``.
+order (the recorder last, so it records the final statuses), SIGKILL after ``--stop-timeout``. A
+fleet process that is killed outright (SIGKILL) takes its nodes with it: each gets SIGTERM from the
+kernel (:mod:`timely_llm_ros.ros.parent_watch`).
 After a workload ran to its end, the fleet prints the run's per-task-type summary from the recorder's
 bag — the table ``timely-llm demo`` prints (:func:`timely_llm_ros.viz.report.print_summary`); a recorder without an
 ``output`` gets ``lrtrace_<date>_<time>`` in the working directory, named here so the fleet knows it.
@@ -57,6 +59,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from timely_llm_ros.ros.parent_watch import parent_env
 
 PACKAGE = "timely_llm_ros"
 ROBOT_MODULE = "robot"  # every robot type runs as timely_llm_ros.nodes.robot TYPE
@@ -419,7 +423,9 @@ class Fleet:
                 params["autostart"] = False
                 self.managed.append(node)
             pfile.write_text(yaml.safe_dump({"/**": {"ros__parameters": params}}, sort_keys=False))
-            proc = subprocess.Popen(node.command(pfile), env={**self.env, **node.env}, start_new_session=True)
+            # parent_env: the node stops when this process dies, even by SIGKILL (ros.parent_watch)
+            env = {**self.env, **node.env, **parent_env()}
+            proc = subprocess.Popen(node.command(pfile), env=env, start_new_session=True)
             self.procs.append((node, proc))
             print(f"[fleet] started {label(node)} (pid {proc.pid})", flush=True)
 

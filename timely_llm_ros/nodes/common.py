@@ -13,7 +13,9 @@ empty list ``[]`` for a string-array parameter (whose type YAML cannot tell) mea
 spins it until SIGINT/SIGTERM, then calls the node's ``close()`` (if any), destroys it and shuts
 rclpy down, returning an exit status: 0 after a signal or a node-requested stop, 2 for bad
 parameters or arguments (one clear line on stderr), 1 for an unexpected error. Signals are handled
-by us (rclpy's own handlers off) so that shutdown always runs the node's cleanup, in order.
+by us (rclpy's own handlers off) so that shutdown always runs the node's cleanup, in order. A node
+started by fleet.launch.py or ``timely-llm fleet`` also gets SIGTERM when that launcher dies, however
+it died (:mod:`timely_llm_ros.ros.parent_watch`: ``ros2 launch`` orphans its nodes on SIGTERM).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from rclpy.parameter import Parameter
 from rclpy.signals import SignalHandlerOptions
 from rclpy.utilities import remove_ros_args
 
+from timely_llm_ros.ros.parent_watch import ENV as PARENT_ENV
+from timely_llm_ros.ros.parent_watch import watch_parent
 from timely_llm_ros.ros.secure_dds import apply_security
 from timely_llm_ros.ros.secure_dds import explain as explain_security
 
@@ -323,6 +327,23 @@ def run_node(
     node = None
     status = 0
     try:
+        try:  # launched by fleet.launch.py / timely-llm fleet: stop when the launcher dies (parent_watch)
+            gone = watch_parent()
+        except ValueError as exc:
+            print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+            return 2
+        except OSError as exc:
+            print(
+                f"{parser.prog}: warning: will not stop with its launcher ({PARENT_ENV}): {exc}",
+                file=sys.stderr,
+            )
+            gone = None
+        if gone is not None:
+            print(
+                f"{parser.prog}: the process that launched it (pid {gone}) is gone: not starting",
+                file=sys.stderr,
+            )
+            return 0
         try:
             node = factory()
         except (ParamError, ValueError, KeyError) as exc:
