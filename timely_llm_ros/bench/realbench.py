@@ -617,11 +617,15 @@ def table(results: list[dict[str, Any]], engine: str) -> str:
             )
     for r in results:
         ars = r.get("at_run_speed", {})
+        during = (
+            f"x{ars['speed_ratio']:.2f} during it; |err| at the run's speed "
+            f"{100 * ars.get('mean_abs_rel_err', math.nan):.1f}% (load drift removed)"
+            if math.isfinite(ars.get("speed_ratio", math.nan))
+            else "not measured during it (this engine's steps do not say what they fed)"
+        )
         lines.append(
             f"{r['policy']}: engine speed vs fitted profile x{r.get('speed_check', 1.0):.2f} before the run "
-            f"(prediction uses it), x{ars.get('speed_ratio', math.nan):.2f} during it; |err| at the "
-            f"run's speed {100 * ars.get('mean_abs_rel_err', math.nan):.1f}% (load drift removed); "
-            f"load {r.get('load_average', math.nan):.1f}"
+            f"(prediction uses it), {during}; load {r.get('load_average', math.nan):.1f}"
         )
     merged = by_policy(results)
     for key in ("response_mean", "pct_beta"):
