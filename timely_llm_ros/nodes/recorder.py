@@ -235,7 +235,8 @@ class RecorderNode(Node):
         self.error = err
         written = sum(self.writer.counts.values())
         then = (
-            f"retrying every {self.p['retry_period']:g} s into a new bag"
+            f"retrying every {self.p['retry_period']:g} s into a new bag once "
+            f"{self.p['retry_min_free_mib']:g} MiB are free"
             if self.p["on_write_error"] == "retry"
             else "exiting (on_write_error exit)"
         )
