@@ -15,15 +15,14 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 import yaml
+from planner_testkit import wait_for
 
 from timely_llm_ros.ros.parent_watch import ENV, watch_parent
 
-REPO = Path(__file__).resolve().parents[2]
 WAIT = 90.0
 
 
@@ -34,19 +33,6 @@ def _gone(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return True
     return state == "Z"
-
-
-def _wait(cond, timeout: float, what: str, log: Path | None = None, proc=None) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(
-                f"exited ({proc.returncode}) before {what}\n{log.read_text() if log else ''}"
-            )
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}" + (f"\n{log.read_text()}" if log else ""))
 
 
 def _kill_all(pids: list[int]) -> None:
@@ -107,12 +93,13 @@ def test_a_node_whose_launcher_is_killed_shuts_down_cleanly(subprocess_env, tmp_
     launcher = subprocess.Popen(
         [sys.executable, "-c", launcher_code], env=subprocess_env, stdout=subprocess.PIPE, text=True
     )
+    launcher.log_path = log  # type: ignore[attr-defined]  # wait_for shows it if the launcher dies
     node_pid = int(launcher.stdout.readline())
     try:
-        _wait(lambda: "recording to" in log.read_text(), WAIT, "the recorder to start", log, launcher)
+        wait_for(lambda: "recording to" in log.read_text(), WAIT, "the recorder to start", procs=(launcher,))
         launcher.kill()
         launcher.wait()
-        _wait(lambda: _gone(node_pid), WAIT, "the recorder to stop with its launcher", log)
+        wait_for(lambda: _gone(node_pid), WAIT, f"the recorder to stop with its launcher (log: {log})")
     finally:
         launcher.kill()
         _kill_all([node_pid])
@@ -166,15 +153,18 @@ def test_a_fleet_killed_outright_takes_every_node_with_it(subprocess_env, tmp_pa
         stderr=subprocess.STDOUT,
         cwd=tmp_path,
     )
+    fleet.log_path = log  # type: ignore[attr-defined]
     pids: list[int] = []
     try:
         started = lambda: re.findall(r"\[fleet\] started .* \(pid (\d+)\)", log.read_text())  # noqa: E731
-        _wait(lambda: len(started()) == 4, WAIT, "four nodes started", log, fleet)
+        wait_for(lambda: len(started()) == 4, WAIT, "four nodes started", procs=(fleet,))
         pids = [int(p) for p in started()]
-        _wait(lambda: "planner ready" in log.read_text(), WAIT, "the planner to become active", log, fleet)
+        wait_for(
+            lambda: "planner ready" in log.read_text(), WAIT, "the planner to become active", procs=(fleet,)
+        )
         fleet.kill()
         fleet.wait()
-        _wait(lambda: all(_gone(p) for p in pids), WAIT, "every node to stop with the fleet", log)
+        wait_for(lambda: all(_gone(p) for p in pids), WAIT, f"every node to stop with the fleet (log: {log})")
     finally:
         fleet.kill()
         _kill_all(pids)

@@ -44,10 +44,7 @@ def watch_parent(environ: Mapping[str, str] | None = None) -> int | None:
     value = (os.environ if environ is None else environ).get(ENV, "").strip()
     if not value:
         return None
-    try:
-        launcher = int(value)
-    except ValueError:
-        raise ValueError(f"{ENV}={value!r} is not a process id") from None
+    launcher = int(value) if value.isdigit() else 0
     if launcher <= 0:
         raise ValueError(f"{ENV}={value!r} is not a process id")
     if not sys.platform.startswith("linux"):
